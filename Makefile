@@ -1,0 +1,39 @@
+# softverbs: build, test, benchmark, fuzz, lint.
+GO ?= go
+PKGS := ./...
+FUZZTIME ?= 10s
+SIM_SEEDS ?= 300
+
+.PHONY: all build test race bench fuzz lint demo
+
+all: lint build test
+
+build:
+	$(GO) build $(PKGS)
+
+# The README's test command; .ci/run calls exactly this.
+test: lint
+	SIM_SEEDS=$(SIM_SEEDS) $(GO) test -count=1 -timeout 12m $(PKGS)
+
+race:
+	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+
+bench:
+	$(GO) test -run XXX -bench . -benchmem -count 5 $(PKGS)
+
+# A short run of every fuzz target (go test -fuzz takes one target at a time).
+fuzz:
+	@set -e; for pkg in $$($(GO) list $(PKGS)); do \
+	  for f in $$($(GO) test -list 'Fuzz.*' $$pkg | grep '^Fuzz' || true); do \
+	    echo "== $$pkg $$f"; \
+	    $(GO) test -run XXX -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
+	  done; \
+	done
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+
+demo:
+	$(GO) run ./cmd/rvt demo

@@ -1,0 +1,72 @@
+package task
+
+import (
+	"runtime"
+	"sync"
+)
+
+// Pool is an executor with a fixed set of worker goroutines that take tasks
+// from one shared FIFO run queue.
+//
+// Close stops the workers. Tasks that are still queued when the pool closes,
+// or that are scheduled afterwards, stay queued and never run; Stop on such a
+// task returns at once.
+type Pool struct {
+	mu     sync.Mutex // guards the fields below
+	work   sync.Cond  // signalled when q gains a task or the pool closes
+	q      queue
+	closed bool
+
+	wg sync.WaitGroup // running workers
+}
+
+// NewPool starts a pool with the given number of workers; workers <= 0 means
+// runtime.GOMAXPROCS(0).
+func NewPool(workers int) *Pool {
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	p := &Pool{}
+	p.work.L = &p.mu
+	p.wg.Add(workers)
+	for range workers {
+		go p.worker()
+	}
+	return p
+}
+
+// Close stops the workers and waits for them to finish the tasks they are
+// running. It is safe to call more than once, but not from a task running on
+// this pool.
+func (p *Pool) Close() {
+	p.mu.Lock()
+	p.closed = true
+	p.work.Broadcast()
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+func (p *Pool) enqueue(t *Task) {
+	p.mu.Lock()
+	p.q.push(t)
+	p.mu.Unlock()
+	p.work.Signal()
+}
+
+func (p *Pool) worker() {
+	defer p.wg.Done()
+	p.mu.Lock()
+	for {
+		for p.q.len() == 0 && !p.closed {
+			p.work.Wait()
+		}
+		if p.closed {
+			p.mu.Unlock()
+			return
+		}
+		t := p.q.pop()
+		p.mu.Unlock()
+		t.run()
+		p.mu.Lock()
+	}
+}

@@ -1,0 +1,150 @@
+package task
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// Func does one bounded batch of work. It returns more=true if work is left,
+// which puts the task back at the end of its executor's run queue.
+type Func func() (more bool)
+
+// Executor runs scheduled tasks. The implementations are Inline and Pool.
+type Executor interface {
+	// enqueue adds t, whose state is already queued, to the run queue. It is
+	// called at most once per transition into the queued state.
+	enqueue(t *Task)
+}
+
+// Task states. Transitions are made with compare-and-swap on Task.state.
+const (
+	stateIdle     int32 = iota // not queued, not running
+	stateQueued                // in the executor's run queue
+	stateBusy                  // fn is running
+	stateArmed                 // fn is running and Schedule was called meanwhile
+	stateStopping              // fn is running and Stop is waiting for it
+	stateStopped               // never runs again
+)
+
+// Task is a unit of work that an Executor runs one batch at a time. It is
+// safe for concurrent use.
+type Task struct {
+	state atomic.Int32
+	runs  atomic.Uint64
+	ex    Executor
+	fn    Func
+	name  string
+
+	// stopMu and stopped let Stop wait for a running fn; only used by Stop.
+	stopMu  sync.Mutex
+	stopped *sync.Cond
+}
+
+// New returns an idle task that runs fn on ex.
+func New(ex Executor, name string, fn Func) *Task {
+	t := &Task{ex: ex, fn: fn, name: name}
+	t.stopped = sync.NewCond(&t.stopMu)
+	return t
+}
+
+// Name returns the name given to New.
+func (t *Task) Name() string { return t.name }
+
+// String returns the task's name.
+func (t *Task) String() string { return t.name }
+
+// Runs returns how many times fn has returned.
+func (t *Task) Runs() uint64 { return t.runs.Load() }
+
+// Schedule asks for fn to run. An idle task is queued on its executor; a
+// running task is armed so that it runs once more after the current batch; a
+// task that is already queued or armed, or has been stopped, is left as it
+// is. With the Inline executor, Schedule may run tasks before it returns.
+func (t *Task) Schedule() {
+	for {
+		switch s := t.state.Load(); s {
+		case stateIdle:
+			if t.state.CompareAndSwap(stateIdle, stateQueued) {
+				t.ex.enqueue(t)
+				return
+			}
+		case stateBusy:
+			if t.state.CompareAndSwap(stateBusy, stateArmed) {
+				return
+			}
+		default: // queued, armed, stopping, stopped
+			return
+		}
+	}
+}
+
+// Stop waits until fn is not running and makes sure it never runs again;
+// later calls to Schedule do nothing. Stop may be called more than once and
+// from several goroutines. It must not be called from the task's own fn,
+// which would wait for itself forever.
+func (t *Task) Stop() {
+	for {
+		switch s := t.state.Load(); s {
+		case stateIdle, stateQueued:
+			// A queued task stays in its executor's queue; the executor skips
+			// it because it cannot move it from queued to busy.
+			if t.state.CompareAndSwap(s, stateStopped) {
+				return
+			}
+		case stateBusy, stateArmed:
+			if t.state.CompareAndSwap(s, stateStopping) {
+				t.waitStopped()
+				return
+			}
+		case stateStopping:
+			t.waitStopped()
+			return
+		case stateStopped:
+			return
+		}
+	}
+}
+
+func (t *Task) waitStopped() {
+	t.stopMu.Lock()
+	for t.state.Load() != stateStopped {
+		t.stopped.Wait()
+	}
+	t.stopMu.Unlock()
+}
+
+// run is called by an executor for a task it took off its run queue. It runs
+// fn once, then leaves the task idle, requeues it, or completes a Stop.
+func (t *Task) run() {
+	if !t.state.CompareAndSwap(stateQueued, stateBusy) {
+		return // stopped while queued
+	}
+	more := t.fn()
+	t.runs.Add(1)
+	for {
+		switch t.state.Load() {
+		case stateBusy:
+			if more {
+				if t.state.CompareAndSwap(stateBusy, stateQueued) {
+					t.ex.enqueue(t)
+					return
+				}
+			} else if t.state.CompareAndSwap(stateBusy, stateIdle) {
+				return
+			}
+		case stateArmed:
+			if t.state.CompareAndSwap(stateArmed, stateQueued) {
+				t.ex.enqueue(t)
+				return
+			}
+		case stateStopping:
+			t.stopMu.Lock()
+			t.state.Store(stateStopped)
+			t.stopped.Broadcast()
+			t.stopMu.Unlock()
+			return
+		default:
+			panic("task: impossible state after run")
+		}
+	}
+}

@@ -1,0 +1,381 @@
+package task_test
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/softverbs/softverbs/internal/task"
+)
+
+const waitFor = 10 * time.Second
+
+func TestNameAndRuns(t *testing.T) {
+	tk := task.New(task.NewInline(), "qp7.send", func() bool { return false })
+	require.Equal(t, "qp7.send", tk.Name())
+	require.Equal(t, "qp7.send", tk.String())
+	require.Zero(t, tk.Runs())
+	tk.Schedule()
+	require.EqualValues(t, 1, tk.Runs())
+}
+
+func TestInlineRunsBeforeScheduleReturns(t *testing.T) {
+	ex := task.NewInline()
+	ran := 0
+	tk := task.New(ex, "t", func() bool { ran++; return false })
+	for i := 1; i <= 3; i++ {
+		tk.Schedule()
+		require.Equal(t, i, ran)
+	}
+	require.Zero(t, ex.Len())
+}
+
+func TestInlineScheduleWhileBusyRunsAgain(t *testing.T) {
+	ex := task.NewInline()
+	var tk *task.Task
+	runs := 0
+	tk = task.New(ex, "self", func() bool {
+		runs++
+		if runs == 1 {
+			tk.Schedule() // busy -> armed
+			tk.Schedule() // armed: no-op, still one extra run
+		}
+		return false
+	})
+	tk.Schedule()
+	require.Equal(t, 2, runs)
+	require.EqualValues(t, 2, tk.Runs())
+}
+
+func TestInlineOrder(t *testing.T) {
+	tests := []struct {
+		name  string
+		moreA int // batches A reports more work after
+		moreB int
+		want  string
+	}{
+		{"no more", 0, 0, "SAB"},
+		{"A requeues behind B", 2, 0, "SABAA"},
+		{"alternate", 2, 2, "SABABAB"},
+		{"B longer", 0, 3, "SABBBB"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ex := task.NewInline()
+			var order []byte
+			batches := func(name byte, more int) task.Func {
+				n := 0
+				return func() bool {
+					order = append(order, name)
+					n++
+					return n <= more
+				}
+			}
+			a := task.New(ex, "A", batches('A', tc.moreA))
+			b := task.New(ex, "B", batches('B', tc.moreB))
+			s := task.New(ex, "S", func() bool {
+				order = append(order, 'S')
+				a.Schedule() // re-entrant: only enqueue
+				b.Schedule()
+				a.Schedule() // already queued: no-op
+				require.Empty(t, order[1:], "nothing runs inside a task")
+				return false
+			})
+			s.Schedule()
+			require.Equal(t, tc.want, string(order))
+			require.Zero(t, ex.Len())
+		})
+	}
+}
+
+func TestInlineConcurrentSchedulers(t *testing.T) {
+	ex := task.NewInline()
+	const nTasks, goroutines, rounds = 16, 8, 500
+	var inRun atomic.Int32 // Inline runs one task at a time across all tasks
+	var overlap atomic.Bool
+	var produced, consumed [nTasks]atomic.Int64
+	tasks := make([]*task.Task, nTasks)
+	for i := range tasks {
+		tasks[i] = task.New(ex, fmt.Sprint(i), func() bool {
+			if inRun.Add(1) != 1 {
+				overlap.Store(true)
+			}
+			consumed[i].Store(produced[i].Load())
+			inRun.Add(-1)
+			return false
+		})
+	}
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := range rounds {
+				i := (g*rounds + r) % nTasks
+				produced[i].Add(1)
+				tasks[i].Schedule()
+			}
+		}()
+	}
+	wg.Wait()
+	// Every Schedule has returned, and the drainer empties the queue before
+	// it stops draining, so all work must have been seen.
+	require.Zero(t, ex.Len())
+	require.False(t, overlap.Load(), "two tasks ran at once on an Inline executor")
+	for i := range tasks {
+		require.Equal(t, produced[i].Load(), consumed[i].Load(), "task %d", i)
+	}
+}
+
+func TestStop(t *testing.T) {
+	t.Run("idle", func(t *testing.T) {
+		ex := task.NewInline()
+		runs := 0
+		tk := task.New(ex, "t", func() bool { runs++; return false })
+		tk.Stop()
+		tk.Stop() // idempotent
+		tk.Schedule()
+		require.Zero(t, runs)
+	})
+	t.Run("queued", func(t *testing.T) {
+		ex := task.NewInline()
+		runs := 0
+		victim := task.New(ex, "victim", func() bool { runs++; return false })
+		killer := task.New(ex, "killer", func() bool {
+			victim.Schedule() // queued behind us
+			victim.Stop()     // not running, so Stop returns at once
+			return false
+		})
+		killer.Schedule()
+		require.Zero(t, runs)
+		require.Zero(t, ex.Len())
+		victim.Schedule()
+		require.Zero(t, runs)
+	})
+	t.Run("requeued with more", func(t *testing.T) {
+		ex := task.NewInline()
+		var looper *task.Task
+		runs := 0
+		looper = task.New(ex, "looper", func() bool {
+			runs++
+			if runs == 3 {
+				// Ask a second task to stop us: it runs after we requeue.
+				task.New(ex, "stopper", func() bool { looper.Stop(); return false }).Schedule()
+			}
+			return true // always more
+		})
+		looper.Schedule()
+		require.Equal(t, 3, runs)
+	})
+}
+
+// blocker is a task function that parks inside its run until released.
+type blocker struct {
+	entered chan struct{}
+	release chan struct{}
+	runs    atomic.Int32
+}
+
+func newBlocker() *blocker {
+	return &blocker{entered: make(chan struct{}, 16), release: make(chan struct{})}
+}
+
+func (b *blocker) fn() bool {
+	b.runs.Add(1)
+	b.entered <- struct{}{}
+	<-b.release
+	return false
+}
+
+func TestStopWaitsForRun(t *testing.T) {
+	for _, armed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("armed=%v", armed), func(t *testing.T) {
+			p := task.NewPool(2)
+			defer p.Close()
+			b := newBlocker()
+			tk := task.New(p, "t", b.fn)
+			tk.Schedule()
+			<-b.entered
+			if armed {
+				tk.Schedule()
+			}
+
+			stopped := make(chan struct{})
+			go func() { tk.Stop(); close(stopped) }()
+			select {
+			case <-stopped:
+				t.Fatal("Stop returned while the task was running")
+			case <-time.After(20 * time.Millisecond):
+			}
+			close(b.release)
+			select {
+			case <-stopped:
+			case <-time.After(waitFor):
+				t.Fatal("Stop did not return after the run ended")
+			}
+			tk.Schedule()
+			tk.Stop()
+			require.EqualValues(t, 1, b.runs.Load(), "an armed task must not run after Stop")
+			require.EqualValues(t, 1, tk.Runs())
+		})
+	}
+}
+
+func TestPoolScheduleWhileBusyRunsAgain(t *testing.T) {
+	p := task.NewPool(4)
+	defer p.Close()
+	b := newBlocker()
+	tk := task.New(p, "t", b.fn)
+	tk.Schedule()
+	<-b.entered
+	tk.Schedule() // busy -> armed
+	tk.Schedule() // no-op
+	b.release <- struct{}{}
+	select {
+	case <-b.entered:
+	case <-time.After(waitFor):
+		t.Fatal("wake-up during a run was lost")
+	}
+	close(b.release)
+	require.Eventually(t, func() bool { return tk.Runs() == 2 }, waitFor, time.Millisecond)
+	require.EqualValues(t, 2, b.runs.Load())
+}
+
+func TestPoolNeverConcurrentNoLostWakeups(t *testing.T) {
+	p := task.NewPool(8)
+	defer p.Close()
+	const nTasks, goroutines, rounds = 4, 16, 2000
+	type state struct {
+		running  atomic.Int32
+		produced atomic.Int64
+		consumed atomic.Int64
+		overlap  atomic.Bool
+	}
+	states := make([]*state, nTasks)
+	tasks := make([]*task.Task, nTasks)
+	for i := range tasks {
+		s := &state{}
+		states[i] = s
+		batches := 0 // only touched by fn: a data race here means fn ran concurrently
+		tasks[i] = task.New(p, fmt.Sprint(i), func() bool {
+			if s.running.Add(1) != 1 {
+				s.overlap.Store(true)
+			}
+			batches++
+			s.consumed.Store(s.produced.Load())
+			s.running.Add(-1)
+			return batches%7 == 0 // sometimes ask for another turn
+		})
+	}
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := range rounds {
+				s := states[(g+r)%nTasks]
+				s.produced.Add(1)
+				tasks[(g+r)%nTasks].Schedule()
+			}
+		}()
+	}
+	wg.Wait()
+	for i, s := range states {
+		require.Eventually(t, func() bool { return s.consumed.Load() == s.produced.Load() },
+			waitFor, time.Millisecond, "task %d lost a wake-up", i)
+		require.False(t, s.overlap.Load(), "task %d ran concurrently with itself", i)
+	}
+}
+
+func TestPoolClose(t *testing.T) {
+	p := task.NewPool(1)
+	b := newBlocker()
+	running := task.New(p, "running", b.fn)
+	waiting := task.New(p, "waiting", func() bool { return false })
+	running.Schedule()
+	<-b.entered
+	waiting.Schedule() // queued behind the only worker
+
+	closed := make(chan struct{})
+	go func() { p.Close(); close(closed) }()
+	select {
+	case <-closed:
+		t.Fatal("Close returned while a task was running")
+	case <-time.After(20 * time.Millisecond):
+	}
+	close(b.release)
+	select {
+	case <-closed:
+	case <-time.After(waitFor):
+		t.Fatal("Close did not return")
+	}
+	p.Close() // idempotent
+
+	// Nothing runs after Close; Stop on a task stranded in the queue is immediate.
+	require.Zero(t, waiting.Runs())
+	running.Schedule()
+	waiting.Schedule()
+	running.Stop()
+	waiting.Stop()
+	require.EqualValues(t, 1, running.Runs())
+	require.Zero(t, waiting.Runs())
+}
+
+func TestPoolDefaultWorkers(t *testing.T) {
+	p := task.NewPool(0)
+	defer p.Close()
+	done := make(chan struct{})
+	task.New(p, "t", func() bool { close(done); return false }).Schedule()
+	select {
+	case <-done:
+	case <-time.After(waitFor):
+		t.Fatal("task did not run")
+	}
+}
+
+func BenchmarkScheduleQueued(b *testing.B) {
+	ex := task.NewInline()
+	var tk *task.Task
+	tk = task.New(ex, "t", func() bool {
+		for range b.N {
+			tk.Schedule() // armed after the first: the atomic fast path
+		}
+		return false
+	})
+	b.ReportAllocs()
+	b.ResetTimer()
+	tk.Schedule()
+}
+
+func BenchmarkInlineRun(b *testing.B) {
+	ex := task.NewInline()
+	tk := task.New(ex, "t", func() bool { return false })
+	b.ReportAllocs()
+	for b.Loop() {
+		tk.Schedule()
+	}
+}
+
+func ExampleInline() {
+	ex := task.NewInline()
+	pending := []string{"p1", "p2", "p3", "p4", "p5"}
+	var rx *task.Task
+	rx = task.New(ex, "qp1.recv", func() (more bool) {
+		// Handle at most two packets per batch, then yield.
+		n := min(2, len(pending))
+		fmt.Println(rx.Name(), "handles", pending[:n])
+		pending = pending[n:]
+		return len(pending) > 0
+	})
+	rx.Schedule()
+	fmt.Println("runs:", rx.Runs())
+	// Output:
+	// qp1.recv handles [p1 p2]
+	// qp1.recv handles [p3 p4]
+	// qp1.recv handles [p5]
+	// runs: 3
+}

@@ -1,0 +1,298 @@
+package netdev
+
+// Lock order: Fabric.mu, then FabricPort.mu. Neither is held while a handler
+// runs, so a handler may Send on any port (delivery may recurse).
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+
+	"github.com/softverbs/softverbs/clock"
+)
+
+// Fabric is an in-memory Ethernet switch. Each port has a static MAC (its
+// own, entered when the port is made) and the switch also learns source MACs
+// from the frames ports send. A frame to a known unicast MAC goes to that
+// port, a frame to a broadcast or multicast MAC or to an unknown unicast MAC
+// goes to every other port; nothing goes back to the port it came from.
+//
+// Delivery is synchronous: Send copies the frame into a buffer from each
+// receiving port's pool and calls that port's handler before it returns. A
+// handler only queues work, so a simulation on one goroutine is
+// deterministic. Put a FaultLink (WithFaults, NewFaultyPort) in front of a
+// port for loss, delay and the rest.
+//
+// The fabric also keeps an IP-to-MAC table (AddAddr, Resolve) so devices
+// find each other without ARP or neighbour discovery.
+type Fabric struct {
+	clk  clock.Clock
+	seed int64
+
+	mu    sync.RWMutex
+	fdb   map[MAC]*FabricPort           // forwarding database: static and learned
+	addrs map[netip.Addr]MAC            // Resolve table, keys unmapped
+	rng   *rand.Rand                    // MAC assignment and per-port fault seeds
+	ports atomic.Pointer[[]*FabricPort] // copy-on-write snapshot for flooding
+	count int                           // ports ever made
+}
+
+// NewFabric returns an empty fabric. clk (nil: the real clock) is the clock
+// of faulty ports made by NewFaultyPort; seed drives MACs NewPort assigns
+// and the fault seeds of NewFaultyPort, so one seed makes one fabric.
+func NewFabric(clk clock.Clock, seed int64) *Fabric {
+	f := &Fabric{
+		clk:   clock.OrReal(clk),
+		seed:  seed,
+		fdb:   make(map[MAC]*FabricPort),
+		addrs: make(map[netip.Addr]MAC),
+		rng:   rand.New(rand.NewPCG(uint64(seed), 0x6e65746465766661)),
+	}
+	f.ports.Store(new([]*FabricPort))
+	return f
+}
+
+// Clock returns the fabric's clock.
+func (f *Fabric) Clock() clock.Clock { return f.clk }
+
+// NewPort attaches a port with the given MAC and MTU (the Ethernet payload
+// size, e.g. 1500). A zero MAC is replaced by a locally administered unicast
+// MAC drawn from the fabric's seed. A MAC already owned by another open port
+// is taken over by the new one.
+func (f *Fabric) NewPort(mac MAC, mtu int) *FabricPort {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if mac.IsZero() {
+		for {
+			var m MAC
+			v := f.rng.Uint64()
+			for i := range m {
+				m[i] = byte(v >> (8 * i))
+			}
+			m[0] = m[0]&^1 | 2 // unicast, locally administered
+			if _, used := f.fdb[m]; !used && !m.IsZero() {
+				mac = m
+				break
+			}
+		}
+	}
+	p := &FabricPort{
+		fabric: f,
+		mac:    mac,
+		mtu:    mtu,
+		pool:   NewFramePool(MaxFrameLen(mtu)),
+		index:  f.count,
+	}
+	f.count++
+	f.fdb[mac] = p
+	old := *f.ports.Load()
+	ports := make([]*FabricPort, len(old), len(old)+1)
+	copy(ports, old)
+	ports = append(ports, p)
+	f.ports.Store(&ports)
+	return p
+}
+
+// NewFaultyPort attaches a port and wraps it with WithFaults, using the
+// fabric's clock and a fault seed derived from the fabric's seed and the
+// order in which ports were made. It returns the port (for Stats and
+// Release) and the faulty link to use for sending.
+func (f *Fabric) NewFaultyPort(mac MAC, mtu int, fl Faults) (*FabricPort, *FaultLink, error) {
+	if err := fl.Validate(); err != nil {
+		return nil, nil, fmt.Errorf("new faulty port: %w", err)
+	}
+	p := f.NewPort(mac, mtu)
+	seed := f.seed ^ int64(p.index+1)*0x5851f42d4c957f2d
+	l, err := NewFaultLink(p, f.clk, seed, fl)
+	if err != nil {
+		_ = p.Close()
+		return nil, nil, err
+	}
+	return p, l, nil
+}
+
+// AddAddr records that ip lives at mac, for Resolve. IPv4 and IPv4-mapped
+// forms of one address are the same entry.
+func (f *Fabric) AddAddr(ip netip.Addr, mac MAC) {
+	f.mu.Lock()
+	f.addrs[ip.Unmap()] = mac
+	f.mu.Unlock()
+}
+
+// RemoveAddr forgets ip.
+func (f *Fabric) RemoveAddr(ip netip.Addr) {
+	f.mu.Lock()
+	delete(f.addrs, ip.Unmap())
+	f.mu.Unlock()
+}
+
+// Resolve returns the MAC recorded for ip by AddAddr. Multicast addresses
+// resolve to their Ethernet group MAC without an entry.
+func (f *Fabric) Resolve(ip netip.Addr) (MAC, bool) {
+	if m, ok := MulticastMAC(ip); ok {
+		return m, true
+	}
+	f.mu.RLock()
+	m, ok := f.addrs[ip.Unmap()]
+	f.mu.RUnlock()
+	return m, ok
+}
+
+// lookup returns the port for dst, or nil to flood. It learns src on from.
+func (f *Fabric) lookup(from *FabricPort, src, dst MAC) *FabricPort {
+	f.mu.RLock()
+	known := f.fdb[src]
+	var to *FabricPort
+	if !dst.IsMulticast() {
+		to = f.fdb[dst]
+	}
+	f.mu.RUnlock()
+	if known != from && !src.IsMulticast() {
+		f.mu.Lock()
+		// A port's own MAC is static: never move it by learning.
+		if cur := f.fdb[src]; cur == nil || cur.mac != src {
+			f.fdb[src] = from
+		}
+		f.mu.Unlock()
+	}
+	return to
+}
+
+func (f *Fabric) detach(p *FabricPort) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for m, q := range f.fdb {
+		if q == p {
+			delete(f.fdb, m)
+		}
+	}
+	old := *f.ports.Load()
+	ports := make([]*FabricPort, 0, len(old))
+	for _, q := range old {
+		if q != p {
+			ports = append(ports, q)
+		}
+	}
+	f.ports.Store(&ports)
+}
+
+// PortStats counts one port's traffic. Tx counts frames the port's user
+// sent into the fabric, Rx frames the fabric delivered to the handler.
+type PortStats struct {
+	TxFrames, TxBytes uint64
+	TxDropped         uint64 // too long or too short to send
+	RxFrames, RxBytes uint64
+	RxDropped         uint64 // longer than this port's MTU, no handler, or closed
+}
+
+// FabricPort is one port of a Fabric; it implements Link and Releaser.
+type FabricPort struct {
+	fabric *Fabric
+	mac    MAC
+	mtu    int
+	index  int
+	pool   *FramePool
+
+	handler atomic.Pointer[Handler]
+	closed  atomic.Bool
+
+	txFrames, txBytes, txDropped atomic.Uint64
+	rxFrames, rxBytes, rxDropped atomic.Uint64
+}
+
+var (
+	_ Link     = (*FabricPort)(nil)
+	_ Releaser = (*FabricPort)(nil)
+)
+
+// Send forwards frame through the fabric, delivering it to the receiving
+// ports' handlers before it returns. It returns ErrClosed after Close and
+// ErrFrameTooLong or ErrTruncated (counted as TxDropped) for a frame longer
+// than the MTU allows or shorter than an Ethernet header.
+func (p *FabricPort) Send(frame []byte) error {
+	if p.closed.Load() {
+		return ErrClosed
+	}
+	if len(frame) < EthernetHeaderLen {
+		p.txDropped.Add(1)
+		return ErrTruncated
+	}
+	if frameTooLong(frame, p.mtu) {
+		p.txDropped.Add(1)
+		return ErrFrameTooLong
+	}
+	p.txFrames.Add(1)
+	p.txBytes.Add(uint64(len(frame)))
+	eth := Ethernet(frame)
+	f := p.fabric
+	if to := f.lookup(p, eth.Src(), eth.Dst()); to != nil {
+		if to != p {
+			to.deliver(frame)
+		}
+		return nil
+	}
+	for _, q := range *f.ports.Load() {
+		if q != p {
+			q.deliver(frame)
+		}
+	}
+	return nil
+}
+
+func (p *FabricPort) deliver(frame []byte) {
+	if p.closed.Load() || frameTooLong(frame, p.mtu) {
+		p.rxDropped.Add(1)
+		return
+	}
+	h := p.handler.Load()
+	if h == nil || *h == nil {
+		p.rxDropped.Add(1)
+		return
+	}
+	b := p.pool.Get()[:len(frame)]
+	copy(b, frame)
+	p.rxFrames.Add(1)
+	p.rxBytes.Add(uint64(len(frame)))
+	(*h)(b)
+}
+
+// SetHandler sets the receive handler; nil drops received frames.
+func (p *FabricPort) SetHandler(h Handler) {
+	if h == nil {
+		p.handler.Store(nil)
+		return
+	}
+	p.handler.Store(&h)
+}
+
+// HardwareAddr returns the port's MAC.
+func (p *FabricPort) HardwareAddr() MAC { return p.mac }
+
+// MTU returns the port's MTU.
+func (p *FabricPort) MTU() int { return p.mtu }
+
+// Release returns a received frame's buffer to the port's pool.
+func (p *FabricPort) Release(frame []byte) { p.pool.Put(frame) }
+
+// Close detaches the port from the fabric. It is idempotent.
+func (p *FabricPort) Close() error {
+	if p.closed.Swap(true) {
+		return nil
+	}
+	p.fabric.detach(p)
+	return nil
+}
+
+// Stats returns a snapshot of the port's counters.
+func (p *FabricPort) Stats() PortStats {
+	return PortStats{
+		TxFrames:  p.txFrames.Load(),
+		TxBytes:   p.txBytes.Load(),
+		TxDropped: p.txDropped.Load(),
+		RxFrames:  p.rxFrames.Load(),
+		RxBytes:   p.rxBytes.Load(),
+		RxDropped: p.rxDropped.Load(),
+	}
+}

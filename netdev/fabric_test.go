@@ -1,0 +1,315 @@
+package netdev
+
+import (
+	"net/netip"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/softverbs/softverbs/clock"
+)
+
+// recorder collects the frames a link delivers.
+type recorder struct {
+	mu     sync.Mutex
+	frames [][]byte
+}
+
+func (r *recorder) handler(frame []byte) {
+	r.mu.Lock()
+	r.frames = append(r.frames, frame)
+	r.mu.Unlock()
+}
+
+func (r *recorder) got() [][]byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([][]byte(nil), r.frames...)
+}
+
+func (r *recorder) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.frames)
+}
+
+// rawFrame makes an Ethernet frame from src to dst with n payload bytes whose
+// first byte is tag.
+func rawFrame(src, dst MAC, tag byte, n int) []byte {
+	b := make([]byte, EthernetHeaderLen+n)
+	e := Ethernet(b)
+	e.SetDst(dst)
+	e.SetSrc(src)
+	e.SetEtherType(EtherTypeIPv4)
+	if n > 0 {
+		b[EthernetHeaderLen] = tag
+	}
+	return b
+}
+
+type fabricSetup struct {
+	fab   *Fabric
+	ports []*FabricPort
+	recs  []*recorder
+}
+
+func newFabricSetup(t *testing.T, macs ...MAC) *fabricSetup {
+	t.Helper()
+	s := &fabricSetup{fab: NewFabric(clock.NewManual(), 1)}
+	for _, m := range macs {
+		p := s.fab.NewPort(m, 1500)
+		r := &recorder{}
+		p.SetHandler(r.handler)
+		s.ports = append(s.ports, p)
+		s.recs = append(s.recs, r)
+	}
+	return s
+}
+
+func (s *fabricSetup) counts() []int {
+	var out []int
+	for _, r := range s.recs {
+		out = append(out, r.count())
+	}
+	return out
+}
+
+func TestFabricDelivery(t *testing.T) {
+	mcast, _ := MulticastMAC(netip.MustParseAddr("239.1.2.3"))
+	learned := MAC{0x02, 0, 0, 0, 0, 0x99} // a MAC behind port 2, not its own
+	tests := []struct {
+		name  string
+		setup func(s *fabricSetup) // frames sent before the one under test
+		from  int
+		dst   MAC
+		want  []int
+	}{
+		{"unicast to a static mac", nil, 0, macB, []int{0, 1, 0}},
+		{"unicast the other way", nil, 2, macA, []int{1, 0, 0}},
+		{"broadcast", nil, 0, BroadcastMAC(), []int{0, 1, 1}},
+		{"ipv4 multicast", nil, 1, mcast, []int{1, 0, 1}},
+		{"unknown unicast floods", nil, 0, MAC{0x02, 0, 0, 0, 0, 0x77}, []int{0, 1, 1}},
+		{"own mac is not hairpinned", nil, 0, macA, []int{0, 0, 0}},
+		{"learned mac", func(s *fabricSetup) {
+			require.NoError(t, s.ports[2].Send(rawFrame(learned, macA, 0, 10)))
+		}, 0, learned, []int{1, 0, 1}}, // port 0 got the learning frame, port 2 the test frame
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newFabricSetup(t, macA, macB, macC)
+			if tt.setup != nil {
+				tt.setup(s)
+			}
+			frame := rawFrame(s.ports[tt.from].HardwareAddr(), tt.dst, 0x5a, 46)
+			require.NoError(t, s.ports[tt.from].Send(frame))
+			require.Equal(t, tt.want, s.counts())
+			for i, r := range s.recs {
+				for _, f := range r.got() {
+					if Ethernet(f).Dst() == tt.dst {
+						require.Equal(t, frame, f, "port %d", i)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestFabricCopiesFrames(t *testing.T) {
+	s := newFabricSetup(t, macA, macB)
+	frame := rawFrame(macA, macB, 1, 46)
+	require.NoError(t, s.ports[0].Send(frame))
+	frame[EthernetHeaderLen] = 2 // the caller reuses its buffer
+	got := s.recs[1].got()
+	require.Len(t, got, 1)
+	require.EqualValues(t, 1, got[0][EthernetHeaderLen])
+}
+
+func TestFabricMTU(t *testing.T) {
+	fab := NewFabric(clock.NewManual(), 1)
+	big := fab.NewPort(macA, 9000)
+	small := fab.NewPort(macB, 1500)
+	r := &recorder{}
+	small.SetHandler(r.handler)
+
+	require.NoError(t, big.Send(rawFrame(macA, macB, 0, 1500)))
+	require.Equal(t, 1, r.count())
+	require.NoError(t, big.Send(rawFrame(macA, macB, 0, 1501)), "the sender's MTU allows it")
+	require.Equal(t, 1, r.count(), "the receiver's MTU drops it")
+	require.Equal(t, PortStats{RxFrames: 1, RxBytes: 1514, RxDropped: 1}, small.Stats())
+
+	err := small.Send(rawFrame(macB, macA, 0, 1501))
+	require.ErrorIs(t, err, ErrFrameTooLong)
+	require.ErrorIs(t, small.Send(make([]byte, 10)), ErrTruncated)
+	require.EqualValues(t, 2, small.Stats().TxDropped)
+	require.Equal(t, PortStats{TxFrames: 2, TxBytes: 1514 + 1515}, big.Stats())
+
+	// An 802.1Q-tagged frame may be 4 bytes longer.
+	tagged := rawFrame(macA, macB, 0, 1504)
+	Ethernet(tagged).SetEtherType(EtherTypeVLAN)
+	require.NoError(t, big.Send(tagged))
+	require.Equal(t, 2, r.count())
+}
+
+func TestFabricNoHandlerAndClose(t *testing.T) {
+	s := newFabricSetup(t, macA, macB, macC)
+	s.ports[1].SetHandler(nil)
+	require.NoError(t, s.ports[0].Send(rawFrame(macA, macB, 0, 46)))
+	require.EqualValues(t, 1, s.ports[1].Stats().RxDropped)
+
+	require.NoError(t, s.ports[2].Close())
+	require.NoError(t, s.ports[2].Close(), "idempotent")
+	require.ErrorIs(t, s.ports[2].Send(rawFrame(macC, macA, 0, 46)), ErrClosed)
+	require.NoError(t, s.ports[0].Send(rawFrame(macA, BroadcastMAC(), 0, 46)))
+	require.Equal(t, []int{0, 0, 0}, s.counts(), "a closed port gets nothing")
+	require.Zero(t, s.ports[2].Stats().RxDropped, "it is detached, not dropping")
+
+	// Its MAC is now unknown, so a frame to it floods.
+	s.ports[1].SetHandler(s.recs[1].handler)
+	require.NoError(t, s.ports[0].Send(rawFrame(macA, macC, 0, 46)))
+	require.Equal(t, []int{0, 1, 0}, s.counts())
+}
+
+func TestFabricStaticMACNotStolen(t *testing.T) {
+	s := newFabricSetup(t, macA, macB, macC)
+	// Port 2 spoofs port 1's MAC as its source; frames to macB still go to 1.
+	require.NoError(t, s.ports[2].Send(rawFrame(macB, macA, 0, 46)))
+	require.NoError(t, s.ports[0].Send(rawFrame(macA, macB, 0, 46)))
+	require.Equal(t, []int{1, 1, 0}, s.counts())
+}
+
+func TestFabricAutoMAC(t *testing.T) {
+	macsOf := func(seed int64) []MAC {
+		fab := NewFabric(nil, seed)
+		var out []MAC
+		for range 4 {
+			m := fab.NewPort(MAC{}, 1500).HardwareAddr()
+			require.False(t, m.IsZero())
+			require.False(t, m.IsMulticast())
+			require.EqualValues(t, 2, m[0]&2, "locally administered")
+			out = append(out, m)
+		}
+		return out
+	}
+	require.Equal(t, macsOf(7), macsOf(7))
+	require.NotEqual(t, macsOf(7), macsOf(8))
+}
+
+func TestFabricResolve(t *testing.T) {
+	fab := NewFabric(nil, 1)
+	fab.AddAddr(netip.MustParseAddr("10.0.0.1"), macA)
+	fab.AddAddr(netip.MustParseAddr("fe80::2"), macB)
+	tests := []struct {
+		ip   string
+		want MAC
+		ok   bool
+	}{
+		{"10.0.0.1", macA, true},
+		{"::ffff:10.0.0.1", macA, true},
+		{"fe80::2", macB, true},
+		{"10.0.0.3", MAC{}, false},
+		{"224.0.0.251", MAC{0x01, 0, 0x5e, 0, 0, 0xfb}, true},
+		{"ff02::1:ff00:2", MAC{0x33, 0x33, 0xff, 0, 0, 2}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.ip, func(t *testing.T) {
+			m, ok := fab.Resolve(netip.MustParseAddr(tt.ip))
+			require.Equal(t, tt.ok, ok)
+			require.Equal(t, tt.want, m)
+		})
+	}
+	fab.RemoveAddr(netip.MustParseAddr("::ffff:10.0.0.1"))
+	_, ok := fab.Resolve(netip.MustParseAddr("10.0.0.1"))
+	require.False(t, ok)
+}
+
+// TestFabricReentrantSend checks that a handler may send (an echo) while the
+// fabric is delivering.
+func TestFabricReentrantSend(t *testing.T) {
+	fab := NewFabric(nil, 1)
+	a, b := fab.NewPort(macA, 1500), fab.NewPort(macB, 1500)
+	b.SetHandler(func(f []byte) {
+		e := Ethernet(f)
+		src, dst := e.Src(), e.Dst()
+		e.SetSrc(dst)
+		e.SetDst(src)
+		require.NoError(t, b.Send(f))
+		b.Release(f)
+	})
+	r := &recorder{}
+	a.SetHandler(r.handler)
+	require.NoError(t, a.Send(rawFrame(macA, macB, 9, 46)))
+	require.Equal(t, 1, r.count())
+	require.Equal(t, macB, Ethernet(r.got()[0]).Src())
+}
+
+func TestFabricSendNoAlloc(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector makes sync.Pool drop buffers at random")
+	}
+	fab := NewFabric(nil, 1)
+	tx, rx := fab.NewPort(macA, 1500), fab.NewPort(macB, 1500)
+	rx.SetHandler(func(f []byte) { rx.Release(f) })
+	frame := rawFrame(macA, macB, 0, 1000)
+	allocs := testing.AllocsPerRun(1000, func() { _ = tx.Send(frame) })
+	require.Less(t, allocs, 0.1)
+}
+
+func TestFabricConcurrent(t *testing.T) {
+	fab := NewFabric(nil, 1)
+	const n, per = 4, 500
+	var ports []*FabricPort
+	var mu sync.Mutex
+	got := 0
+	for i := range n {
+		p := fab.NewPort(MAC{2, 0, 0, 0, 1, byte(i)}, 1500)
+		p.SetHandler(func(f []byte) {
+			mu.Lock()
+			got++
+			mu.Unlock()
+			p.Release(f)
+		})
+		ports = append(ports, p)
+	}
+	var wg sync.WaitGroup
+	for i, p := range ports {
+		wg.Go(func() {
+			dst := ports[(i+1)%n].HardwareAddr()
+			f := rawFrame(p.HardwareAddr(), dst, 0, 100)
+			for range per {
+				require.NoError(t, p.Send(f))
+			}
+		})
+	}
+	wg.Wait()
+	require.Equal(t, n*per, got)
+}
+
+func TestFramePool(t *testing.T) {
+	p := NewFramePool(100)
+	b := p.Get()
+	require.Len(t, b, 100)
+	p.Put(b[:10])
+	p.Put(make([]byte, 5)) // too small: ignored
+	if raceEnabled {
+		return
+	}
+	allocs := testing.AllocsPerRun(1000, func() {
+		p.Put(p.Get())
+	})
+	require.Less(t, allocs, 0.1)
+}
+
+func BenchmarkFabricSend(b *testing.B) {
+	fab := NewFabric(nil, 1)
+	tx, rx := fab.NewPort(macA, 1500), fab.NewPort(macB, 1500)
+	rx.SetHandler(func(f []byte) { rx.Release(f) })
+	frame := buildFrame(b, ep(macA, "10.0.0.1", 0xc000), ep(macB, "10.0.0.2", RoCEv2Port), 64, 0, 1024+28)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(frame)))
+	for b.Loop() {
+		if err := tx.Send(frame); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

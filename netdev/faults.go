@@ -1,0 +1,367 @@
+package netdev
+
+// Lock order: FaultLink.mu only. It is never held while the inner link's Send
+// runs, so delivery may recurse into this link.
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/softverbs/softverbs/clock"
+)
+
+// ErrInvalidFaults is returned (wrapped) for a fault profile that is out of
+// range.
+var ErrInvalidFaults = errors.New("netdev: invalid fault profile")
+
+// DefaultReorderHold is how long a frame held back for reordering waits for a
+// following frame before it is sent anyway, when Faults.ReorderHold is zero.
+const DefaultReorderHold = time.Millisecond
+
+// Faults is a send-side fault profile. Probabilities are per frame, in
+// [0, 1]; the zero value passes every frame through untouched and
+// synchronously.
+type Faults struct {
+	Loss      float64 // drop the frame
+	Duplicate float64 // send it twice
+	Reorder   float64 // hold it back and send it after the next frame
+	Corrupt   float64 // flip one random bit (of each copy, decided per copy)
+
+	// Delay is added to every frame; Jitter spreads it uniformly over
+	// [Delay-Jitter, Delay+Jitter], clamped at zero. Frames with different
+	// delays may overtake each other.
+	Delay, Jitter time.Duration
+
+	// BandwidthBps caps the link rate in bits per second (0: unlimited).
+	// Frames are serialised: each leaves at max(now, previous departure) +
+	// len*8/BandwidthBps and is delivered after that plus its delay.
+	BandwidthBps float64
+
+	// ReorderHold bounds how long a held-back frame waits for the next
+	// frame (0: DefaultReorderHold).
+	ReorderHold time.Duration
+}
+
+// Validate checks that probabilities are in [0, 1] and durations and the
+// bandwidth are not negative.
+func (fl Faults) Validate() error {
+	for _, p := range []struct {
+		name string
+		v    float64
+	}{{"loss", fl.Loss}, {"duplicate", fl.Duplicate}, {"reorder", fl.Reorder}, {"corrupt", fl.Corrupt}} {
+		if !(p.v >= 0 && p.v <= 1) {
+			return fmt.Errorf("%s probability %v not in [0,1]: %w", p.name, p.v, ErrInvalidFaults)
+		}
+	}
+	if fl.Delay < 0 || fl.Jitter < 0 || fl.ReorderHold < 0 {
+		return fmt.Errorf("negative delay, jitter or reorder hold: %w", ErrInvalidFaults)
+	}
+	if !(fl.BandwidthBps >= 0) || math.IsInf(fl.BandwidthBps, 0) {
+		return fmt.Errorf("bandwidth %v: %w", fl.BandwidthBps, ErrInvalidFaults)
+	}
+	return nil
+}
+
+// FaultStats counts what a FaultLink did.
+type FaultStats struct {
+	Frames     uint64 // frames given to Send
+	Lost       uint64
+	Duplicated uint64
+	Corrupted  uint64 // copies with a bit flipped
+	Reordered  uint64 // copies held back
+	Delayed    uint64 // copies delivered by a timer (delay or bandwidth)
+	Delivered  uint64 // copies handed to the inner link
+	Errors     uint64 // inner Send errors (the copy is lost)
+}
+
+// FaultLink wraps a Link and applies a fault profile to what it sends. Its
+// random decisions come from a PCG source seeded by the constructor and are
+// drawn in Send, in the order frames are sent, so one seed and one send
+// sequence give one outcome. Under a manual clock, delayed frames are
+// delivered by the clock's timers (same instant: creation order). Receiving
+// is passed through untouched.
+type FaultLink struct {
+	inner Link
+	clk   clock.Clock
+	fl    Faults
+	rel   Releaser // inner as a Releaser, or nil
+	pool  *FramePool
+
+	mu        sync.Mutex
+	rng       *rand.Rand
+	closed    bool
+	held      *heldFrame // a frame held back for reordering
+	linkFree  time.Time  // when the bandwidth-capped link is next idle
+	stats     FaultStats
+	heldTimer clock.Timer
+}
+
+type heldFrame struct {
+	buf []byte // from l.pool
+	gen uint64 // identifies the hold, so a stale hold timer does nothing
+}
+
+var (
+	_ Link     = (*FaultLink)(nil)
+	_ Releaser = (*FaultLink)(nil)
+)
+
+// WithFaults wraps l with the fault profile fl, using clk (nil: the real
+// clock) for delays and seed for the decisions. It panics if fl is invalid
+// (see Faults.Validate); use NewFaultLink to get an error instead.
+func WithFaults(l Link, clk clock.Clock, seed int64, fl Faults) Link {
+	fln, err := NewFaultLink(l, clk, seed, fl)
+	if err != nil {
+		panic("netdev: WithFaults: " + err.Error())
+	}
+	return fln
+}
+
+// NewFaultLink is WithFaults returning the concrete type (for Stats) and an
+// error wrapping ErrInvalidFaults for an invalid profile.
+func NewFaultLink(l Link, clk clock.Clock, seed int64, fl Faults) (*FaultLink, error) {
+	if err := fl.Validate(); err != nil {
+		return nil, fmt.Errorf("new fault link: %w", err)
+	}
+	if fl.ReorderHold == 0 {
+		fl.ReorderHold = DefaultReorderHold
+	}
+	f := &FaultLink{
+		inner: l,
+		clk:   clock.OrReal(clk),
+		fl:    fl,
+		pool:  NewFramePool(MaxFrameLen(l.MTU())),
+		rng:   rand.New(rand.NewPCG(uint64(seed), 0x6661756c7473)),
+	}
+	f.rel, _ = l.(Releaser)
+	return f, nil
+}
+
+// Faults returns the link's fault profile.
+func (f *FaultLink) Faults() Faults { return f.fl }
+
+// Stats returns a snapshot of the counters.
+func (f *FaultLink) Stats() FaultStats {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.stats
+}
+
+// Inner returns the wrapped link.
+func (f *FaultLink) Inner() Link { return f.inner }
+
+// hit draws one decision with probability p; it draws nothing when p is 0.
+func (f *FaultLink) hitLocked(p float64) bool {
+	return p > 0 && f.rng.Float64() < p
+}
+
+// Send applies the profile to frame. It returns ErrClosed after Close; a
+// frame that is sent synchronously also returns the inner link's error.
+func (f *FaultLink) Send(frame []byte) error {
+	// Frames sent now, in order, after the lock is released: at most the
+	// released held frame plus two copies.
+	var now [3]outFrame
+	n := 0
+
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return ErrClosed
+	}
+	f.stats.Frames++
+	if f.hitLocked(f.fl.Loss) {
+		f.stats.Lost++
+		f.mu.Unlock()
+		return nil
+	}
+	copies := 1
+	if f.hitLocked(f.fl.Duplicate) {
+		copies = 2
+		f.stats.Duplicated++
+	}
+	for range copies {
+		out := outFrame{data: frame}
+		if f.hitLocked(f.fl.Corrupt) && len(frame) > 0 {
+			out = f.copyLocked(frame)
+			bit := f.rng.IntN(len(frame) * 8)
+			out.data[bit/8] ^= 1 << (bit % 8)
+			f.stats.Corrupted++
+		}
+		reorder := f.hitLocked(f.fl.Reorder)
+		at := f.departureLocked(len(frame))
+		if at > 0 {
+			// Delivered later by a timer: take a copy now.
+			if out.pooled == nil {
+				out = f.copyLocked(frame)
+			}
+			f.stats.Delayed++
+			f.clk.AfterFunc(at, func() { f.fire(out, reorder) })
+			continue
+		}
+		n = f.emitLocked(now[:], n, out, reorder, frame)
+	}
+	f.mu.Unlock()
+	return f.sendAll(now[:n])
+}
+
+// outFrame is a frame on its way out; pooled is set when data is our copy
+// from f.pool (returned after sending).
+type outFrame struct {
+	data   []byte
+	pooled []byte
+}
+
+func (f *FaultLink) copyLocked(frame []byte) outFrame {
+	b := f.pool.Get()
+	if len(b) < len(frame) {
+		b = make([]byte, len(frame))
+	}
+	b = b[:len(frame)]
+	copy(b, frame)
+	return outFrame{data: b, pooled: b}
+}
+
+// departureLocked returns how long from now a frame of n bytes is delivered:
+// its serialisation under the bandwidth cap plus its (jittered) delay.
+func (f *FaultLink) departureLocked(n int) time.Duration {
+	var d time.Duration
+	if f.fl.BandwidthBps > 0 {
+		now := f.clk.Now()
+		start := f.linkFree
+		if start.Before(now) {
+			start = now
+		}
+		tx := time.Duration(float64(n) * 8 / f.fl.BandwidthBps * float64(time.Second))
+		f.linkFree = start.Add(tx)
+		d = f.linkFree.Sub(now)
+	}
+	delay := f.fl.Delay
+	if f.fl.Jitter > 0 {
+		delay += time.Duration(f.rng.Int64N(2*int64(f.fl.Jitter)+1)) - f.fl.Jitter
+		if delay < 0 {
+			delay = 0
+		}
+	}
+	return d + delay
+}
+
+// emitLocked queues out (or holds it back) for sending now into q[n:] and
+// returns the new count. A held frame is released after the next one.
+// orig is the caller's frame, copied if out must outlive Send.
+func (f *FaultLink) emitLocked(q []outFrame, n int, out outFrame, reorder bool, orig []byte) int {
+	if reorder && f.held == nil {
+		if out.pooled == nil {
+			out = f.copyLocked(orig)
+		}
+		f.stats.Reordered++
+		h := &heldFrame{buf: out.pooled}
+		f.held = h
+		f.heldTimer = f.clk.AfterFunc(f.fl.ReorderHold, func() { f.releaseHeld(h) })
+		return n
+	}
+	q[n] = out
+	n++
+	if h := f.held; h != nil {
+		f.held = nil
+		if f.heldTimer != nil {
+			f.heldTimer.Stop()
+			f.heldTimer = nil
+		}
+		q[n] = outFrame{data: h.buf, pooled: h.buf}
+		n++
+	}
+	return n
+}
+
+// fire delivers a delayed frame when its timer expires.
+func (f *FaultLink) fire(out outFrame, reorder bool) {
+	var q [2]outFrame
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		f.pool.Put(out.pooled)
+		return
+	}
+	n := f.emitLocked(q[:], 0, out, reorder, out.data)
+	f.mu.Unlock()
+	_ = f.sendAll(q[:n])
+}
+
+// releaseHeld sends a held frame whose hold expired with no frame after it.
+func (f *FaultLink) releaseHeld(h *heldFrame) {
+	f.mu.Lock()
+	if f.held != h || f.closed {
+		f.mu.Unlock()
+		return
+	}
+	f.held = nil
+	f.heldTimer = nil
+	f.mu.Unlock()
+	_ = f.sendAll([]outFrame{{data: h.buf, pooled: h.buf}})
+}
+
+// sendAll hands frames to the inner link in order, returns pooled copies, and
+// reports the first error.
+func (f *FaultLink) sendAll(q []outFrame) error {
+	var first error
+	var ok, failed uint64
+	for _, o := range q {
+		err := f.inner.Send(o.data)
+		if o.pooled != nil {
+			f.pool.Put(o.pooled)
+		}
+		if err != nil {
+			failed++
+			if first == nil {
+				first = err
+			}
+			continue
+		}
+		ok++
+	}
+	if ok+failed > 0 {
+		f.mu.Lock()
+		f.stats.Delivered += ok
+		f.stats.Errors += failed
+		f.mu.Unlock()
+	}
+	return first
+}
+
+// SetHandler sets the inner link's handler.
+func (f *FaultLink) SetHandler(h Handler) { f.inner.SetHandler(h) }
+
+// HardwareAddr returns the inner link's MAC.
+func (f *FaultLink) HardwareAddr() MAC { return f.inner.HardwareAddr() }
+
+// MTU returns the inner link's MTU.
+func (f *FaultLink) MTU() int { return f.inner.MTU() }
+
+// Release passes a received frame back to the inner link, if it pools.
+func (f *FaultLink) Release(frame []byte) {
+	if f.rel != nil {
+		f.rel.Release(frame)
+	}
+}
+
+// Close drops a held frame, makes pending delayed frames vanish, and closes
+// the inner link.
+func (f *FaultLink) Close() error {
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return nil
+	}
+	f.closed = true
+	if f.heldTimer != nil {
+		f.heldTimer.Stop()
+		f.heldTimer = nil
+	}
+	f.held = nil
+	f.mu.Unlock()
+	return f.inner.Close()
+}

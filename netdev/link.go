@@ -1,0 +1,102 @@
+// Package netdev moves Ethernet frames: the Link contract, an in-memory
+// fabric with seeded faults under an injected clock, pcap capture, and the
+// Ethernet/IPv4/IPv6/UDP framing RoCEv2 rides on.
+package netdev
+
+import (
+	"errors"
+	"sync"
+)
+
+// ErrClosed is returned by Send on a link that has been closed.
+var ErrClosed = errors.New("netdev: link closed")
+
+// Handler receives frames from a link. The handler owns frame from the call
+// on: it may keep it, hand it to another goroutine, or, when done, give it
+// back with Release if the link implements Releaser. A handler should only
+// queue work; it may call Send on any link (the fabric holds no lock while it
+// runs handlers).
+type Handler func(frame []byte)
+
+// Link moves whole Ethernet frames (destination MAC first, no FCS).
+type Link interface {
+	// Send transmits frame. The link copies or consumes frame before
+	// returning; the caller may reuse it afterwards. Send returns ErrClosed
+	// after Close; a frame dropped on the way (fault, full queue, no
+	// receiver) is counted, not reported.
+	Send(frame []byte) error
+	// SetHandler sets the receive handler; nil drops received frames.
+	SetHandler(h Handler)
+	// HardwareAddr returns the link's own MAC.
+	HardwareAddr() MAC
+	// MTU returns the Ethernet payload MTU (1500, 9000, ...): frames may be
+	// up to MTU+14 bytes (MTU+18 with an 802.1Q tag).
+	MTU() int
+	// Close detaches the link; later Sends return ErrClosed.
+	Close() error
+}
+
+// Releaser is implemented by links that hand received frames out of a buffer
+// pool. A handler that is done with a frame may pass it to Release so the
+// buffer is reused; a handler that keeps frames or drops them to the garbage
+// collector is also correct, only slower. Never use a frame after releasing
+// it.
+type Releaser interface {
+	Release(frame []byte)
+}
+
+// MaxFrameLen returns the longest frame (without FCS) a link of the given MTU
+// carries: MTU plus the 14-byte Ethernet header plus room for one VLAN tag.
+func MaxFrameLen(mtu int) int { return mtu + EthernetHeaderLen + VLANTagLen }
+
+// frameTooLong reports whether frame exceeds an MTU, allowing the VLAN tag
+// only when the frame carries one.
+func frameTooLong(frame []byte, mtu int) bool {
+	max := mtu + EthernetHeaderLen
+	if len(frame) >= EthernetHeaderLen && Ethernet(frame).EtherType() == EtherTypeVLAN {
+		max += VLANTagLen
+	}
+	return len(frame) > max
+}
+
+// FramePool recycles frame buffers of one size so links do not allocate per
+// frame. Get returns a buffer of the pool's size; Put takes any buffer back
+// whose capacity is at least that size (others are left to the garbage
+// collector). Safe for concurrent use. It keeps two sync.Pools, one of
+// filled boxes and one of empty ones, so that Put does not allocate a box
+// for the slice header in steady state.
+type FramePool struct {
+	size  int
+	full  sync.Pool // *[]byte holding a buffer
+	boxes sync.Pool // *[]byte holding nil
+}
+
+// NewFramePool returns a pool of buffers of size bytes (use MaxFrameLen(mtu)).
+func NewFramePool(size int) *FramePool { return &FramePool{size: size} }
+
+// Size returns the length of the buffers Get returns.
+func (p *FramePool) Size() int { return p.size }
+
+// Get returns a buffer of Size bytes with arbitrary contents.
+func (p *FramePool) Get() []byte {
+	if box, ok := p.full.Get().(*[]byte); ok {
+		b := (*box)[:p.size]
+		*box = nil
+		p.boxes.Put(box)
+		return b
+	}
+	return make([]byte, p.size)
+}
+
+// Put returns b to the pool. The caller must not use b afterwards.
+func (p *FramePool) Put(b []byte) {
+	if cap(b) < p.size {
+		return
+	}
+	box, ok := p.boxes.Get().(*[]byte)
+	if !ok {
+		box = new([]byte)
+	}
+	*box = b[:cap(b)]
+	p.full.Put(box)
+}

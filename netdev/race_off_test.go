@@ -1,0 +1,5 @@
+//go:build !race
+
+package netdev
+
+const raceEnabled = false
