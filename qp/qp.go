@@ -1,0 +1,478 @@
+package qp
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/softverbs/softverbs/cq"
+	"github.com/softverbs/softverbs/keys"
+)
+
+// Config describes a QP at creation (ibv_qp_init_attr).
+type Config struct {
+	Type   Type
+	PD     *keys.PD
+	SendCQ *cq.CQ
+	RecvCQ *cq.CQ
+	SRQ    *SRQ // optional; the QP then has no receive queue of its own
+	Cap    Cap
+	SigAll bool // every send WR generates a completion
+	Keys   *keys.Table
+	Limits *Limits
+}
+
+// MaxMessage is the largest message a WR may carry (2 GiB).
+const MaxMessage = 1 << 31
+
+// QP is a queue pair. Its lock guards the attributes and the queues; the
+// transport engines take it for short critical sections and never call out
+// (to CQ handlers or event subscribers) while holding it.
+type QP struct {
+	num    uint32
+	cfg    Config
+	mu     sync.Mutex
+	attr   Attr // guarded by mu
+	SQ     SendQueue
+	RQ     RecvQueue
+	hasRQ  bool
+	maxSGE uint32
+}
+
+// New creates a QP in the RESET state. The caller (the device) owns the QP
+// number space.
+func New(num uint32, cfg Config) (*QP, error) {
+	if cfg.PD == nil || cfg.SendCQ == nil || cfg.RecvCQ == nil || cfg.Keys == nil || cfg.Limits == nil {
+		return nil, fmt.Errorf("create QP: %w: PD, CQs, key table and limits are required", ErrInvalidArgument)
+	}
+	switch cfg.Type {
+	case RC, UC, UD, GSI:
+	default:
+		return nil, fmt.Errorf("create QP: %w: type %v", ErrNotSupported, cfg.Type)
+	}
+	c := cfg.Cap
+	if c.MaxSendWR == 0 && c.MaxRecvWR == 0 && cfg.SRQ == nil {
+		return nil, fmt.Errorf("create QP: %w: both queues empty", ErrInvalidArgument)
+	}
+	if cfg.SRQ != nil && (c.MaxRecvWR != 0 || c.MaxRecvSGE != 0) {
+		return nil, fmt.Errorf("create QP: %w: a QP with an SRQ has no receive queue (max_recv_wr and max_recv_sge must be 0)", ErrInvalidArgument)
+	}
+	if c.MaxSendWR > 0 && c.MaxSendSGE == 0 && c.MaxInlineData == 0 {
+		c.MaxSendSGE = 1
+	}
+	if c.MaxRecvWR > 0 && c.MaxRecvSGE == 0 {
+		c.MaxRecvSGE = 1
+	}
+	cfg.Cap = c
+	q := &QP{num: num, cfg: cfg, SQ: newSendQueue(c), hasRQ: cfg.SRQ == nil}
+	if q.hasRQ {
+		q.RQ = newRecvQueue(c.MaxRecvWR, c.MaxRecvSGE)
+	}
+	q.attr = Attr{State: Reset, Cap: c, Port: 1, PathMTU: MTU1024}
+	if cfg.Type == GSI {
+		q.attr.QKey = GSIQKey
+	}
+	cfg.PD.Ref()
+	cfg.SendCQ.Ref()
+	cfg.RecvCQ.Ref()
+	if cfg.SRQ != nil {
+		cfg.SRQ.ref()
+	}
+	return q, nil
+}
+
+// Release drops the references the QP holds; call it when destroying.
+func (q *QP) Release() {
+	q.cfg.PD.Unref()
+	q.cfg.SendCQ.Unref()
+	q.cfg.RecvCQ.Unref()
+	if q.cfg.SRQ != nil {
+		q.cfg.SRQ.unref()
+	}
+}
+
+// Num returns the QP number.
+func (q *QP) Num() uint32 { return q.num }
+
+// QPN returns the QP number (the multicast member interface).
+func (q *QP) QPN() uint32 { return q.num }
+
+// Type returns the QP type.
+func (q *QP) Type() Type { return q.cfg.Type }
+
+// PD returns the protection domain.
+func (q *QP) PD() *keys.PD { return q.cfg.PD }
+
+// SendCQ returns the send completion queue.
+func (q *QP) SendCQ() *cq.CQ { return q.cfg.SendCQ }
+
+// RecvCQ returns the receive completion queue.
+func (q *QP) RecvCQ() *cq.CQ { return q.cfg.RecvCQ }
+
+// SRQ returns the shared receive queue, or nil.
+func (q *QP) SRQ() *SRQ { return q.cfg.SRQ }
+
+// SigAll reports whether every send WR completes.
+func (q *QP) SigAll() bool { return q.cfg.SigAll }
+
+// Keys returns the key table the QP checks against.
+func (q *QP) Keys() *keys.Table { return q.cfg.Keys }
+
+// Lock takes the QP lock.
+func (q *QP) Lock() { q.mu.Lock() }
+
+// Unlock releases the QP lock.
+func (q *QP) Unlock() { q.mu.Unlock() }
+
+// AttrLocked returns the live attributes; the caller holds the lock.
+func (q *QP) AttrLocked() *Attr { return &q.attr }
+
+// State returns the current state.
+func (q *QP) State() State {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.attr.State
+}
+
+// Query returns a copy of the attributes (ibv_query_qp).
+func (q *QP) Query() Attr {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.attr
+}
+
+// SetStateLocked moves the QP to s without the modify checks: the engines
+// use it for the transitions the spec makes on its own (to SQE, ERR, SQD
+// drained). The caller holds the lock.
+func (q *QP) SetStateLocked(s State) { q.attr.State = s }
+
+// ModifyLocked validates and applies a modify (ibv_modify_qp) and returns
+// the state before and after. The caller holds the lock and reacts to the
+// transition (flush on ERR, engine reset on RESET).
+func (q *QP) ModifyLocked(a *Attr, mask AttrMask) (from, to State, err error) {
+	if mask&^attrAll != 0 {
+		return 0, 0, fmt.Errorf("modify QP %#x: %w: unknown mask bits %#x", q.num, ErrInvalidArgument, uint32(mask&^attrAll))
+	}
+	cur := q.attr.State
+	if mask&AttrCurState != 0 && a.CurState != cur {
+		return 0, 0, fmt.Errorf("modify QP %#x: %w: CUR_STATE %v but the QP is in %v", q.num, ErrInvalidState, a.CurState, cur)
+	}
+	next := cur
+	if mask&AttrState != 0 {
+		next = a.State
+	}
+	if err := CheckTransition(cur, next, q.cfg.Type, mask); err != nil {
+		return 0, 0, fmt.Errorf("modify QP %#x: %w", q.num, err)
+	}
+	if err := checkValues(a, mask, q.cfg.Type, q.cfg.Limits); err != nil {
+		return 0, 0, fmt.Errorf("QP %#x: %w", q.num, err)
+	}
+	if mask&AttrCap != 0 && a.Cap != q.attr.Cap {
+		return 0, 0, fmt.Errorf("modify QP %#x: %w: resizing queues", q.num, ErrNotSupported)
+	}
+	q.apply(a, mask)
+	q.attr.State = next
+	if next == Reset {
+		q.SQ.head, q.SQ.tail, q.SQ.Next = 0, 0, 0
+		q.RQ.head, q.RQ.tail = 0, 0
+	}
+	return cur, next, nil
+}
+
+func (q *QP) apply(a *Attr, m AttrMask) {
+	t := &q.attr
+	set := func(bit AttrMask) bool { return m&bit != 0 }
+	if set(AttrEnSQDAsync) {
+		t.EnSQDAsyncNotify = a.EnSQDAsyncNotify
+	}
+	if set(AttrAccessFlags) {
+		t.AccessFlags = a.AccessFlags
+	}
+	if set(AttrPkeyIndex) {
+		t.PkeyIndex = a.PkeyIndex
+	}
+	if set(AttrPort) {
+		t.Port = a.Port
+	}
+	if set(AttrQKey) {
+		t.QKey = a.QKey
+	}
+	if set(AttrAV) {
+		t.AV = a.AV
+	}
+	if set(AttrPathMTU) {
+		t.PathMTU = a.PathMTU
+	}
+	if set(AttrTimeout) {
+		t.Timeout = a.Timeout
+	}
+	if set(AttrRetryCnt) {
+		t.RetryCnt = a.RetryCnt
+	}
+	if set(AttrRNRRetry) {
+		t.RNRRetry = a.RNRRetry
+	}
+	if set(AttrRQPSN) {
+		t.RQPSN = a.RQPSN
+	}
+	if set(AttrSQPSN) {
+		t.SQPSN = a.SQPSN
+	}
+	if set(AttrMaxQPRdAtomic) {
+		t.MaxRdAtomic = a.MaxRdAtomic
+	}
+	if set(AttrMaxDestRdAtomic) {
+		t.MaxDestRdAtomic = a.MaxDestRdAtomic
+	}
+	if set(AttrMinRNRTimer) {
+		t.MinRNRTimer = a.MinRNRTimer
+	}
+	if set(AttrDestQPN) {
+		t.DestQPN = a.DestQPN
+	}
+}
+
+// opAllowed says which send opcodes each QP type takes.
+func opAllowed(t Type, o Opcode) bool {
+	switch o {
+	case OpSend, OpSendWithImm:
+		return true
+	case OpRDMAWrite, OpRDMAWriteWithImm, OpLocalInv, OpBindMW, OpRegMR:
+		return t == RC || t == UC
+	case OpRDMARead, OpAtomicCmpSwp, OpAtomicFetchAdd, OpSendWithInv:
+		return t == RC
+	}
+	return false
+}
+
+// PostSendLocked validates every WR of the list and, only if all are good,
+// queues them all (a bad WR never half-posts a list). The error names the
+// index and WR ID of the first bad WR. The caller holds the lock.
+func (q *QP) PostSendLocked(wrs []SendWR) error {
+	st := q.attr.State
+	if !st.Allows(PostSendOK) {
+		return fmt.Errorf("post send on QP %#x: %w: QP is in %v", q.num, ErrInvalidState, st)
+	}
+	if q.SQ.Free() < len(wrs) {
+		return fmt.Errorf("post send on QP %#x: %w: %d WRs, %d free of %d", q.num, ErrQueueFull, len(wrs), q.SQ.Free(), q.SQ.Cap())
+	}
+	for i := range wrs {
+		if err := q.checkSendWR(&wrs[i]); err != nil {
+			return fmt.Errorf("post send on QP %#x: WR %d (wr_id %#x): %w", q.num, i, wrs[i].WRID, err)
+		}
+	}
+	for i := range wrs {
+		q.enqueueSend(&wrs[i])
+	}
+	return nil
+}
+
+func (q *QP) checkSendWR(wr *SendWR) error {
+	c := &q.cfg.Cap
+	if !opAllowed(q.cfg.Type, wr.Opcode) {
+		return fmt.Errorf("%w: opcode %v on a %v QP", ErrInvalidArgument, wr.Opcode, q.cfg.Type)
+	}
+	if wr.Flags&^(Fence|Signaled|Solicited|Inline) != 0 {
+		return fmt.Errorf("%w: unknown send flags %#x", ErrInvalidArgument, uint32(wr.Flags))
+	}
+	if uint32(len(wr.SGL)) > c.MaxSendSGE {
+		return fmt.Errorf("%w: %d SGEs, max_send_sge is %d", ErrInvalidArgument, len(wr.SGL), c.MaxSendSGE)
+	}
+	var total uint64
+	if wr.Flags&Inline != 0 {
+		if wr.Opcode.ReadOrAtomic() || wr.Opcode.Local() {
+			return fmt.Errorf("%w: inline data with %v", ErrInvalidArgument, wr.Opcode)
+		}
+		if uint32(len(wr.InlineData)) > c.MaxInlineData {
+			return fmt.Errorf("%w: %d bytes inline, max_inline_data is %d", ErrInvalidArgument, len(wr.InlineData), c.MaxInlineData)
+		}
+		if len(wr.SGL) != 0 {
+			return fmt.Errorf("%w: inline WR carries its data in InlineData, not SGEs", ErrInvalidArgument)
+		}
+		total = uint64(len(wr.InlineData))
+	} else {
+		if len(wr.InlineData) != 0 {
+			return fmt.Errorf("%w: InlineData without the Inline flag", ErrInvalidArgument)
+		}
+		access := keys.Access(0)
+		if wr.Opcode.ReadOrAtomic() {
+			access = keys.LocalWrite
+		}
+		for j, s := range wr.SGL {
+			if _, err := q.cfg.Keys.CheckLocal(q.cfg.PD, s.Lkey, s.Addr, s.Length, access); err != nil {
+				return fmt.Errorf("SGE %d (lkey %#x addr %#x len %d): %w", j, s.Lkey, s.Addr, s.Length, err)
+			}
+			total += uint64(s.Length)
+		}
+	}
+	if total > MaxMessage {
+		return fmt.Errorf("%w: message of %d bytes exceeds %d", ErrInvalidArgument, total, uint64(MaxMessage))
+	}
+	switch {
+	case wr.Opcode.Atomic():
+		if len(wr.SGL) != 1 || wr.SGL[0].Length != 8 {
+			return fmt.Errorf("%w: an atomic takes one 8-byte SGE", ErrInvalidArgument)
+		}
+	case wr.Opcode == OpLocalInv && wr.InvalidateRkey == 0:
+		return fmt.Errorf("%w: LOCAL_INV without a key", ErrInvalidArgument)
+	case wr.Opcode == OpBindMW && (wr.Bind == nil || wr.Bind.MW == nil || wr.Bind.MR == nil):
+		return fmt.Errorf("%w: BIND_MW without a window and region", ErrInvalidArgument)
+	case wr.Opcode == OpRegMR && (wr.Reg == nil || wr.Reg.MR == nil):
+		return fmt.Errorf("%w: REG_MR without a region", ErrInvalidArgument)
+	}
+	if q.cfg.Type.Datagram() {
+		if wr.AH == nil {
+			return fmt.Errorf("%w: UD send without an address handle", ErrInvalidArgument)
+		}
+		if wr.AH.PD != q.cfg.PD {
+			return fmt.Errorf("%w: address handle in another PD", ErrInvalidArgument)
+		}
+		if mtu := q.cfg.Limits.MaxMTU.Bytes(); total > uint64(mtu) {
+			return fmt.Errorf("%w: UD message of %d bytes exceeds the MTU %d", ErrInvalidArgument, total, mtu)
+		}
+		if wr.RemoteQPN > 0xFFFFFF {
+			return fmt.Errorf("%w: remote QPN %#x", ErrInvalidArgument, wr.RemoteQPN)
+		}
+	}
+	return nil
+}
+
+func (q *QP) enqueueSend(wr *SendWR) {
+	w := q.SQ.At(q.SQ.head)
+	sges, inline, mrs := w.sges, w.inline, w.MRs
+	*w = SendWQE{WR: *wr, sges: sges, inline: inline, MRs: mrs}
+	w.WR.SGL = append(sges[:0], wr.SGL...)
+	var total uint32
+	if wr.Flags&Inline != 0 {
+		w.WR.InlineData = inline[:copy(inline[:cap(inline)], wr.InlineData)]
+		total = uint32(len(wr.InlineData))
+	} else {
+		w.WR.InlineData = nil
+		for _, s := range wr.SGL {
+			total += s.Length
+		}
+	}
+	if wr.AH != nil {
+		w.AH = *wr.AH
+		w.WR.AH = &w.AH
+	}
+	w.Length = total
+	w.Signaled = q.cfg.SigAll || wr.Flags&Signaled != 0
+	w.State = WQEPosted
+	q.SQ.head++
+}
+
+// PostRecvLocked validates and queues receive WRs, all or none. The caller
+// holds the lock.
+func (q *QP) PostRecvLocked(wrs []RecvWR) error {
+	if !q.hasRQ {
+		return fmt.Errorf("post recv on QP %#x: %w: the QP uses an SRQ", q.num, ErrInvalidArgument)
+	}
+	st := q.attr.State
+	if !st.Allows(PostRecvOK) {
+		return fmt.Errorf("post recv on QP %#x: %w: QP is in %v", q.num, ErrInvalidState, st)
+	}
+	return postRecv(&q.RQ, q.cfg.Keys, q.cfg.PD, q.cfg.Cap.MaxRecvSGE, wrs, fmt.Sprintf("QP %#x", q.num))
+}
+
+func postRecv(rq *RecvQueue, kt *keys.Table, pd *keys.PD, maxSGE uint32, wrs []RecvWR, who string) error {
+	if rq.Free() < len(wrs) {
+		return fmt.Errorf("post recv on %s: %w: %d WRs, %d free of %d", who, ErrQueueFull, len(wrs), rq.Free(), rq.Cap())
+	}
+	for i := range wrs {
+		wr := &wrs[i]
+		if uint32(len(wr.SGL)) > maxSGE {
+			return fmt.Errorf("post recv on %s: WR %d (wr_id %#x): %w: %d SGEs, max_recv_sge is %d", who, i, wr.WRID, ErrInvalidArgument, len(wr.SGL), maxSGE)
+		}
+		var total uint64
+		for j, s := range wr.SGL {
+			if _, err := kt.CheckLocal(pd, s.Lkey, s.Addr, s.Length, keys.LocalWrite); err != nil {
+				return fmt.Errorf("post recv on %s: WR %d (wr_id %#x) SGE %d (lkey %#x addr %#x len %d): %w", who, i, wr.WRID, j, s.Lkey, s.Addr, s.Length, err)
+			}
+			total += uint64(s.Length)
+		}
+		if total > MaxMessage {
+			return fmt.Errorf("post recv on %s: WR %d (wr_id %#x): %w: %d bytes", who, i, wr.WRID, ErrInvalidArgument, total)
+		}
+	}
+	for i := range wrs {
+		w := rq.At(rq.head)
+		w.WRID = wrs[i].WRID
+		w.SGL = append(w.sges[:0], wrs[i].SGL...)
+		var total uint32
+		for _, s := range wrs[i].SGL {
+			total += s.Length
+		}
+		w.Length = total
+		rq.head++
+	}
+	return nil
+}
+
+// PopRecvLocked takes the oldest WQE of the QP's receive queue (or of its
+// SRQ) into dst, copying its SGEs into dst's own storage so the slot can be
+// reused at once. limit reports that an armed SRQ fell below its limit (the
+// caller raises the event, outside all locks).
+func (q *QP) PopRecvLocked(dst *RecvWQE) (ok, limit bool) {
+	if q.cfg.SRQ != nil {
+		return q.cfg.SRQ.pop(dst)
+	}
+	return popInto(&q.RQ, dst), false
+}
+
+func popInto(rq *RecvQueue, dst *RecvWQE) bool {
+	if rq.head == rq.tail {
+		return false
+	}
+	w := rq.At(rq.tail)
+	dst.WRID, dst.Length = w.WRID, w.Length
+	dst.SGL = append(dst.sges[:0], w.SGL...)
+	dst.sges = dst.SGL[:0]
+	rq.tail++
+	return true
+}
+
+// RecvLenLocked returns the number of posted receive WQEs (of the SRQ if
+// the QP has one).
+func (q *QP) RecvLenLocked() int {
+	if q.cfg.SRQ != nil {
+		return q.cfg.SRQ.Len()
+	}
+	return q.RQ.Len()
+}
+
+// FlushRecvLocked hands emit a WR_FLUSH_ERR completion for every queued
+// receive WQE and empties the queue (an SRQ's WQEs stay: they belong to
+// other QPs too). The caller delivers the completions after unlocking.
+func (q *QP) FlushRecvLocked(emit func(*cq.WC)) {
+	if !q.hasRQ {
+		return
+	}
+	var wc cq.WC
+	for q.RQ.tail != q.RQ.head {
+		w := q.RQ.At(q.RQ.tail)
+		wc = cq.WC{WRID: w.WRID, Status: cq.WRFlushErr, Opcode: cq.Recv, QPNum: q.num}
+		emit(&wc)
+		q.RQ.tail++
+	}
+}
+
+// WCOpcode maps a send WR opcode to its work completion opcode.
+func (o Opcode) WCOpcode() cq.Opcode {
+	switch o {
+	case OpRDMAWrite, OpRDMAWriteWithImm:
+		return cq.RDMAWrite
+	case OpRDMARead:
+		return cq.RDMARead
+	case OpAtomicCmpSwp:
+		return cq.CompSwap
+	case OpAtomicFetchAdd:
+		return cq.FetchAdd
+	case OpLocalInv:
+		return cq.LocalInv
+	case OpBindMW:
+		return cq.BindMW
+	case OpRegMR:
+		return cq.RegMR
+	}
+	return cq.Send
+}

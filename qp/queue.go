@@ -1,0 +1,102 @@
+package qp
+
+import (
+	"github.com/softverbs/softverbs/cq"
+	"github.com/softverbs/softverbs/keys"
+)
+
+// WQEState is where a send WQE is in its life.
+type WQEState uint8
+
+// Send WQE states.
+const (
+	WQEPosted  WQEState = iota // not yet started by the requester
+	WQEPending                 // packets (some or all) sent, awaiting ACK or response
+	WQEDone                    // finished; waiting to be retired in order
+	WQEError                   // finished with an error status
+)
+
+// SendWQE is a send queue entry: a copy of the posted WR, with its memory
+// resolved, and the requester's progress on it.
+type SendWQE struct {
+	WR     SendWR
+	Length uint32 // total payload bytes
+	sges   []SGE  // backing array for WR.SGL (capacity MaxSendSGE)
+	inline []byte // backing array for WR.InlineData
+	MRs    []*keys.MR
+
+	// Requester and completer progress, owned by the send task.
+	State    WQEState
+	Status   cq.Status
+	FirstPSN uint32
+	LastPSN  uint32
+	Sent     uint32 // payload bytes handed to packets so far
+	Done     uint32 // bytes received (READ responses)
+	Signaled bool
+	AH       AH // copy of the UD destination (the caller may free its AH)
+}
+
+// RecvWQE is a receive queue entry.
+type RecvWQE struct {
+	WRID   uint64
+	SGL    []SGE
+	Length uint32
+	MRs    []*keys.MR
+	sges   []SGE
+}
+
+// ring is a fixed-capacity FIFO of T indexed by free-running counters.
+type ring[T any] struct {
+	e          []T
+	head, tail uint32 // head: next to produce; tail: oldest live entry
+}
+
+func newRing[T any](n uint32) ring[T] { return ring[T]{e: make([]T, n)} }
+
+func (r *ring[T]) Len() int       { return int(r.head - r.tail) }
+func (r *ring[T]) Cap() int       { return len(r.e) }
+func (r *ring[T]) Free() int      { return len(r.e) - r.Len() }
+func (r *ring[T]) At(i uint32) *T { return &r.e[i%uint32(len(r.e))] }
+
+// SendQueue is a QP's send queue. Head is the producer counter, Tail the
+// oldest WQE not yet retired to the CQ, and Next the next WQE the requester
+// starts (Tail <= Next <= Head, in counter order).
+type SendQueue struct {
+	ring[SendWQE]
+	Next uint32
+}
+
+// Head returns the producer counter.
+func (q *SendQueue) Head() uint32 { return q.head }
+
+// Tail returns the counter of the oldest live WQE.
+func (q *SendQueue) Tail() uint32 { return q.tail }
+
+// Retire drops the oldest WQE.
+func (q *SendQueue) Retire() { q.tail++ }
+
+// RecvQueue is a FIFO of receive WQEs, used for a QP's RQ and for SRQs.
+type RecvQueue struct {
+	ring[RecvWQE]
+}
+
+func newRecvQueue(n, maxSGE uint32) RecvQueue {
+	q := RecvQueue{newRing[RecvWQE](n)}
+	for i := range q.e {
+		q.e[i].sges = make([]SGE, maxSGE)
+		q.e[i].MRs = make([]*keys.MR, maxSGE)
+	}
+	return q
+}
+
+func newSendQueue(c Cap) SendQueue {
+	q := SendQueue{ring: newRing[SendWQE](c.MaxSendWR)}
+	for i := range q.e {
+		q.e[i].sges = make([]SGE, c.MaxSendSGE)
+		q.e[i].MRs = make([]*keys.MR, c.MaxSendSGE)
+		if c.MaxInlineData > 0 {
+			q.e[i].inline = make([]byte, c.MaxInlineData)
+		}
+	}
+	return q
+}

@@ -1,0 +1,98 @@
+package qp
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/softverbs/softverbs/keys"
+)
+
+// SRQ is a shared receive queue.
+type SRQ struct {
+	pd     *keys.PD
+	kt     *keys.Table
+	maxSGE uint32
+	refs   atomic.Int32
+
+	mu    sync.Mutex
+	q     RecvQueue
+	limit uint32 // armed limit; 0 = not armed
+}
+
+// NewSRQ creates a shared receive queue of maxWR entries.
+func NewSRQ(pd *keys.PD, kt *keys.Table, maxWR, maxSGE uint32) (*SRQ, error) {
+	if pd == nil || kt == nil || maxWR == 0 {
+		return nil, fmt.Errorf("create SRQ: %w: PD, key table and max_wr > 0 required", ErrInvalidArgument)
+	}
+	if maxSGE == 0 {
+		maxSGE = 1
+	}
+	pd.Ref()
+	return &SRQ{pd: pd, kt: kt, maxSGE: maxSGE, q: newRecvQueue(maxWR, maxSGE)}, nil
+}
+
+func (s *SRQ) ref()   { s.refs.Add(1) }
+func (s *SRQ) unref() { s.refs.Add(-1) }
+
+// Destroy releases the SRQ; ErrBusy while QPs use it.
+func (s *SRQ) Destroy() error {
+	if s.refs.Load() > 0 {
+		return fmt.Errorf("destroy SRQ: %w: %d QPs use it", ErrBusy, s.refs.Load())
+	}
+	s.pd.Unref()
+	return nil
+}
+
+// PD returns the SRQ's protection domain.
+func (s *SRQ) PD() *keys.PD { return s.pd }
+
+// Post queues receive WRs, all or none.
+func (s *SRQ) Post(wrs []RecvWR) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return postRecv(&s.q, s.kt, s.pd, s.maxSGE, wrs, "SRQ")
+}
+
+// Len returns the number of queued WQEs.
+func (s *SRQ) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.q.Len()
+}
+
+// Cap returns (max_wr, max_sge).
+func (s *SRQ) Cap() (maxWR, maxSGE uint32) { return uint32(s.q.Cap()), s.maxSGE }
+
+// Arm sets the SRQ limit (ibv_modify_srq with IBV_SRQ_LIMIT): when the
+// number of queued WQEs drops below limit, the SRQ-limit-reached event is
+// raised once and the SRQ disarms. 0 disarms.
+func (s *SRQ) Arm(limit uint32) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if limit > uint32(s.q.Cap()) {
+		return fmt.Errorf("arm SRQ: %w: limit %d above max_wr %d", ErrInvalidArgument, limit, s.q.Cap())
+	}
+	s.limit = limit
+	return nil
+}
+
+// Limit returns the armed limit (0 when not armed).
+func (s *SRQ) Limit() uint32 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.limit
+}
+
+func (s *SRQ) pop(dst *RecvWQE) (ok, limit bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !popInto(&s.q, dst) {
+		return false, false
+	}
+	if s.limit != 0 && uint32(s.q.Len()) < s.limit {
+		s.limit = 0
+		return true, true
+	}
+	return true, false
+}

@@ -1,0 +1,339 @@
+// Package rvt is the public face of softverbs: a software RDMA device with
+// the verbs of libibverbs (protection domains, memory regions and windows,
+// completion queues, RC/UC/UD queue pairs, shared receive queues, address
+// handles, multicast), asynchronous events, QP iteration and counters.
+//
+// A Device runs the IBTA transport over RoCEv2 on one port. With no link it
+// is a loopback-only device; on the in-memory fabric (netdev.Fabric) many
+// devices form a network in one process; on a TAP, AF_XDP or UDP link it
+// speaks to real peers.
+//
+// Simulations pass a manual clock and Inline: every task then runs on the
+// caller's goroutine, so a seed reproduces a run exactly.
+package rvt
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+
+	"github.com/softverbs/softverbs/clock"
+	"github.com/softverbs/softverbs/cq"
+	"github.com/softverbs/softverbs/internal/task"
+	"github.com/softverbs/softverbs/keys"
+	"github.com/softverbs/softverbs/mcast"
+	"github.com/softverbs/softverbs/netdev"
+	"github.com/softverbs/softverbs/qp"
+	"github.com/softverbs/softverbs/transport"
+)
+
+// Sentinel errors. Errors from the verbs wrap these (or those of packages
+// keys, cq, qp and mcast, which are re-exported below).
+var (
+	ErrInvalidArgument = qp.ErrInvalidArgument
+	ErrInvalidState    = qp.ErrInvalidState
+	ErrNotSupported    = qp.ErrNotSupported
+	ErrBusy            = errors.New("resource busy")
+	ErrNoResources     = errors.New("no resources")
+	ErrClosed          = errors.New("device closed")
+)
+
+// Re-exported types, so most programs import only rvt.
+type (
+	Access        = keys.Access
+	MR            = keys.MR
+	MW            = keys.MW
+	WC            = cq.WC
+	CQ            = cq.CQ
+	QPType        = qp.Type
+	QPState       = qp.State
+	QPAttr        = qp.Attr
+	QPAttrMask    = qp.AttrMask
+	QPCap         = qp.Cap
+	SendWR        = qp.SendWR
+	RecvWR        = qp.RecvWR
+	SGE           = qp.SGE
+	AddressVector = qp.AddressVector
+	AH            = qp.AH
+	MTU           = qp.MTU
+	Event         = transport.Event
+	EventType     = transport.EventType
+	GID           = netdev.GID
+)
+
+// Options configure a device.
+type Options struct {
+	Name   string
+	Clock  clock.Clock  // nil: real time
+	Logger *slog.Logger // nil: discard
+	// Inline runs every task on the goroutine that wakes it (deterministic
+	// simulation); otherwise Workers goroutines run them (default 2).
+	Inline  bool
+	Workers int
+
+	// The port. With no Link the device is loopback only.
+	Link    netdev.Link
+	MAC     netdev.MAC
+	Addrs   []netip.Addr // GID table sources, in GID index order
+	Resolve func(netip.Addr) (netdev.MAC, bool)
+	MTU     int // Ethernet MTU; default: the link's, or 4096-byte IB MTU for loopback
+
+	// Credits makes RC requesters obey end-to-end credits.
+	Credits bool
+	// KeyBits sizes the lkey/rkey table (2^KeyBits entries, default 16).
+	KeyBits int
+}
+
+// Device limits (ibv_query_device). Queue sizes are limits, not
+// preallocations.
+const (
+	maxQP            = 1 << 16
+	maxQPWR          = 1 << 14
+	maxSGE           = 32
+	maxCQE           = cq.MaxDepth
+	maxPD            = 1 << 15
+	maxSRQ           = 1 << 14
+	maxSRQWR         = 1 << 14
+	maxAH            = 1 << 15
+	maxInline        = 256
+	maxRdAtom        = 16
+	maxMcastGroups   = 8192
+	maxMcastQPAttach = 56
+	maxMsgSize       = 1 << 31
+)
+
+// Device is one software RDMA device with one port.
+type Device struct {
+	name   string
+	opts   Options
+	clk    clock.Clock
+	log    *slog.Logger
+	exec   task.Executor
+	pool   *task.Pool
+	keys   *keys.Table
+	mc     *mcast.Table
+	eng    *transport.Engine
+	limits qp.Limits
+
+	mu      sync.Mutex
+	closed  bool
+	nextQPN uint32
+	qps     map[uint32]*QP
+	nextPD  uint32
+	nextVA  uint64
+	subs    map[int]func(Event)
+	nextSub int
+	nPD     atomic.Int32
+}
+
+// Open creates a device.
+func Open(o Options) (*Device, error) {
+	if o.Name == "" {
+		o.Name = "rvt0"
+	}
+	if o.KeyBits == 0 {
+		o.KeyBits = 16
+	}
+	d := &Device{
+		name: o.Name, opts: o, clk: clock.OrReal(o.Clock), log: o.Logger,
+		keys: keys.NewTable(o.KeyBits), mc: mcast.NewTable(maxMcastGroups, maxMcastQPAttach),
+		nextQPN: 0x11, qps: make(map[uint32]*QP), nextVA: 0x10000000, subs: make(map[int]func(Event)),
+	}
+	if d.log == nil {
+		d.log = slog.New(slog.DiscardHandler)
+	}
+	if o.Inline {
+		d.exec = task.NewInline()
+	} else {
+		w := o.Workers
+		if w <= 0 {
+			w = 2
+		}
+		d.pool = task.NewPool(w)
+		d.exec = d.pool
+	}
+	eng, err := transport.NewEngine(transport.Config{
+		Clock: d.clk, Exec: d.exec, Logger: d.log, Keys: d.keys, Mcast: d.mc,
+		Events: d.dispatch, Credits: o.Credits,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", o.Name, err)
+	}
+	d.eng = eng
+	if len(o.Addrs) == 0 {
+		o.Addrs = []netip.Addr{netip.MustParseAddr("fe80::1"), netip.MustParseAddr("127.0.0.1")}
+	}
+	if err := eng.SetPort(transport.PortConfig{
+		Link: o.Link, MAC: o.MAC, Addrs: o.Addrs, Resolve: o.Resolve, MTU: o.MTU,
+	}); err != nil {
+		return nil, fmt.Errorf("open %s: %w", o.Name, err)
+	}
+	d.limits = qp.Limits{
+		MaxMTU: eng.ActiveMTU(), MaxRdAtomic: maxRdAtom, MaxDestRdAtomic: maxRdAtom,
+		PkeyTableLen: 1, GIDTableLen: len(o.Addrs), Ports: 1,
+	}
+	return d, nil
+}
+
+// Close stops the device: its QPs stop and its worker pool ends. The link
+// is not closed (the caller owns it).
+func (d *Device) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	qps := make([]*QP, 0, len(d.qps))
+	for _, q := range d.qps {
+		qps = append(qps, q)
+	}
+	d.mu.Unlock()
+	for _, q := range qps {
+		d.eng.RemoveConn(q.conn)
+	}
+	if d.pool != nil {
+		d.pool.Close()
+	}
+	return nil
+}
+
+// Name returns the device name.
+func (d *Device) Name() string { return d.name }
+
+// Engine returns the device's transport engine (for tools and tests).
+func (d *Device) Engine() *transport.Engine { return d.eng }
+
+// Clock returns the device's clock.
+func (d *Device) Clock() clock.Clock { return d.clk }
+
+// Subscribe registers f for asynchronous events (ibv_get_async_event). f
+// runs on the goroutine that raised the event and must not block. The
+// returned function unsubscribes.
+func (d *Device) Subscribe(f func(Event)) (cancel func()) {
+	d.mu.Lock()
+	id := d.nextSub
+	d.nextSub++
+	d.subs[id] = f
+	d.mu.Unlock()
+	return func() {
+		d.mu.Lock()
+		delete(d.subs, id)
+		d.mu.Unlock()
+	}
+}
+
+func (d *Device) dispatch(ev Event) {
+	d.mu.Lock()
+	fs := make([]func(Event), 0, len(d.subs))
+	for _, f := range d.subs {
+		fs = append(fs, f)
+	}
+	d.mu.Unlock()
+	for _, f := range fs {
+		f(ev)
+	}
+}
+
+// Counters returns the device's counters by name (rxe's hw_counters names,
+// plus drop_<reason>).
+func (d *Device) Counters() map[string]uint64 { return d.eng.Counters().Snapshot() }
+
+// DeviceAttr are the device attributes (ibv_device_attr).
+type DeviceAttr struct {
+	FWVer                  string
+	NodeGUID               uint64
+	SysImageGUID           uint64
+	MaxMRSize              uint64
+	PageSizeCap            uint64
+	VendorID, VendorPartID uint32
+	HWVer                  uint32
+	MaxQP, MaxQPWR         int
+	MaxSGE, MaxSGERd       int
+	MaxCQ, MaxCQE          int
+	MaxMR, MaxPD           int
+	MaxQPRdAtom            int
+	MaxQPInitRdAtom        int
+	MaxResRdAtom           int
+	AtomicCap              string // "HCA": atomics are atomic within the device
+	MaxMW                  int
+	MaxAH                  int
+	MaxSRQ, MaxSRQWR       int
+	MaxSRQSGE              int
+	MaxMcastGrp            int
+	MaxMcastQPAttach       int
+	MaxTotalMcastQPAttach  int
+	MaxInlineData          int
+	MaxMsgSize             uint64
+	MaxPkeys               int
+	PhysPortCnt            int
+}
+
+// QueryDevice returns the device attributes.
+func (d *Device) QueryDevice() DeviceAttr {
+	keysLen := d.keys.Len()
+	return DeviceAttr{
+		FWVer: "0.1.0", NodeGUID: d.guid(), SysImageGUID: d.guid(),
+		MaxMRSize: 1 << 48, PageSizeCap: 0xFFFFF000, VendorID: 0xFFFFFF,
+		MaxQP: maxQP, MaxQPWR: maxQPWR, MaxSGE: maxSGE, MaxSGERd: maxSGE,
+		MaxCQ: maxQP, MaxCQE: maxCQE, MaxMR: keysLen - 1, MaxPD: maxPD,
+		MaxQPRdAtom: maxRdAtom, MaxQPInitRdAtom: maxRdAtom, MaxResRdAtom: maxRdAtom * maxQP,
+		AtomicCap: "HCA", MaxMW: keysLen - 1, MaxAH: maxAH,
+		MaxSRQ: maxSRQ, MaxSRQWR: maxSRQWR, MaxSRQSGE: maxSGE,
+		MaxMcastGrp: maxMcastGroups, MaxMcastQPAttach: maxMcastQPAttach,
+		MaxTotalMcastQPAttach: maxMcastGroups * maxMcastQPAttach,
+		MaxInlineData:         maxInline, MaxMsgSize: maxMsgSize, MaxPkeys: 1, PhysPortCnt: 1,
+	}
+}
+
+// guid derives the node GUID from the MAC as EUI-64, as rxe does.
+func (d *Device) guid() uint64 {
+	m := d.opts.MAC
+	return uint64(m[0]^2)<<56 | uint64(m[1])<<48 | uint64(m[2])<<40 | 0xFF<<32 | 0xFE<<24 |
+		uint64(m[3])<<16 | uint64(m[4])<<8 | uint64(m[5])
+}
+
+// PortAttr are the port attributes (ibv_port_attr).
+type PortAttr struct {
+	State       string // "ACTIVE"
+	MaxMTU      MTU
+	ActiveMTU   MTU
+	GIDTblLen   int
+	PkeyTblLen  int
+	LinkLayer   string // "Ethernet"
+	LID, SMLID  uint16
+	ActiveSpeed string
+	ActiveWidth string
+}
+
+// QueryPort returns the attributes of port 1.
+func (d *Device) QueryPort(port uint8) (PortAttr, error) {
+	if port != 1 {
+		return PortAttr{}, fmt.Errorf("query port %d: %w: the device has one port", port, ErrInvalidArgument)
+	}
+	m := d.eng.ActiveMTU()
+	return PortAttr{
+		State: "ACTIVE", MaxMTU: m, ActiveMTU: m, GIDTblLen: len(d.eng.GIDs()), PkeyTblLen: 1,
+		LinkLayer: "Ethernet", ActiveSpeed: "software", ActiveWidth: "1X",
+	}, nil
+}
+
+// QueryGID returns GID index of port 1.
+func (d *Device) QueryGID(port uint8, index int) (GID, error) {
+	gids := d.eng.GIDs()
+	if port != 1 || index < 0 || index >= len(gids) {
+		return GID{}, fmt.Errorf("query GID %d/%d: %w", port, index, ErrInvalidArgument)
+	}
+	return gids[index], nil
+}
+
+// QueryPKey returns P_Key index of port 1: only the default 0xFFFF.
+func (d *Device) QueryPKey(port uint8, index int) (uint16, error) {
+	if port != 1 || index != 0 {
+		return 0, fmt.Errorf("query P_Key %d/%d: %w", port, index, ErrInvalidArgument)
+	}
+	return transport.DefaultPKey, nil
+}

@@ -1,0 +1,71 @@
+package rvt
+
+import (
+	"bytes"
+	"encoding/binary"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/softverbs/softverbs/cq"
+	"github.com/softverbs/softverbs/qp"
+)
+
+func TestLoopbackRCSendWriteReadAtomic(t *testing.T) {
+	n := newNode(t, Options{})
+	a, b := n.qp(t, qp.RC), n.qp(t, qp.RC)
+	connect(t, a, n.d, b, n.d, defaultAttrs())
+	src, dst := n.mr(t, 1<<16), n.mr(t, 1<<16)
+	payload := make([]byte, 5000)
+	for i := range payload {
+		payload[i] = byte(i * 7)
+	}
+	src.WriteAt(payload, src.IOVA)
+
+	// SEND with immediate into a posted receive.
+	require.NoError(t, b.PostRecv(RecvWR{WRID: 1, SGL: []SGE{{Addr: dst.IOVA, Length: 8192, Lkey: dst.Lkey}}}))
+	require.NoError(t, a.PostSend(SendWR{WRID: 2, Opcode: qp.OpSendWithImm, ImmData: 0xdeadbeef,
+		Flags: qp.Signaled, SGL: []SGE{{Addr: src.IOVA, Length: 5000, Lkey: src.Lkey}}}))
+	wcs := poll(t, n.cq, 2, nil)
+	byID := map[uint64]WC{}
+	for _, w := range wcs {
+		byID[w.WRID] = w
+	}
+	require.Equal(t, cq.Success, byID[1].Status)
+	require.Equal(t, cq.Recv, byID[1].Opcode)
+	require.Equal(t, uint32(5000), byID[1].ByteLen)
+	require.Equal(t, uint32(0xdeadbeef), byID[1].ImmData)
+	require.Equal(t, cq.Success, byID[2].Status)
+	got := make([]byte, 5000)
+	dst.ReadAt(got, dst.IOVA)
+	require.True(t, bytes.Equal(payload, got))
+
+	// RDMA WRITE then READ back.
+	require.NoError(t, a.PostSend(SendWR{WRID: 3, Opcode: qp.OpRDMAWrite, Flags: qp.Signaled,
+		SGL: []SGE{{Addr: src.IOVA, Length: 5000, Lkey: src.Lkey}}, RemoteAddr: dst.IOVA + 10000, Rkey: dst.Rkey}))
+	wcs = poll(t, n.cq, 1, nil)
+	require.Equal(t, cq.Success, wcs[0].Status, "%+v", wcs[0])
+	dst.ReadAt(got, dst.IOVA+10000)
+	require.True(t, bytes.Equal(payload, got))
+
+	require.NoError(t, a.PostSend(SendWR{WRID: 4, Opcode: qp.OpRDMARead, Flags: qp.Signaled,
+		SGL: []SGE{{Addr: src.IOVA + 20000, Length: 5000, Lkey: src.Lkey}}, RemoteAddr: dst.IOVA + 10000, Rkey: dst.Rkey}))
+	wcs = poll(t, n.cq, 1, nil)
+	require.Equal(t, cq.Success, wcs[0].Status, "%+v", wcs[0])
+	require.Equal(t, cq.RDMARead, wcs[0].Opcode)
+	src.ReadAt(got, src.IOVA+20000)
+	require.True(t, bytes.Equal(payload, got))
+
+	// Atomics.
+	binary.NativeEndian.PutUint64(dst.Word(dst.IOVA+40000), 100)
+	require.NoError(t, a.PostSend(SendWR{WRID: 5, Opcode: qp.OpAtomicFetchAdd, Flags: qp.Signaled, CompareAdd: 5,
+		SGL: []SGE{{Addr: src.IOVA + 30000, Length: 8, Lkey: src.Lkey}}, RemoteAddr: dst.IOVA + 40000, Rkey: dst.Rkey}))
+	require.NoError(t, a.PostSend(SendWR{WRID: 6, Opcode: qp.OpAtomicCmpSwp, Flags: qp.Signaled, CompareAdd: 105, Swap: 7,
+		SGL: []SGE{{Addr: src.IOVA + 30008, Length: 8, Lkey: src.Lkey}}, RemoteAddr: dst.IOVA + 40000, Rkey: dst.Rkey}))
+	wcs = poll(t, n.cq, 2, nil)
+	require.Equal(t, cq.Success, wcs[0].Status)
+	require.Equal(t, cq.Success, wcs[1].Status)
+	require.Equal(t, uint64(100), binary.NativeEndian.Uint64(src.Word(src.IOVA+30000)))
+	require.Equal(t, uint64(105), binary.NativeEndian.Uint64(src.Word(src.IOVA+30008)))
+	require.Equal(t, uint64(7), binary.NativeEndian.Uint64(dst.Word(dst.IOVA+40000)))
+}

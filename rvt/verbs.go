@@ -1,0 +1,290 @@
+package rvt
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/softverbs/softverbs/cq"
+	"github.com/softverbs/softverbs/keys"
+	"github.com/softverbs/softverbs/mcast"
+	"github.com/softverbs/softverbs/qp"
+	"github.com/softverbs/softverbs/transport"
+)
+
+// PD is a protection domain.
+type PD struct {
+	*keys.PD
+	d *Device
+}
+
+// AllocPD allocates a protection domain (ibv_alloc_pd).
+func (d *Device) AllocPD() (*PD, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, ErrClosed
+	}
+	if d.nPD.Load() >= maxPD {
+		return nil, fmt.Errorf("alloc PD: %w: %d PDs", ErrNoResources, maxPD)
+	}
+	d.nextPD++
+	d.nPD.Add(1)
+	return &PD{PD: keys.NewPD(d.nextPD), d: d}, nil
+}
+
+// Dealloc frees the PD; ErrBusy while MRs, MWs, QPs, SRQs or AHs use it.
+func (pd *PD) Dealloc() error {
+	if pd.Busy() {
+		return fmt.Errorf("dealloc PD %d: %w: %d objects use it", pd.Handle, ErrBusy, pd.Refs())
+	}
+	pd.d.nPD.Add(-1)
+	return nil
+}
+
+// RegMR registers buf as a memory region with I/O virtual address iova
+// (ibv_reg_mr; in Go the caller names the address space).
+func (pd *PD) RegMR(buf []byte, iova uint64, access Access) (*MR, error) {
+	return pd.d.keys.RegMR(pd.PD, buf, iova, access)
+}
+
+// Reg registers buf at a fresh, page-aligned I/O virtual address chosen by
+// the device, so that regions never overlap.
+func (pd *PD) Reg(buf []byte, access Access) (*MR, error) {
+	pd.d.mu.Lock()
+	va := pd.d.nextVA
+	pd.d.nextVA += (uint64(len(buf)) + 0x1FFF) &^ 0xFFF
+	pd.d.mu.Unlock()
+	return pd.RegMR(buf, va, access)
+}
+
+// AllocMR allocates a fast-register MR for up to maxPages pages.
+func (pd *PD) AllocMR(maxPages int) (*MR, error) { return pd.d.keys.AllocMR(pd.PD, maxPages) }
+
+// DeregMR deregisters an MR; ErrBusy while memory windows are bound to it.
+func (d *Device) DeregMR(mr *MR) error { return d.keys.DeregMR(mr) }
+
+// AllocMW allocates a memory window of type 1 or 2.
+func (pd *PD) AllocMW(typ keys.MWType) (*MW, error) { return pd.d.keys.AllocMW(pd.PD, typ) }
+
+// DeallocMW frees a memory window.
+func (d *Device) DeallocMW(mw *MW) error { return d.keys.DeallocMW(mw) }
+
+// BindMW binds a type-1 window (ibv_bind_mw) and returns its new rkey.
+func (d *Device) BindMW(mw *MW, mr *MR, addr, length uint64, access Access) (uint32, error) {
+	if mw.Type != keys.MWType1 {
+		return 0, fmt.Errorf("bind MW: %w: type-2 windows are bound with a BIND_MW work request", ErrInvalidArgument)
+	}
+	return d.keys.BindMW(mw, mr, addr, length, access, 0)
+}
+
+// CreateAH creates an address handle (ibv_create_ah).
+func (pd *PD) CreateAH(av AddressVector) (*AH, error) {
+	if int(av.SGIDIndex) >= len(pd.d.eng.GIDs()) {
+		return nil, fmt.Errorf("create AH: %w: source GID index %d", ErrInvalidArgument, av.SGIDIndex)
+	}
+	pd.Ref()
+	return &qp.AH{PD: pd.PD, AV: av}, nil
+}
+
+// DestroyAH releases an address handle.
+func (d *Device) DestroyAH(ah *AH) { ah.PD.Unref() }
+
+// CreateCQ creates a completion queue of depth entries (ibv_create_cq).
+// onComp, if not nil, runs when the CQ is armed and a completion arrives.
+// An overflow raises EventCQErr.
+func (d *Device) CreateCQ(depth int, onComp func(*CQ)) (*CQ, error) {
+	c, err := cq.New(depth)
+	if err != nil {
+		return nil, fmt.Errorf("create CQ: %w", err)
+	}
+	c.SetHandlers(onComp, func(c *cq.CQ) { d.dispatch(Event{Type: transport.EventCQErr, CQ: c}) })
+	return c, nil
+}
+
+// DestroyCQ destroys a CQ; ErrBusy while a QP uses it.
+func (d *Device) DestroyCQ(c *CQ) error { return c.Destroy() }
+
+// SRQ is a shared receive queue.
+type SRQ struct {
+	*qp.SRQ
+	d *Device
+}
+
+// CreateSRQ creates a shared receive queue (ibv_create_srq).
+func (pd *PD) CreateSRQ(maxWR, maxSGEs uint32) (*SRQ, error) {
+	if maxWR > maxSRQWR || maxSGEs > maxSGE {
+		return nil, fmt.Errorf("create SRQ: %w: max_wr %d max_sge %d", ErrInvalidArgument, maxWR, maxSGEs)
+	}
+	s, err := qp.NewSRQ(pd.PD, pd.d.keys, maxWR, maxSGEs)
+	if err != nil {
+		return nil, err
+	}
+	return &SRQ{SRQ: s, d: pd.d}, nil
+}
+
+// QPInitAttr are a QP's creation attributes (ibv_qp_init_attr).
+type QPInitAttr struct {
+	Type   QPType
+	SendCQ *CQ
+	RecvCQ *CQ
+	SRQ    *SRQ
+	Cap    QPCap
+	SigAll bool
+}
+
+// QP is a queue pair.
+type QP struct {
+	*qp.QP
+	conn *transport.Conn
+	d    *Device
+	pd   *PD
+}
+
+// CreateQP creates a queue pair in the RESET state (ibv_create_qp). A GSI
+// QP is QP 1.
+func (pd *PD) CreateQP(ia QPInitAttr) (*QP, error) {
+	d := pd.d
+	c := ia.Cap
+	if c.MaxSendWR > maxQPWR || c.MaxRecvWR > maxQPWR || c.MaxSendSGE > maxSGE ||
+		c.MaxRecvSGE > maxSGE || c.MaxInlineData > maxInline {
+		return nil, fmt.Errorf("create QP: %w: capabilities %+v exceed the device limits", ErrInvalidArgument, c)
+	}
+	var srq *qp.SRQ
+	if ia.SRQ != nil {
+		srq = ia.SRQ.SRQ
+	}
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if len(d.qps) >= maxQP {
+		d.mu.Unlock()
+		return nil, fmt.Errorf("create QP: %w: %d QPs", ErrNoResources, maxQP)
+	}
+	var num uint32
+	if ia.Type == qp.GSI {
+		if _, used := d.qps[1]; used {
+			d.mu.Unlock()
+			return nil, fmt.Errorf("create QP: %w: the GSI QP exists", ErrBusy)
+		}
+		num = 1
+	} else {
+		for {
+			num = d.nextQPN
+			d.nextQPN++
+			if d.nextQPN > 0xFFFFFE {
+				d.nextQPN = 0x11
+			}
+			if _, used := d.qps[num]; !used {
+				break
+			}
+		}
+	}
+	d.mu.Unlock()
+	q, err := qp.New(num, qp.Config{
+		Type: ia.Type, PD: pd.PD, SendCQ: ia.SendCQ, RecvCQ: ia.RecvCQ, SRQ: srq,
+		Cap: c, SigAll: ia.SigAll, Keys: d.keys, Limits: &d.limits,
+	})
+	if err != nil {
+		return nil, err
+	}
+	conn, err := d.eng.NewConn(q)
+	if err != nil {
+		q.Release()
+		return nil, err
+	}
+	x := &QP{QP: q, conn: conn, d: d, pd: pd}
+	d.mu.Lock()
+	d.qps[num] = x
+	d.mu.Unlock()
+	return x, nil
+}
+
+// Modify changes the QP's attributes and state (ibv_modify_qp).
+func (q *QP) Modify(a *QPAttr, mask QPAttrMask) error { return q.conn.Modify(a, mask) }
+
+// PostSend posts send WRs (all or none): the error names the first bad WR.
+func (q *QP) PostSend(wrs ...SendWR) error { return q.conn.PostSend(wrs) }
+
+// PostRecv posts receive WRs (all or none).
+func (q *QP) PostRecv(wrs ...RecvWR) error { return q.conn.PostRecv(wrs) }
+
+// Counters returns the QP's counters by name.
+func (q *QP) Counters() map[string]uint64 { return q.conn.Counters().Snapshot() }
+
+// Conn returns the QP's transport state (for tools and tests).
+func (q *QP) Conn() *transport.Conn { return q.conn }
+
+// Destroy destroys the QP (ibv_destroy_qp): it leaves its multicast groups
+// and releases its PD, CQs and SRQ.
+func (q *QP) Destroy() error {
+	d := q.d
+	for _, g := range d.mc.List() {
+		for _, n := range g.QPNs {
+			if n == q.Num() {
+				_ = d.mc.Detach(g.MGID, g.MLID, q.QP)
+			}
+		}
+	}
+	d.mu.Lock()
+	delete(d.qps, q.Num())
+	d.mu.Unlock()
+	d.eng.RemoveConn(q.conn)
+	q.Release()
+	return nil
+}
+
+// Drain moves the QP to ERR and waits until every posted WR has completed
+// (flushed), as the kernel's ib_drain_qp.
+func (q *QP) Drain(ctx context.Context) error {
+	if err := q.Modify(&QPAttr{State: qp.Err}, qp.AttrState); err != nil {
+		return err
+	}
+	return q.conn.WaitFlushed(ctx)
+}
+
+// AttachMcast attaches a UD QP to a multicast group (ibv_attach_mcast).
+func (d *Device) AttachMcast(q *QP, gid GID, lid uint16) error {
+	if !q.Type().Datagram() {
+		return fmt.Errorf("attach mcast: %w: QP %#x is %v, not UD", ErrInvalidArgument, q.Num(), q.Type())
+	}
+	return d.mc.Attach(mcast.GID(gid), lid, q.QP)
+}
+
+// DetachMcast detaches a QP from a multicast group.
+func (d *Device) DetachMcast(q *QP, gid GID, lid uint16) error {
+	return d.mc.Detach(mcast.GID(gid), lid, q.QP)
+}
+
+// QPInfo describes one QP for tools (rvt_qp_iter).
+type QPInfo struct {
+	Num   uint32
+	Type  QPType
+	State QPState
+	transport.Snapshot
+}
+
+// QPs returns a snapshot of every QP, in QP-number order.
+func (d *Device) QPs() []QPInfo {
+	d.mu.Lock()
+	qs := make([]*QP, 0, len(d.qps))
+	for _, q := range d.qps {
+		qs = append(qs, q)
+	}
+	d.mu.Unlock()
+	out := make([]QPInfo, 0, len(qs))
+	for _, q := range qs {
+		out = append(out, QPInfo{Num: q.Num(), Type: q.Type(), State: q.State(), Snapshot: q.conn.Snapshot()})
+	}
+	sortQPInfo(out)
+	return out
+}
+
+func sortQPInfo(s []QPInfo) {
+	for i := 1; i < len(s); i++ {
+		for j := i; j > 0 && s[j].Num < s[j-1].Num; j-- {
+			s[j], s[j-1] = s[j-1], s[j]
+		}
+	}
+}

@@ -1,0 +1,230 @@
+package transport
+
+import (
+	"encoding/binary"
+
+	"github.com/softverbs/softverbs/cq"
+	"github.com/softverbs/softverbs/keys"
+	"github.com/softverbs/softverbs/qp"
+)
+
+// compState is the completer's state (rxe's qp->comp).
+type compState struct {
+	psn PSN // oldest PSN not yet acknowledged
+}
+
+// completeBatch bounds the responses one run of the send task handles.
+const completeBatch = 256
+
+// completeLocked handles queued ACKs, NAKs and responses.
+func (c *Conn) completeLocked() bool {
+	for i := 0; i < completeBatch; i++ {
+		pb := c.popResp()
+		if pb == nil {
+			c.retireLocked()
+			return false
+		}
+		c.responseLocked(pb)
+		c.e.putBuf(pb)
+	}
+	c.retireLocked()
+	return true
+}
+
+func (c *Conn) responseLocked(pb *pktBuf) {
+	p := &pb.pkt
+	a := c.qp.AttrLocked()
+	if c.qp.Type() != qp.RC || p.Opcode.Class() != ClassRC {
+		c.e.drop(c, DropQPType)
+		return
+	}
+	if !a.State.Allows(qp.ProcessSendOK) {
+		c.e.drop(c, DropQPState)
+		return
+	}
+	if !p.PSN.Less(c.req.psn) || p.PSN.Less(c.comp.psn) && p.Opcode == RCAck && p.AETH().Syndrome().Type() != AckTypeACK {
+		// A response to a PSN never sent (or a stale NAK): a ghost.
+		c.counters.inc(GhostAcks)
+		c.e.counters.inc(GhostAcks)
+		return
+	}
+	switch {
+	case p.Info.Has(FlagRead):
+		c.readResponseLocked(p, a)
+	case p.Opcode == RCAtomicAck:
+		c.atomicAckLocked(p)
+	case p.Opcode == RCAck:
+		c.ackLocked(p, a)
+	}
+}
+
+// progressLocked notes forward progress: the retry counters reload and the
+// retransmit deadline moves.
+func (c *Conn) progressLocked(psn PSN) {
+	if !c.comp.psn.Less(psn) {
+		return
+	}
+	c.comp.psn = psn
+	a := c.qp.AttrLocked()
+	c.req.retryLeft = a.RetryCnt
+	c.req.rnrLeft = a.RNRRetry
+	if c.comp.psn != c.req.psn {
+		c.armTimerLocked(true)
+	}
+}
+
+// ackBeforeLocked acknowledges every packet before psn: SEND and WRITE WQEs
+// that end before it complete. A READ or atomic WQE that started before psn
+// and has not had its response is an implied NAK: it is retried, and false
+// is returned.
+func (c *Conn) ackBeforeLocked(psn PSN) bool {
+	sq := &c.qp.SQ
+	for i := sq.Tail(); i != sq.Next; i++ {
+		w := sq.At(i)
+		if w.State != qp.WQEPending {
+			continue
+		}
+		if w.WR.Opcode.ReadOrAtomic() {
+			if PSN(w.LastPSN).Less(psn) {
+				// Acknowledged past a READ or atomic whose response
+				// never came: an implied NAK; ask again.
+				want := PSN(w.FirstPSN).Add(w.Done / c.pmtu(c.qp.AttrLocked()))
+				c.counters.inc(CompleterRetryErr)
+				c.req.needRetry = true
+				c.req.retryPSN = want
+				c.progressLocked(want)
+				return false
+			}
+			break
+		}
+		if !PSN(w.LastPSN).Less(psn) {
+			break
+		}
+		w.State, w.Status = qp.WQEDone, cq.Success
+	}
+	c.progressLocked(psn)
+	return true
+}
+
+// oldestPendingLocked returns the oldest WQE awaiting a response.
+func (c *Conn) oldestPendingLocked() *qp.SendWQE {
+	sq := &c.qp.SQ
+	for i := sq.Tail(); i != sq.Next; i++ {
+		if w := sq.At(i); w.State == qp.WQEPending {
+			return w
+		}
+	}
+	return nil
+}
+
+// nakStatus maps NAK codes to the requester's completion status.
+var nakStatus = map[NAKCode]cq.Status{
+	NAKInvalidRequest:         cq.RemInvReqErr,
+	NAKRemoteAccessError:      cq.RemAccessErr,
+	NAKRemoteOperationalError: cq.RemOpErr,
+	NAKInvalidRDRequest:       cq.RemInvRdReqErr,
+}
+
+func (c *Conn) ackLocked(p *Packet, a *qp.Attr) {
+	syn := p.AETH().Syndrome()
+	switch syn.Type() {
+	case AckTypeACK:
+		c.ackBeforeLocked(p.PSN.Add(1))
+	case AckTypeRNRNAK:
+		c.counters.inc(RcvdRNRErr)
+		c.e.counters.inc(RcvdRNRErr)
+		if !c.ackBeforeLocked(p.PSN) || c.req.rnrWait {
+			return
+		}
+		if a.RNRRetry != 7 {
+			if c.req.rnrLeft == 0 {
+				c.counters.inc(RNRRetryExceededErr)
+				c.e.counters.inc(RNRRetryExceededErr)
+				c.failOldestLocked(cq.RNRRetryExcErr)
+				return
+			}
+			c.req.rnrLeft--
+		}
+		c.req.rnrWait = true
+		c.req.retryPSN = p.PSN
+		c.startRNRTimer(syn.RNRTimer().Duration())
+	case AckTypeNAK:
+		code := syn.NAKCode()
+		if code == NAKPSNSeqError {
+			c.counters.inc(RcvdSeqErr)
+			c.e.counters.inc(RcvdSeqErr)
+			if !c.ackBeforeLocked(p.PSN) || c.req.rnrWait {
+				return
+			}
+			c.req.needRetry = true
+			c.req.retryPSN = p.PSN
+			return
+		}
+		c.ackBeforeLocked(p.PSN)
+		status, ok := nakStatus[code]
+		if !ok {
+			status = cq.BadRespErr
+		}
+		c.failOldestLocked(status)
+	default:
+		c.failOldestLocked(cq.BadRespErr)
+	}
+}
+
+func (c *Conn) readResponseLocked(p *Packet, a *qp.Attr) {
+	if !c.ackBeforeLocked(p.PSN) {
+		return
+	}
+	w := c.oldestPendingLocked()
+	mtu := c.pmtu(a)
+	if w == nil || w.WR.Opcode != qp.OpRDMARead {
+		c.counters.inc(GhostAcks)
+		return
+	}
+	want := PSN(w.FirstPSN).Add(w.Done / mtu)
+	if d := p.PSN.Diff(want); d != 0 {
+		if d > 0 {
+			// Lost responses: ask again from the first missing one.
+			c.counters.inc(CompleterRetryErr)
+			c.req.needRetry = true
+			c.req.retryPSN = want
+		}
+		return
+	}
+	n := p.PayloadLen
+	info := p.Info
+	switch {
+	case info.HasAny(FlagFirst|FlagMiddle) && n != mtu,
+		info.Has(FlagEnd) && w.Done+n != w.Length,
+		w.Done+n > w.Length:
+		c.failOldestLocked(cq.BadRespErr)
+		return
+	}
+	scatter(w.WR.SGL, w.MRs, w.Done, p.Payload())
+	w.Done += n
+	c.progressLocked(p.PSN.Add(1))
+	if info.Has(FlagEnd) {
+		w.State, w.Status = qp.WQEDone, cq.Success
+		c.req.rdAtomic--
+	}
+}
+
+func (c *Conn) atomicAckLocked(p *Packet) {
+	if !c.ackBeforeLocked(p.PSN) {
+		return
+	}
+	w := c.oldestPendingLocked()
+	if w == nil || !w.WR.Opcode.Atomic() || PSN(w.FirstPSN) != p.PSN {
+		c.counters.inc(GhostAcks)
+		return
+	}
+	var orig [8]byte
+	binary.NativeEndian.PutUint64(orig[:], p.AtomicAckETH().OrigData())
+	scatter(w.WR.SGL, w.MRs, 0, orig[:])
+	w.Done = 8
+	w.State, w.Status = qp.WQEDone, cq.Success
+	c.req.rdAtomic--
+	c.progressLocked(p.PSN.Add(1))
+}
+
+var _ = keys.LocalWrite

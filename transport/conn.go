@@ -1,0 +1,368 @@
+package transport
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/softverbs/softverbs/clock"
+	"github.com/softverbs/softverbs/cq"
+	"github.com/softverbs/softverbs/internal/task"
+	"github.com/softverbs/softverbs/keys"
+	"github.com/softverbs/softverbs/qp"
+)
+
+// Conn is the transport state of one QP. Its send task runs the completer
+// (ACKs and responses) and then the requester (new packets, retries); its
+// receive task runs the responder. Both take the QP lock for a bounded batch
+// and issue completions and events after releasing it.
+type Conn struct {
+	e        *Engine
+	qp       *qp.QP
+	sendTask *task.Task
+	recvTask *task.Task
+	srcPort  uint16
+	counters Counters
+
+	inMu  sync.Mutex
+	reqQ  pktQueue // requests, for the responder; guarded by inMu
+	respQ pktQueue // ACKs and responses, for the completer; guarded by inMu
+
+	// Send task state, under the QP lock.
+	req   reqState
+	comp  compState
+	reqTx []byte
+	sout  outbox
+
+	// Receive task state, under the QP lock.
+	resp   respState
+	respTx []byte
+	rout   outbox
+
+	timerFired atomic.Bool
+	rnrFired   atomic.Bool
+	timerMu    sync.Mutex
+	timer      clock.Timer // guarded by timerMu
+	rnrTimer   clock.Timer // guarded by timerMu
+	stopped    atomic.Bool
+	ran        chan struct{} // signalled after each task run (drain waits)
+}
+
+func newConn(e *Engine, q *qp.QP) *Conn {
+	c := &Conn{
+		e: e, qp: q,
+		srcPort: 0xC000 | uint16(q.Num()*0x9E37)&0x3FFF,
+		reqTx:   make([]byte, netHeadroom+maxIBHdr+4096+4+ICRCLen),
+		respTx:  make([]byte, netHeadroom+maxIBHdr+4096+4+ICRCLen),
+		ran:     make(chan struct{}, 1),
+	}
+	c.sendTask = task.New(e.cfg.Exec, "send", c.runSend)
+	c.recvTask = task.New(e.cfg.Exec, "recv", c.runRecv)
+	c.resp.mrs = make([]*keys.MR, 0, 4)
+	return c
+}
+
+// QP returns the queue pair.
+func (c *Conn) QP() *qp.QP { return c.qp }
+
+// Counters returns the QP's counters.
+func (c *Conn) Counters() *Counters { return &c.counters }
+
+// SrcPort returns the UDP source port of the QP's packets.
+func (c *Conn) SrcPort() uint16 { return c.srcPort }
+
+func (c *Conn) stop() {
+	c.stopped.Store(true)
+	c.sendTask.Stop()
+	c.recvTask.Stop()
+	c.timerMu.Lock()
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+	if c.rnrTimer != nil {
+		c.rnrTimer.Stop()
+	}
+	c.timerMu.Unlock()
+	c.inMu.Lock()
+	c.reqQ.drain(c.e)
+	c.respQ.drain(c.e)
+	c.inMu.Unlock()
+}
+
+// pktQueue is a FIFO of received packets.
+type pktQueue struct {
+	q    []*pktBuf
+	head int
+}
+
+func (pq *pktQueue) push(pb *pktBuf) { pq.q = append(pq.q, pb) }
+
+func (pq *pktQueue) pop() *pktBuf {
+	if pq.head == len(pq.q) {
+		return nil
+	}
+	pb := pq.q[pq.head]
+	pq.q[pq.head] = nil
+	pq.head++
+	if pq.head == len(pq.q) {
+		pq.q, pq.head = pq.q[:0], 0
+	}
+	return pb
+}
+
+func (pq *pktQueue) len() int { return len(pq.q) - pq.head }
+
+func (pq *pktQueue) drain(e *Engine) {
+	for pb := pq.pop(); pb != nil; pb = pq.pop() {
+		e.putBuf(pb)
+	}
+}
+
+// enqueue queues a packet for the QP's responder or completer.
+func (c *Conn) enqueue(pb *pktBuf) {
+	if c.stopped.Load() {
+		c.e.putBuf(pb)
+		return
+	}
+	c.counters.inc(RcvdPkts)
+	resp := pb.pkt.Info.Has(FlagResponse)
+	c.inMu.Lock()
+	if resp {
+		c.respQ.push(pb)
+	} else {
+		c.reqQ.push(pb)
+	}
+	c.inMu.Unlock()
+	if resp {
+		c.sendTask.Schedule()
+	} else {
+		c.recvTask.Schedule()
+	}
+}
+
+func (c *Conn) popReq() *pktBuf {
+	c.inMu.Lock()
+	defer c.inMu.Unlock()
+	return c.reqQ.pop()
+}
+
+func (c *Conn) popResp() *pktBuf {
+	c.inMu.Lock()
+	defer c.inMu.Unlock()
+	return c.respQ.pop()
+}
+
+// outbox collects completions and events produced under the QP lock; they
+// are delivered after it is released, so CQ handlers and event subscribers
+// may call back into the QP.
+type outbox struct {
+	wcs []outWC
+	evs []Event
+}
+
+type outWC struct {
+	cq *cq.CQ
+	wc cq.WC
+}
+
+func (o *outbox) wc(q *cq.CQ, wc cq.WC) { o.wcs = append(o.wcs, outWC{q, wc}) }
+
+func (o *outbox) event(ev Event) { o.evs = append(o.evs, ev) }
+
+func (c *Conn) deliver(o *outbox) {
+	for i := range o.wcs {
+		o.wcs[i].cq.Push(&o.wcs[i].wc)
+	}
+	o.wcs = o.wcs[:0]
+	for _, ev := range o.evs {
+		c.e.event(ev)
+	}
+	o.evs = o.evs[:0]
+}
+
+// Modify applies ibv_modify_qp and the engine's reaction to the transition.
+func (c *Conn) Modify(a *qp.Attr, mask qp.AttrMask) error {
+	q := c.qp
+	q.Lock()
+	from, to, err := q.ModifyLocked(a, mask)
+	if err != nil {
+		q.Unlock()
+		return err
+	}
+	at := q.AttrLocked()
+	switch {
+	case to == qp.Reset:
+		c.resetLocked()
+	case from == qp.Init && to == qp.RTR:
+		c.resp.epsn = PSN(at.RQPSN)
+	case from == qp.RTR && to == qp.RTS:
+		c.req.psn = PSN(at.SQPSN)
+		c.comp.psn = PSN(at.SQPSN)
+		c.req.retryLeft, c.req.rnrLeft = at.RetryCnt, at.RNRRetry
+	case to == qp.SQD:
+		c.req.drainedSent = false
+	}
+	if mask&qp.AttrRetryCnt != 0 {
+		c.req.retryLeft = at.RetryCnt
+	}
+	if mask&qp.AttrRNRRetry != 0 {
+		c.req.rnrLeft = at.RNRRetry
+	}
+	q.Unlock()
+	if to != qp.Reset && to != qp.Init {
+		c.sendTask.Schedule()
+		c.recvTask.Schedule()
+	}
+	return nil
+}
+
+// resetLocked returns the engine state to that of a new QP.
+func (c *Conn) resetLocked() {
+	c.req = reqState{}
+	c.comp = compState{}
+	mrs := c.resp.mrs[:0]
+	c.resp = respState{mrs: mrs}
+	c.inMu.Lock()
+	c.reqQ.drain(c.e)
+	c.respQ.drain(c.e)
+	c.inMu.Unlock()
+	c.timerFired.Store(false)
+	c.rnrFired.Store(false)
+}
+
+// PostSend posts send work requests (all or none) and wakes the requester.
+func (c *Conn) PostSend(wrs []qp.SendWR) error {
+	c.qp.Lock()
+	err := c.qp.PostSendLocked(wrs)
+	c.qp.Unlock()
+	if err == nil {
+		c.sendTask.Schedule()
+	}
+	return err
+}
+
+// PostRecv posts receive work requests (all or none).
+func (c *Conn) PostRecv(wrs []qp.RecvWR) error {
+	c.qp.Lock()
+	err := c.qp.PostRecvLocked(wrs)
+	flush := c.qp.AttrLocked().State == qp.Err
+	c.qp.Unlock()
+	if err == nil && flush {
+		c.recvTask.Schedule()
+	}
+	return err
+}
+
+// Kick schedules both tasks (after an SRQ post, for example).
+func (c *Conn) Kick() {
+	c.sendTask.Schedule()
+	c.recvTask.Schedule()
+}
+
+// Idle reports whether the QP has nothing queued or outstanding: its send
+// queue is empty and no packets wait for it. Drains poll it.
+func (c *Conn) Idle() bool {
+	c.qp.Lock()
+	sqEmpty := c.qp.SQ.Tail() == c.qp.SQ.Head()
+	c.qp.Unlock()
+	c.inMu.Lock()
+	defer c.inMu.Unlock()
+	return sqEmpty && c.reqQ.len() == 0 && c.respQ.len() == 0
+}
+
+// rto returns the retransmit timeout for IBTA timeout code t.
+func rto(t uint8) time.Duration {
+	return time.Duration(4096<<t) * time.Nanosecond
+}
+
+// armTimerLocked makes sure the retransmit timer runs and, if restart,
+// moves its deadline to now + timeout.
+func (c *Conn) armTimerLocked(restart bool) {
+	t := c.qp.AttrLocked().Timeout
+	if t == 0 {
+		return
+	}
+	d := rto(t)
+	now := c.e.clk.Now()
+	if restart || !c.req.timerOn {
+		c.req.deadline = now.Add(d)
+	}
+	if c.req.timerOn {
+		return
+	}
+	c.req.timerOn = true
+	c.timerMu.Lock()
+	c.timer = c.e.clk.AfterFunc(d, c.onTimer)
+	c.timerMu.Unlock()
+}
+
+func (c *Conn) onTimer() {
+	c.timerFired.Store(true)
+	c.sendTask.Schedule()
+}
+
+func (c *Conn) onRNRTimer() {
+	c.rnrFired.Store(true)
+	c.sendTask.Schedule()
+}
+
+func (c *Conn) startRNRTimer(d time.Duration) {
+	c.timerMu.Lock()
+	c.rnrTimer = c.e.clk.AfterFunc(d, c.onRNRTimer)
+	c.timerMu.Unlock()
+}
+
+// Snapshot is a QP's transport state for tools (rvt_qp_iter).
+type Snapshot struct {
+	NextPSN     PSN // requester: next PSN to send
+	UnackedPSN  PSN // completer: oldest unacknowledged PSN
+	ExpectedPSN PSN // responder: expected PSN
+	MSN         uint32
+	SQPosted    int // send WQEs not yet retired
+	RQPosted    int // receive WQEs queued
+	Counters    map[string]uint64
+}
+
+// Snapshot returns the QP's transport state.
+func (c *Conn) Snapshot() Snapshot {
+	c.qp.Lock()
+	s := Snapshot{
+		NextPSN: c.req.psn, UnackedPSN: c.comp.psn, ExpectedPSN: c.resp.epsn, MSN: c.resp.msn,
+		SQPosted: c.qp.SQ.Len(), RQPosted: c.qp.RecvLenLocked(),
+	}
+	c.qp.Unlock()
+	s.Counters = c.counters.Snapshot()
+	return s
+}
+
+func (c *Conn) signalRan() {
+	select {
+	case c.ran <- struct{}{}:
+	default:
+	}
+}
+
+// flushed reports whether the QP is in ERR with every WR completed.
+func (c *Conn) flushed() bool {
+	c.qp.Lock()
+	done := c.qp.AttrLocked().State == qp.Err && c.qp.SQ.Len() == 0 && !c.resp.haveWQE &&
+		(c.qp.SRQ() != nil || c.qp.RQ.Len() == 0)
+	c.qp.Unlock()
+	return done
+}
+
+// WaitFlushed waits until the QP is in ERR and every posted WR has been
+// completed (the drain of ib_drain_qp).
+func (c *Conn) WaitFlushed(ctx context.Context) error {
+	for !c.flushed() {
+		c.Kick()
+		select {
+		case <-c.ran:
+		case <-ctx.Done():
+			return fmt.Errorf("drain QP %#x: %w", c.qp.Num(), ctx.Err())
+		}
+	}
+	return nil
+}

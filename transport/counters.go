@@ -1,0 +1,77 @@
+package transport
+
+import "sync/atomic"
+
+// Counter names a transport counter. The names are the ones Linux rxe
+// exposes under /sys/class/infiniband/*/ports/1/hw_counters where a
+// counterpart exists.
+type Counter int
+
+// Counters.
+const (
+	SentPkts Counter = iota
+	RcvdPkts
+	DuplicateRequest
+	OutOfSeqRequest
+	RcvdRNRErr
+	SendRNRErr
+	RcvdSeqErr
+	AckDeferred
+	RetryExceededErr
+	RNRRetryExceededErr
+	CompleterRetryErr
+	SendErr
+	LinkDowned
+	RDMASends
+	RDMARecvs
+	Retransmits
+	Timeouts
+	GhostAcks
+	RecvWQEMissing
+	NumCounters
+)
+
+var counterNames = [NumCounters]string{
+	"sent_pkts", "rcvd_pkts", "duplicate_request", "out_of_seq_request",
+	"rcvd_rnr_err", "send_rnr_err", "rcvd_seq_err", "ack_deferred",
+	"retry_exceeded_err", "retry_rnr_exceeded_err", "completer_retry_err",
+	"send_err", "link_downed", "rdma_sends", "rdma_recvs", "retransmits",
+	"timeouts", "ghost_acks", "recv_wqe_missing",
+}
+
+func (c Counter) String() string {
+	if c >= 0 && c < NumCounters {
+		return counterNames[c]
+	}
+	return "unknown"
+}
+
+// Counters are a device's or a QP's counters.
+type Counters struct {
+	c     [NumCounters]atomic.Uint64
+	drops [NumDropReasons]atomic.Uint64
+}
+
+// Get returns a counter's value.
+func (cs *Counters) Get(c Counter) uint64 { return cs.c[c].Load() }
+
+// Drops returns how many packets were dropped for reason r.
+func (cs *Counters) Drops(r DropReason) uint64 { return cs.drops[r].Load() }
+
+func (cs *Counters) inc(c Counter) { cs.c[c].Add(1) }
+
+// Snapshot returns every non-zero counter by name (drops as "drop_<reason>").
+func (cs *Counters) Snapshot() map[string]uint64 {
+	m := make(map[string]uint64)
+	for i := Counter(0); i < NumCounters; i++ {
+		if v := cs.c[i].Load(); v != 0 {
+			m[i.String()] = v
+		}
+	}
+	for r := DropReason(1); r < NumDropReasons; r++ {
+		if v := cs.drops[r].Load(); v != 0 {
+			m["drop_"+r.String()] = v
+		}
+	}
+	return m
+}

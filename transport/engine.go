@@ -1,0 +1,503 @@
+package transport
+
+// The engine: one per device. It owns the QP-number table, the port (GIDs,
+// link, MTU), the receive demultiplexer and the transmit path, counters and
+// asynchronous events. Per-QP protocol state lives in Conn (conn.go), whose
+// send task runs the completer and requester and whose receive task runs
+// the responder.
+//
+// Lock order: Engine.mu (QP table) -> qp.QP lock -> Conn.inMu. Nothing calls
+// a CQ handler, an event subscriber or a link while holding Engine.mu; CQ
+// pushes and events are issued after the QP lock is released.
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sync"
+
+	"github.com/softverbs/softverbs/clock"
+	"github.com/softverbs/softverbs/cq"
+	"github.com/softverbs/softverbs/internal/task"
+	"github.com/softverbs/softverbs/keys"
+	"github.com/softverbs/softverbs/mcast"
+	"github.com/softverbs/softverbs/netdev"
+	"github.com/softverbs/softverbs/qp"
+)
+
+// Errors returned by the engine's verbs.
+var (
+	ErrInvalidArgument = errors.New("invalid argument")
+	ErrExists          = errors.New("already exists")
+	ErrNoResources     = errors.New("no resources")
+)
+
+// EventType is an asynchronous event, with the ibv_event_type values.
+type EventType uint8
+
+// Asynchronous events.
+const (
+	EventCQErr            EventType = 0
+	EventQPFatal          EventType = 1
+	EventQPReqErr         EventType = 2
+	EventQPAccessErr      EventType = 3
+	EventCommEst          EventType = 4
+	EventSQDrained        EventType = 5
+	EventDeviceFatal      EventType = 8
+	EventPortActive       EventType = 9
+	EventPortErr          EventType = 10
+	EventSRQLimitReached  EventType = 15
+	EventQPLastWQEReached EventType = 16
+	EventGIDChange        EventType = 18
+)
+
+var eventNames = map[EventType]string{
+	EventCQErr: "CQ_ERR", EventQPFatal: "QP_FATAL", EventQPReqErr: "QP_REQ_ERR",
+	EventQPAccessErr: "QP_ACCESS_ERR", EventCommEst: "COMM_EST", EventSQDrained: "SQ_DRAINED",
+	EventDeviceFatal: "DEVICE_FATAL", EventPortActive: "PORT_ACTIVE", EventPortErr: "PORT_ERR",
+	EventSRQLimitReached: "SRQ_LIMIT_REACHED", EventQPLastWQEReached: "QP_LAST_WQE_REACHED",
+	EventGIDChange: "GID_CHANGE",
+}
+
+func (t EventType) String() string {
+	if s, ok := eventNames[t]; ok {
+		return s
+	}
+	return fmt.Sprintf("EventType(%d)", uint8(t))
+}
+
+// Event is an asynchronous event. QPN is set for QP events, SRQ for SRQ
+// events, CQ for CQ events, Port for port events.
+type Event struct {
+	Type EventType
+	QPN  uint32
+	SRQ  *qp.SRQ
+	CQ   *cq.CQ
+	Port uint8
+}
+
+// Config configures an engine.
+type Config struct {
+	Clock  clock.Clock   // nil: the real clock
+	Exec   task.Executor // required: where QP tasks run
+	Logger *slog.Logger  // nil: discard
+	Keys   *keys.Table   // required
+	Mcast  *mcast.Table  // required
+	Events func(Event)   // asynchronous events; may be nil
+	// Window is the most packets a requester has outstanding (default 1024).
+	Window int
+	// AckInterval asks for an ACK at least every AckInterval packets of a
+	// long message (default 64, as rxe).
+	AckInterval int
+	// Credits makes RC requesters obey the responder's end-to-end credits.
+	Credits bool
+}
+
+// PortConfig describes the engine's port.
+type PortConfig struct {
+	Link  netdev.Link // nil: loopback only
+	MAC   netdev.MAC
+	Addrs []netip.Addr // GID table sources, in GID index order
+	// Resolve maps a peer IP to its MAC (the fabric's table, or ARP/ND).
+	Resolve func(netip.Addr) (netdev.MAC, bool)
+	// MTU is the Ethernet MTU of the link (default 1500; 4096+headers for
+	// loopback only).
+	MTU int
+	TTL uint8
+}
+
+// maxIBHdr is the largest BTH plus extension headers we send (atomic).
+const maxIBHdr = BTHLen + AtomicETHLen
+
+// netHeadroom is room for Ethernet + IPv6 + UDP in front of the BTH.
+const netHeadroom = 14 + 40 + 8
+
+// ibOverhead is what a RoCEv2 packet adds to its payload inside an Ethernet
+// MTU: IPv6, UDP, the largest header set and the ICRC (as rxe computes the
+// active MTU).
+const ibOverhead = 40 + 8 + maxIBHdr + ICRCLen
+
+// Engine is the transport of one device.
+type Engine struct {
+	cfg  Config
+	clk  clock.Clock
+	log  *slog.Logger
+	keys *keys.Table
+	mc   *mcast.Table
+
+	mu    sync.RWMutex
+	conns map[uint32]*Conn // guarded by mu
+	port  portState        // guarded by mu for writes; read under RLock
+
+	atomicMu sync.Mutex // serialises atomics on memory
+
+	counters Counters
+	pool     sync.Pool // *pktBuf
+}
+
+type portState struct {
+	link    netdev.Link
+	mac     netdev.MAC
+	gids    []netdev.GID
+	resolve func(netip.Addr) (netdev.MAC, bool)
+	mtu     qp.MTU
+	ttl     uint8
+}
+
+// NewEngine creates an engine with no port: call SetPort.
+func NewEngine(cfg Config) (*Engine, error) {
+	if cfg.Exec == nil || cfg.Keys == nil || cfg.Mcast == nil {
+		return nil, fmt.Errorf("new engine: %w: executor, key table and multicast table are required", ErrInvalidArgument)
+	}
+	if cfg.Window <= 0 {
+		cfg.Window = 1024
+	}
+	if cfg.AckInterval <= 0 {
+		cfg.AckInterval = 64
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	e := &Engine{
+		cfg: cfg, clk: clock.OrReal(cfg.Clock), log: log, keys: cfg.Keys, mc: cfg.Mcast,
+		conns: make(map[uint32]*Conn),
+	}
+	e.pool.New = func() any { return &pktBuf{own: make([]byte, 0, netHeadroom+maxIBHdr+4096+ICRCLen+4)} }
+	e.port.mtu = qp.MTU4096
+	return e, nil
+}
+
+// SetPort configures the port: its link, addresses and MTU. The link's
+// handler is set to the engine's receive path.
+func (e *Engine) SetPort(pc PortConfig) error {
+	if pc.MTU == 0 {
+		if pc.Link != nil {
+			pc.MTU = pc.Link.MTU()
+		} else {
+			pc.MTU = 4096 + ibOverhead
+		}
+	}
+	m := qp.MTUFromBytes(pc.MTU - ibOverhead)
+	if m == 0 {
+		return fmt.Errorf("set port: %w: link MTU %d too small for RoCEv2", ErrInvalidArgument, pc.MTU)
+	}
+	gids := make([]netdev.GID, len(pc.Addrs))
+	for i, a := range pc.Addrs {
+		gids[i] = netdev.GIDFromIP(a)
+	}
+	if pc.TTL == 0 {
+		pc.TTL = 64
+	}
+	e.mu.Lock()
+	e.port = portState{link: pc.Link, mac: pc.MAC, gids: gids, resolve: pc.Resolve, mtu: m, ttl: pc.TTL}
+	e.mu.Unlock()
+	if pc.Link != nil {
+		pc.Link.SetHandler(e.ReceiveFrame)
+	}
+	return nil
+}
+
+// ActiveMTU returns the port's active path MTU.
+func (e *Engine) ActiveMTU() qp.MTU {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return e.port.mtu
+}
+
+// GIDs returns a copy of the GID table.
+func (e *Engine) GIDs() []netdev.GID {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return append([]netdev.GID(nil), e.port.gids...)
+}
+
+// Clock returns the engine's clock.
+func (e *Engine) Clock() clock.Clock { return e.clk }
+
+// Counters returns the device-wide counters.
+func (e *Engine) Counters() *Counters { return &e.counters }
+
+func (e *Engine) event(ev Event) {
+	if e.cfg.Events != nil {
+		e.cfg.Events(ev)
+	}
+}
+
+// NewConn attaches the transport to a new QP and registers its number.
+func (e *Engine) NewConn(q *qp.QP) (*Conn, error) {
+	c := newConn(e, q)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, dup := e.conns[q.Num()]; dup {
+		return nil, fmt.Errorf("new QP %#x: %w", q.Num(), ErrExists)
+	}
+	e.conns[q.Num()] = c
+	return c, nil
+}
+
+// RemoveConn unregisters a QP and stops its tasks and timers.
+func (e *Engine) RemoveConn(c *Conn) {
+	e.mu.Lock()
+	delete(e.conns, c.qp.Num())
+	e.mu.Unlock()
+	c.stop()
+}
+
+// Conns returns a snapshot of the registered QPs.
+func (e *Engine) Conns() []*Conn {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	out := make([]*Conn, 0, len(e.conns))
+	for _, c := range e.conns {
+		out = append(out, c)
+	}
+	return out
+}
+
+func (e *Engine) lookup(qpn uint32) *Conn {
+	e.mu.RLock()
+	c := e.conns[qpn]
+	e.mu.RUnlock()
+	return c
+}
+
+// pktBuf is a received packet: the parsed descriptor plus where it came
+// from. own is a pooled buffer for packets that were copied (loopback);
+// frame is a link's frame handed to us.
+type pktBuf struct {
+	pkt   Packet
+	own   []byte
+	ipHdr []byte // the IP header (for the UD GRH), nil on the loopback fast path
+	src   netip.Addr
+	dst   netip.Addr
+	v6    bool
+}
+
+func (e *Engine) getBuf() *pktBuf { return e.pool.Get().(*pktBuf) }
+
+func (e *Engine) putBuf(pb *pktBuf) {
+	pb.pkt = Packet{}
+	pb.ipHdr = nil
+	pb.own = pb.own[:0]
+	e.pool.Put(pb)
+}
+
+// drop counts a dropped packet.
+func (e *Engine) drop(c *Conn, r DropReason) {
+	e.counters.drops[r].Add(1)
+	if c != nil {
+		c.counters.drops[r].Add(1)
+	}
+}
+
+// ReceiveFrame is the link handler: it parses an Ethernet frame once,
+// checks the ICRC and hands the packet to its QP (or multicast group).
+func (e *Engine) ReceiveFrame(frame []byte) {
+	fi, err := netdev.ParseFrame(frame)
+	if err != nil {
+		return // not ours to count: the link carries other traffic too
+	}
+	if fi.DstPort != RoCEv2Port {
+		return
+	}
+	e.counters.c[RcvdPkts].Add(1)
+	end := fi.End()
+	if fi.PayloadLen < BTHLen+ICRCLen {
+		e.drop(nil, DropTruncated)
+		return
+	}
+	if !CheckICRC(frame[fi.IPOff:end]) {
+		e.drop(nil, DropBadICRC)
+		return
+	}
+	pb := e.getBuf()
+	if err := Parse(frame[fi.PayloadOff:end-ICRCLen], &pb.pkt); err != nil {
+		r, _ := DropReasonOf(err)
+		e.drop(nil, r)
+		e.putBuf(pb)
+		return
+	}
+	pb.ipHdr = frame[fi.IPOff:fi.UDPOff]
+	pb.src, pb.dst, pb.v6 = fi.Src, fi.Dst, fi.IsIPv6()
+	e.deliver(pb)
+}
+
+// deliver routes a parsed packet to its QP's queue, or to every member of
+// its multicast group.
+func (e *Engine) deliver(pb *pktBuf) {
+	p := &pb.pkt
+	if p.PKey&0x7FFF != DefaultPKey&0x7FFF {
+		e.drop(nil, DropBadPKey)
+		e.putBuf(pb)
+		return
+	}
+	if p.DestQP == multicastQPN {
+		e.deliverMulticast(pb)
+		return
+	}
+	c := e.lookup(p.DestQP)
+	if c == nil {
+		e.drop(nil, DropUnknownQP)
+		e.putBuf(pb)
+		return
+	}
+	c.enqueue(pb)
+}
+
+const multicastQPN = 0xFFFFFF
+
+func (e *Engine) deliverMulticast(pb *pktBuf) {
+	defer e.putBuf(pb)
+	if pb.pkt.Opcode.Class() != ClassUD {
+		e.drop(nil, DropQPType)
+		return
+	}
+	gid := mcast.GID(netdev.GIDFromIP(pb.dst))
+	_, members, ok := e.mc.Lookup(gid)
+	if !ok || len(members) == 0 {
+		e.drop(nil, DropUnknownQP)
+		return
+	}
+	for _, m := range members {
+		c := e.lookup(m.QPN())
+		if c == nil {
+			continue
+		}
+		cp := e.getBuf()
+		cp.own = append(cp.own[:0], pb.pkt.Buf...)
+		cp.pkt = pb.pkt
+		cp.pkt.Buf = cp.own
+		n := len(cp.own)
+		cp.own = append(cp.own, pb.ipHdr...)
+		cp.ipHdr = cp.own[n:]
+		cp.src, cp.dst, cp.v6 = pb.src, pb.dst, pb.v6
+		c.enqueue(cp)
+	}
+}
+
+// isLocal reports whether gid is one of the port's GIDs.
+func (ps *portState) isLocal(g netdev.GID) bool {
+	for _, x := range ps.gids {
+		if x == g {
+			return true
+		}
+	}
+	return false
+}
+
+// route describes where a QP's packets go.
+type route struct {
+	local    bool // deliver to this device
+	wire     bool // send on the link
+	fast     bool // local RC/UC: skip framing and ICRC
+	src, dst netdev.Endpoint
+	ttl, tos uint8
+	err      DropReason
+}
+
+// routeTo resolves a destination GID from a source GID index.
+func (e *Engine) routeTo(av *qp.AddressVector, srcPort uint16, datagram bool) route {
+	e.mu.RLock()
+	ps := &e.port
+	var r route
+	if int(av.SGIDIndex) >= len(ps.gids) {
+		e.mu.RUnlock()
+		r.err = DropBadHeader
+		return r
+	}
+	sgid := ps.gids[av.SGIDIndex]
+	dgid := netdev.GID(av.DGID)
+	r.src = netdev.Endpoint{MAC: ps.mac, IP: sgid.IP(), Port: srcPort}
+	r.dst = netdev.Endpoint{IP: dgid.IP(), Port: RoCEv2Port}
+	r.ttl = av.HopLimit
+	if r.ttl == 0 {
+		r.ttl = ps.ttl
+	}
+	r.tos = av.TrafficClass
+	switch {
+	case dgid.IP().IsMulticast():
+		r.local = true
+		r.wire = ps.link != nil
+		r.dst.MAC, _ = netdev.MulticastMAC(r.dst.IP)
+	case ps.isLocal(dgid):
+		r.local = true
+		r.fast = !datagram
+		r.dst.MAC = ps.mac
+	default:
+		r.wire = true
+		if ps.link == nil {
+			r.err = DropUnknownQP
+			break
+		}
+		mac, ok := netdev.MAC{}, false
+		if ps.resolve != nil {
+			mac, ok = ps.resolve(r.dst.IP)
+		}
+		if !ok {
+			r.err = DropBadHeader
+			break
+		}
+		r.dst.MAC = mac
+	}
+	e.mu.RUnlock()
+	return r
+}
+
+// xmit sends one packet. buf holds the packet's BTH at netHeadroom and ib
+// is its length (BTH through pad). It frames, adds the ICRC and sends it on
+// the link and/or delivers it to this device.
+func (e *Engine) xmit(c *Conn, r *route, buf []byte, ib int) {
+	e.counters.c[SentPkts].Add(1)
+	c.counters.c[SentPkts].Add(1)
+	if r.err != DropNone {
+		e.counters.c[SendErr].Add(1)
+		return
+	}
+	if r.fast {
+		pb := e.getBuf()
+		pb.own = append(pb.own[:0], buf[netHeadroom:netHeadroom+ib]...)
+		if err := Parse(pb.own, &pb.pkt); err != nil {
+			e.putBuf(pb)
+			e.counters.c[SendErr].Add(1)
+			return
+		}
+		pb.src, pb.dst = r.src.IP, r.dst.IP
+		e.counters.c[RcvdPkts].Add(1)
+		e.deliver(pb)
+		return
+	}
+	v6 := netdev.UsesIPv6(r.src.IP, r.dst.IP)
+	start := netHeadroom - netdev.HeaderLen(v6)
+	udpLen := ib + ICRCLen
+	frame := buf[start : netHeadroom+udpLen]
+	hl := netdev.EncodeRoCEv2(frame, r.src, r.dst, r.ttl, r.tos, udpLen)
+	if hl == 0 {
+		e.counters.c[SendErr].Add(1)
+		return
+	}
+	if err := PutICRC(frame[netdev.EthernetHeaderLen:]); err != nil {
+		e.counters.c[SendErr].Add(1)
+		return
+	}
+	if v6 {
+		// The UDP checksum covers the ICRC: compute it again now.
+		netdev.EncodeRoCEv2(frame, r.src, r.dst, r.ttl, r.tos, udpLen)
+	}
+	if r.wire {
+		e.mu.RLock()
+		l := e.port.link
+		e.mu.RUnlock()
+		if l != nil {
+			if err := l.Send(frame); err != nil {
+				e.counters.c[SendErr].Add(1)
+			}
+		}
+	}
+	if r.local {
+		// Datagrams to ourselves take the whole receive path (the GRH
+		// needs the IP header); ReceiveFrame takes ownership, so copy.
+		e.ReceiveFrame(append([]byte(nil), frame...))
+	}
+}

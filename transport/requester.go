@@ -1,0 +1,575 @@
+package transport
+
+import (
+	"time"
+
+	"github.com/softverbs/softverbs/cq"
+	"github.com/softverbs/softverbs/keys"
+	"github.com/softverbs/softverbs/qp"
+)
+
+// reqState is the requester's state (rxe's qp->req).
+type reqState struct {
+	psn         PSN // next PSN to assign
+	rdAtomic    int // READ/atomic WQEs awaiting their response
+	noAck       int // packets sent since the last AckReq
+	retryLeft   uint8
+	rnrLeft     uint8
+	needRetry   bool
+	retryPSN    PSN
+	rnrWait     bool
+	timerOn     bool
+	deadline    time.Time
+	drainedSent bool
+	failed      bool // a WQE failed: the QP goes to ERR when it retires
+}
+
+// sendBatch bounds the packets one run of the send task emits.
+const sendBatch = 64
+
+// runSend is the send task: completer first, then requester.
+func (c *Conn) runSend() bool {
+	q := c.qp
+	q.Lock()
+	more := c.completeLocked()
+	if c.requestLocked() {
+		more = true
+	}
+	q.Unlock()
+	c.deliver(&c.sout)
+	c.signalRan()
+	return more
+}
+
+// pmtu returns the path MTU in bytes for the QP's packets.
+func (c *Conn) pmtu(a *qp.Attr) uint32 {
+	if c.qp.Type().Datagram() || !a.PathMTU.Valid() {
+		return uint32(c.e.ActiveMTU().Bytes())
+	}
+	return uint32(min(a.PathMTU.Bytes(), c.e.ActiveMTU().Bytes()))
+}
+
+// requestLocked turns WQEs into packets. It reports whether it stopped for
+// its batch limit (more work remains).
+func (c *Conn) requestLocked() bool {
+	a := c.qp.AttrLocked()
+	st := a.State
+	if st == qp.Err || st == qp.SQE {
+		c.flushSendLocked()
+		return false
+	}
+	if !st.Allows(qp.ProcessSendOK) {
+		return false
+	}
+	if c.timerFired.Swap(false) {
+		c.onTimeoutLocked()
+	}
+	if c.rnrFired.Swap(false) && c.req.rnrWait {
+		c.req.rnrWait = false
+		c.req.needRetry = true
+	}
+	if c.qp.AttrLocked().State == qp.Err {
+		c.flushSendLocked()
+		return false
+	}
+	if c.req.needRetry && !c.req.rnrWait {
+		c.retryLocked()
+	}
+	sq := &c.qp.SQ
+	rc := c.qp.Type() == qp.RC
+	budget := sendBatch
+	for budget > 0 && !c.req.rnrWait && sq.Next != sq.Head() {
+		w := sq.At(sq.Next)
+		fresh := w.State == qp.WQEPosted && w.Sent == 0
+		if st == qp.SQD && fresh {
+			break // SQD: finish what started, start nothing new
+		}
+		if fresh && w.WR.Flags&qp.Fence != 0 && c.req.rdAtomic > 0 {
+			break // fence: wait for prior READs and atomics
+		}
+		op := w.WR.Opcode
+		if op.Local() {
+			c.execLocalLocked(w)
+			sq.Next++
+			continue
+		}
+		if rc {
+			if fresh && op.ReadOrAtomic() && c.req.rdAtomic >= int(max(a.MaxRdAtomic, 1)) {
+				break
+			}
+			if c.req.psn.Diff(c.comp.psn) >= int32(c.e.cfg.Window) {
+				break
+			}
+		}
+		if fresh {
+			w.FirstPSN = uint32(c.req.psn)
+			if err := c.resolveSendLocked(w); err != nil {
+				w.State, w.Status = qp.WQEError, cq.LocProtErr
+				c.req.failed = true
+				sq.Next++
+				break
+			}
+		}
+		c.sendPacketLocked(w, a)
+		budget--
+	}
+	c.retireLocked()
+	c.checkDrainedLocked()
+	return budget == 0
+}
+
+// resolveSendLocked looks up the MRs of a WQE's SGEs.
+func (c *Conn) resolveSendLocked(w *qp.SendWQE) error {
+	if w.WR.Flags&qp.Inline != 0 {
+		return nil
+	}
+	access := keys.Access(0)
+	if w.WR.Opcode.ReadOrAtomic() {
+		access = keys.LocalWrite
+	}
+	for i, s := range w.WR.SGL {
+		mr, err := c.qp.Keys().CheckLocal(c.qp.PD(), s.Lkey, s.Addr, s.Length, access)
+		if err != nil {
+			return err
+		}
+		w.MRs[i] = mr
+	}
+	return nil
+}
+
+// gather copies len(dst) payload bytes of w, starting at message offset off.
+func gather(w *qp.SendWQE, off uint32, dst []byte) {
+	if w.WR.Flags&qp.Inline != 0 {
+		copy(dst, w.WR.InlineData[off:])
+		return
+	}
+	for i, s := range w.WR.SGL {
+		if len(dst) == 0 {
+			return
+		}
+		if off >= s.Length {
+			off -= s.Length
+			continue
+		}
+		n := min(uint32(len(dst)), s.Length-off)
+		if w.MRs[i] != nil {
+			w.MRs[i].ReadAt(dst[:n], s.Addr+uint64(off))
+		}
+		dst = dst[n:]
+		off = 0
+	}
+}
+
+// scatter copies src into the SGE list at message offset off.
+func scatter(sgl []qp.SGE, mrs []*keys.MR, off uint32, src []byte) {
+	for i, s := range sgl {
+		if len(src) == 0 {
+			return
+		}
+		if off >= s.Length {
+			off -= s.Length
+			continue
+		}
+		n := min(uint32(len(src)), s.Length-off)
+		if mrs[i] != nil {
+			mrs[i].WriteAt(src[:n], s.Addr+uint64(off))
+		}
+		src = src[n:]
+		off = 0
+	}
+}
+
+// rcOpcode picks the RC opcode of a send or write packet by its position.
+func rcOpcode(op qp.Opcode, first, last bool) Opcode {
+	if op.Send() {
+		switch {
+		case first && last:
+			switch op {
+			case qp.OpSendWithImm:
+				return RCSendOnlyImm
+			case qp.OpSendWithInv:
+				return RCSendOnlyInv
+			}
+			return RCSendOnly
+		case first:
+			return RCSendFirst
+		case last:
+			switch op {
+			case qp.OpSendWithImm:
+				return RCSendLastImm
+			case qp.OpSendWithInv:
+				return RCSendLastInv
+			}
+			return RCSendLast
+		}
+		return RCSendMiddle
+	}
+	imm := op == qp.OpRDMAWriteWithImm
+	switch {
+	case first && last:
+		if imm {
+			return RCWriteOnlyImm
+		}
+		return RCWriteOnly
+	case first:
+		return RCWriteFirst
+	case last:
+		if imm {
+			return RCWriteLastImm
+		}
+		return RCWriteLast
+	}
+	return RCWriteMiddle
+}
+
+// npkts is the number of packets (and PSNs) a message of n bytes takes.
+func npkts(n, mtu uint32) uint32 {
+	if n == 0 {
+		return 1
+	}
+	return (n + mtu - 1) / mtu
+}
+
+// sendPacketLocked builds and sends the next packet of w and advances it.
+func (c *Conn) sendPacketLocked(w *qp.SendWQE, a *qp.Attr) {
+	mtu := c.pmtu(a)
+	op := w.WR.Opcode
+	typ := c.qp.Type()
+	first := w.Sent == 0
+	rem := w.Length - w.Sent
+	n := min(rem, mtu)
+	last := n == rem
+	psn := c.req.psn
+	var o Opcode
+	var payload uint32
+	switch {
+	case typ.Datagram():
+		o, payload = UDSendOnly, n
+		if op == qp.OpSendWithImm {
+			o = UDSendOnlyImm
+		}
+	case op == qp.OpRDMARead:
+		o, last = RCReadRequest, true
+	case op == qp.OpAtomicCmpSwp:
+		o, last = RCCompareSwap, true
+	case op == qp.OpAtomicFetchAdd:
+		o, last = RCFetchAdd, true
+	default:
+		o, payload = rcOpcode(op, first, last), n
+		if typ == qp.UC {
+			o |= Opcode(ClassUC)
+		}
+	}
+	info := o.Info()
+	b := c.reqTx[netHeadroom:]
+	hl := info.HdrLen
+	clear(b[:hl])
+	destQP := a.DestQPN
+	if typ.Datagram() {
+		destQP = w.WR.RemoteQPN
+	}
+	bth := BTH(b)
+	bth.Init(o, DefaultPKey, destQP, psn)
+	if off := info.Offset(HdrRETH); off != 0 {
+		reth := RETH(b[off:])
+		if op == qp.OpRDMARead {
+			reth.SetVA(w.WR.RemoteAddr + uint64(w.Sent))
+			reth.SetDMALen(w.Length - w.Sent)
+		} else {
+			reth.SetVA(w.WR.RemoteAddr)
+			reth.SetDMALen(w.Length)
+		}
+		reth.SetRKey(w.WR.Rkey)
+	}
+	if off := info.Offset(HdrAtomicETH); off != 0 {
+		ae := AtomicETH(b[off:])
+		ae.SetVA(w.WR.RemoteAddr)
+		ae.SetRKey(w.WR.Rkey)
+		if op == qp.OpAtomicCmpSwp {
+			ae.SetSwapAdd(w.WR.Swap)
+			ae.SetCompare(w.WR.CompareAdd)
+		} else {
+			ae.SetSwapAdd(w.WR.CompareAdd)
+		}
+	}
+	if off := info.Offset(HdrImmDt); off != 0 {
+		ImmDt(b[off:]).SetImm(w.WR.ImmData)
+	}
+	if off := info.Offset(HdrIETH); off != 0 {
+		IETH(b[off:]).SetRKey(w.WR.InvalidateRkey)
+	}
+	if off := info.Offset(HdrDETH); off != 0 {
+		d := DETH(b[off:])
+		qkey := w.WR.RemoteQKey
+		if qkey&0x80000000 != 0 {
+			qkey = a.QKey
+		}
+		d.SetQKey(qkey)
+		d.SetSrcQP(c.qp.Num())
+	}
+	if payload > 0 {
+		gather(w, w.Sent, b[hl:hl+int(payload)])
+	}
+	pad := (4 - payload%4) % 4
+	clear(b[hl+int(payload) : hl+int(payload+pad)])
+	bth.SetPadCount(uint8(pad))
+	if last && w.WR.Flags&qp.Solicited != 0 {
+		bth.SetSE(true)
+	}
+	if typ == qp.RC {
+		c.req.noAck++
+		if last || c.req.noAck >= c.e.cfg.AckInterval {
+			bth.SetAckReq(true)
+			c.req.noAck = 0
+		}
+	}
+	var r route
+	if typ.Datagram() {
+		r = c.e.routeTo(&w.AH.AV, c.srcPort, true)
+	} else {
+		r = c.e.routeTo(&a.AV, c.srcPort, false)
+	}
+	wasIdle := c.comp.psn == c.req.psn
+	c.e.xmit(c, &r, c.reqTx, hl+int(payload+pad))
+
+	// Advance the WQE and the PSN.
+	switch {
+	case op == qp.OpRDMARead:
+		k := npkts(w.Length-w.Sent, mtu)
+		c.req.psn = psn.Add(k)
+		w.Sent = w.Length
+	case op.Atomic():
+		c.req.psn = psn.Add(1)
+		w.Sent = w.Length
+	default:
+		c.req.psn = psn.Add(1)
+		w.Sent += n
+	}
+	if typ == qp.RC {
+		c.armTimerLocked(wasIdle)
+	}
+	if !last {
+		return
+	}
+	w.LastPSN = uint32(c.req.psn.Sub(1))
+	c.qp.SQ.Next++
+	if typ != qp.RC {
+		w.State, w.Status = qp.WQEDone, cq.Success
+		// UC and UD have no responses: the next PSN is "acknowledged".
+		c.comp.psn = c.req.psn
+		return
+	}
+	w.State = qp.WQEPending
+	if op.ReadOrAtomic() {
+		c.req.rdAtomic++
+	}
+}
+
+// execLocalLocked runs LOCAL_INV, REG_MR and BIND_MW.
+func (c *Conn) execLocalLocked(w *qp.SendWQE) {
+	kt, pd := c.qp.Keys(), c.qp.PD()
+	var err error
+	status := cq.LocQPOpErr
+	switch w.WR.Opcode {
+	case qp.OpLocalInv:
+		err = kt.Invalidate(pd, w.WR.InvalidateRkey)
+	case qp.OpRegMR:
+		err = kt.FastReg(pd, w.WR.Reg.MR, w.WR.Reg.Key, w.WR.Reg.Access)
+	case qp.OpBindMW:
+		b := w.WR.Bind
+		if b.MW.PD != pd {
+			err = keys.ErrPDMismatch
+		} else {
+			_, err = kt.BindMW(b.MW, b.MR, b.Addr, b.Length, b.Access, b.Key)
+		}
+		status = cq.MWBindErr
+	}
+	w.FirstPSN, w.LastPSN = uint32(c.req.psn.Sub(1)), uint32(c.req.psn.Sub(1))
+	if err != nil {
+		w.State, w.Status = qp.WQEError, status
+		c.req.failed = true
+		return
+	}
+	w.State, w.Status = qp.WQEDone, cq.Success
+}
+
+// onTimeoutLocked handles the retransmit timer.
+func (c *Conn) onTimeoutLocked() {
+	c.req.timerOn = false
+	if c.comp.psn == c.req.psn {
+		return // nothing outstanding
+	}
+	now := c.e.clk.Now()
+	if c.req.rnrWait || now.Before(c.req.deadline) {
+		// Progress since the timer was set: wait for the new deadline.
+		c.req.timerOn = true
+		d := c.req.deadline.Sub(now)
+		if c.req.rnrWait {
+			d = rto(c.qp.AttrLocked().Timeout)
+		}
+		c.timerMu.Lock()
+		c.timer = c.e.clk.AfterFunc(d, c.onTimer)
+		c.timerMu.Unlock()
+		return
+	}
+	c.counters.inc(Timeouts)
+	c.e.counters.inc(Timeouts)
+	if c.req.retryLeft == 0 {
+		c.counters.inc(RetryExceededErr)
+		c.e.counters.inc(RetryExceededErr)
+		c.failOldestLocked(cq.RetryExcErr)
+		return
+	}
+	c.req.retryLeft--
+	c.req.needRetry = true
+	c.req.retryPSN = c.comp.psn
+}
+
+// failOldestLocked completes the oldest outstanding WQE with status; the
+// QP moves to ERR when it retires.
+func (c *Conn) failOldestLocked(status cq.Status) {
+	sq := &c.qp.SQ
+	for i := sq.Tail(); i != sq.Head(); i++ {
+		w := sq.At(i)
+		if w.State == qp.WQEDone || w.State == qp.WQEError {
+			continue
+		}
+		w.State, w.Status = qp.WQEError, status
+		c.req.failed = true
+		if i == sq.Next {
+			sq.Next++
+		}
+		break
+	}
+	c.retireLocked()
+}
+
+// retryLocked restarts sending from the oldest unfinished WQE at the PSN
+// the retry asks for (go-back-N), mid-message where needed.
+func (c *Conn) retryLocked() {
+	c.req.needRetry = false
+	sq := &c.qp.SQ
+	a := c.qp.AttrLocked()
+	mtu := c.pmtu(a)
+	start := sq.Next
+	for i := sq.Tail(); i != sq.Next; i++ {
+		if sq.At(i).State == qp.WQEPending {
+			start = i
+			break
+		}
+	}
+	if start == sq.Next && (sq.Next == sq.Head() || sq.At(sq.Next).Sent == 0) {
+		return // nothing was sent that needs sending again
+	}
+	c.counters.inc(Retransmits)
+	c.e.counters.inc(Retransmits)
+	w := sq.At(start)
+	first := PSN(w.FirstPSN)
+	var psn PSN
+	switch {
+	case w.WR.Opcode == qp.OpRDMARead:
+		w.Sent = w.Done
+		psn = first.Add(w.Done / mtu)
+	case w.WR.Opcode.Atomic():
+		w.Sent, psn = 0, first
+	default:
+		k := c.req.retryPSN.Diff(first)
+		if k < 0 {
+			k = 0
+		}
+		if uint32(k)*mtu > w.Length {
+			k = int32(w.Length / mtu)
+		}
+		w.Sent, psn = uint32(k)*mtu, first.Add(uint32(k))
+	}
+	w.State = qp.WQEPosted
+	for i := start + 1; i != sq.Next+1 && i != sq.Head(); i++ {
+		x := sq.At(i)
+		if x.WR.Opcode.Local() && (x.State == qp.WQEDone || x.State == qp.WQEError) {
+			continue
+		}
+		if x.State == qp.WQEPending || x.Sent > 0 {
+			x.State, x.Sent, x.Done = qp.WQEPosted, 0, 0
+		}
+	}
+	c.req.rdAtomic = 0
+	sq.Next = start
+	c.req.psn = psn
+	c.req.noAck = 0
+	c.req.rnrWait = false
+}
+
+// checkDrainedLocked raises SQ_DRAINED once the SQD state has no WQE in
+// flight.
+func (c *Conn) checkDrainedLocked() {
+	a := c.qp.AttrLocked()
+	if a.State != qp.SQD || c.req.drainedSent {
+		return
+	}
+	sq := &c.qp.SQ
+	if sq.Tail() != sq.Next || (sq.Next != sq.Head() && sq.At(sq.Next).Sent != 0) {
+		return
+	}
+	c.req.drainedSent = true
+	if a.EnSQDAsyncNotify {
+		c.sout.event(Event{Type: EventSQDrained, QPN: c.qp.Num()})
+	}
+}
+
+// retireLocked completes finished WQEs in order and moves the QP to ERR
+// after a failed one.
+func (c *Conn) retireLocked() {
+	sq := &c.qp.SQ
+	for sq.Tail() != sq.Next {
+		w := sq.At(sq.Tail())
+		if w.State != qp.WQEDone && w.State != qp.WQEError {
+			break
+		}
+		failed := w.State == qp.WQEError
+		if w.Signaled || failed {
+			c.sout.wc(c.qp.SendCQ(), cq.WC{
+				WRID: w.WR.WRID, Status: w.Status, Opcode: w.WR.Opcode.WCOpcode(),
+				ByteLen: w.Length, QPNum: c.qp.Num(),
+			})
+		}
+		sq.Retire()
+		if failed {
+			c.enterErrLocked()
+			return
+		}
+	}
+}
+
+// enterErrLocked moves the QP to ERR (from the engine, not a modify) and
+// flushes.
+func (c *Conn) enterErrLocked() {
+	a := c.qp.AttrLocked()
+	if a.State == qp.Err {
+		return
+	}
+	c.qp.SetStateLocked(qp.Err)
+	c.req.failed = false
+	c.flushSendLocked()
+	c.recvTask.Schedule()
+}
+
+// flushSendLocked completes every queued send WQE with WR_FLUSH_ERR.
+func (c *Conn) flushSendLocked() {
+	sq := &c.qp.SQ
+	for sq.Tail() != sq.Head() {
+		w := sq.At(sq.Tail())
+		status := cq.WRFlushErr
+		if w.State == qp.WQEError {
+			status = w.Status
+		}
+		c.sout.wc(c.qp.SendCQ(), cq.WC{
+			WRID: w.WR.WRID, Status: status, Opcode: w.WR.Opcode.WCOpcode(), QPNum: c.qp.Num(),
+		})
+		sq.Retire()
+	}
+	sq.Next = sq.Head()
+	c.req.rdAtomic = 0
+	c.req.needRetry = false
+	c.req.rnrWait = false
+	c.comp.psn = c.req.psn
+}

@@ -1,0 +1,632 @@
+package transport
+
+import (
+	"encoding/binary"
+
+	"github.com/softverbs/softverbs/cq"
+	"github.com/softverbs/softverbs/keys"
+	"github.com/softverbs/softverbs/qp"
+)
+
+// respState is the responder's state (rxe's qp->resp).
+type respState struct {
+	epsn    PSN    // expected PSN
+	msn     uint32 // message sequence number (24 bits)
+	inSend  bool   // between the FIRST and LAST packets of a SEND
+	inWrite bool   // between the FIRST and LAST packets of a WRITE
+	dropMsg bool   // UC: dropping the rest of a broken message
+
+	wqe     qp.RecvWQE // the receive WQE of the message in progress
+	haveWQE bool
+	mrs     []*keys.MR // its SGEs' MRs
+	off     uint32     // bytes placed in it
+
+	wmr    *keys.MR // RDMA WRITE in progress
+	wva    uint64
+	wresid uint32
+	wlen   uint32
+
+	nakSent    bool // a sequence or RNR NAK is out; wait for the expected PSN
+	ackPending bool // coalesced ACK to send at the end of the batch
+	ackPSN     PSN
+
+	res     [maxResources]resource // READ and atomic results for duplicates
+	resNext int
+
+	commEst bool
+	lastWQE bool
+}
+
+// maxResources bounds the saved READ/atomic responder resources (the
+// device's max_qp_rd_atom).
+const maxResources = 16
+
+type resource struct {
+	valid       bool
+	atomic      bool
+	first, last PSN
+	va          uint64
+	rkey        uint32
+	length      uint32
+	orig        uint64
+}
+
+// respResult is the outcome of a responder step that failed.
+type respResult uint8
+
+const (
+	respOK        respResult = iota
+	respRNR                  // no receive WQE
+	respInvalid              // invalid request: opcode sequence, length, alignment, unsupported
+	respAccess               // rkey, access or bounds
+	respLocalLen             // the receive WQE is too small
+	respLocalProt            // the receive WQE's memory is gone
+	respInvRkey              // SEND_WITH_INV named a key that cannot be invalidated
+)
+
+// respError says what an RC responder does on each failure (IBTA 9.7.5.2):
+// the NAK it sends, the status of the receive WQE in progress (if any), and
+// the affiliated event. The responder's QP then goes to ERR.
+var respError = [...]struct {
+	nak    NAKCode
+	status cq.Status
+	event  EventType
+}{
+	respInvalid:   {NAKInvalidRequest, cq.RemInvReqErr, EventQPReqErr},
+	respAccess:    {NAKRemoteAccessError, cq.RemAccessErr, EventQPAccessErr},
+	respLocalLen:  {NAKInvalidRequest, cq.LocLenErr, EventQPReqErr},
+	respLocalProt: {NAKRemoteOperationalError, cq.LocProtErr, EventQPFatal},
+	respInvRkey:   {NAKInvalidRequest, cq.RemInvReqErr, EventQPReqErr},
+}
+
+// recvBatch bounds the requests one run of the receive task handles.
+const recvBatch = 64
+
+// runRecv is the receive task: the responder.
+func (c *Conn) runRecv() bool {
+	q := c.qp
+	q.Lock()
+	more := c.respondLocked()
+	q.Unlock()
+	c.deliver(&c.rout)
+	c.signalRan()
+	return more
+}
+
+func (c *Conn) respondLocked() bool {
+	a := c.qp.AttrLocked()
+	if a.State == qp.Err {
+		c.flushRecvLocked()
+		return false
+	}
+	for i := 0; i < recvBatch; i++ {
+		pb := c.popReq()
+		if pb == nil {
+			c.flushAckLocked()
+			return false
+		}
+		if !a.State.Allows(qp.ProcessRecvOK) {
+			c.e.drop(c, DropQPState)
+			c.e.putBuf(pb)
+			continue
+		}
+		if a.State == qp.RTR && !c.resp.commEst {
+			c.resp.commEst = true
+			c.rout.event(Event{Type: EventCommEst, QPN: c.qp.Num()})
+		}
+		switch c.qp.Type() {
+		case qp.RC:
+			c.rcRequestLocked(&pb.pkt, a)
+		case qp.UC:
+			c.ucRequestLocked(&pb.pkt, a)
+		default:
+			c.udRequestLocked(pb, a)
+		}
+		c.e.putBuf(pb)
+		if a.State == qp.Err {
+			c.flushAckLocked()
+			c.flushRecvLocked()
+			return false
+		}
+	}
+	c.flushAckLocked()
+	return true
+}
+
+// flushRecvLocked completes the receive WQE in progress and the queued ones
+// with WR_FLUSH_ERR, drops queued requests, and raises LAST_WQE_REACHED
+// once for a QP on an SRQ.
+func (c *Conn) flushRecvLocked() {
+	if c.resp.haveWQE {
+		c.recvWC(cq.WC{WRID: c.resp.wqe.WRID, Status: cq.WRFlushErr, Opcode: cq.Recv})
+		c.resp.haveWQE = false
+	}
+	c.qp.FlushRecvLocked(func(wc *cq.WC) { c.rout.wc(c.qp.RecvCQ(), *wc) })
+	c.inMu.Lock()
+	c.reqQ.drain(c.e)
+	c.inMu.Unlock()
+	if c.qp.SRQ() != nil && !c.resp.lastWQE {
+		c.resp.lastWQE = true
+		c.rout.event(Event{Type: EventQPLastWQEReached, QPN: c.qp.Num()})
+	}
+}
+
+func (c *Conn) recvWC(wc cq.WC) {
+	wc.QPNum = c.qp.Num()
+	c.rout.wc(c.qp.RecvCQ(), wc)
+}
+
+// takeWQELocked makes sure a receive WQE is in hand, with its MRs.
+func (c *Conn) takeWQELocked() respResult {
+	if c.resp.haveWQE {
+		return respOK
+	}
+	ok, limit := c.qp.PopRecvLocked(&c.resp.wqe)
+	if limit {
+		c.rout.event(Event{Type: EventSRQLimitReached, SRQ: c.qp.SRQ(), QPN: c.qp.Num()})
+	}
+	if !ok {
+		return respRNR
+	}
+	c.resp.haveWQE = true
+	c.resp.off = 0
+	c.resp.mrs = c.resp.mrs[:0]
+	for _, s := range c.resp.wqe.SGL {
+		mr, err := c.qp.Keys().CheckLocal(c.qp.PD(), s.Lkey, s.Addr, s.Length, keys.LocalWrite)
+		if err != nil {
+			return respLocalProt
+		}
+		c.resp.mrs = append(c.resp.mrs, mr)
+	}
+	return respOK
+}
+
+// place copies payload into the receive WQE at its current offset.
+func (c *Conn) placeLocked(data []byte) respResult {
+	if uint64(c.resp.off)+uint64(len(data)) > uint64(c.resp.wqe.Length) {
+		return respLocalLen
+	}
+	scatter(c.resp.wqe.SGL, c.resp.mrs, c.resp.off, data)
+	c.resp.off += uint32(len(data))
+	return respOK
+}
+
+func (c *Conn) rcRequestLocked(p *Packet, a *qp.Attr) {
+	if p.Opcode.Class() != ClassRC || !p.Info.Has(FlagRequest) {
+		c.e.drop(c, DropQPType)
+		return
+	}
+	switch d := p.PSN.Diff(c.resp.epsn); {
+	case d > 0:
+		c.counters.inc(OutOfSeqRequest)
+		c.e.counters.inc(OutOfSeqRequest)
+		if !c.resp.nakSent {
+			c.resp.nakSent = true
+			c.sendAckLocked(NAKSyndrome(NAKPSNSeqError), c.resp.epsn)
+		}
+		return
+	case d < 0:
+		c.counters.inc(DuplicateRequest)
+		c.e.counters.inc(DuplicateRequest)
+		c.duplicateLocked(p, a)
+		return
+	}
+	c.resp.nakSent = false
+	r := c.rcExecuteLocked(p, a)
+	switch r {
+	case respOK:
+		if p.AckReq {
+			if c.resp.ackPending {
+				c.counters.inc(AckDeferred)
+			}
+			c.resp.ackPending, c.resp.ackPSN = true, p.PSN
+		}
+	case respRNR:
+		c.counters.inc(SendRNRErr)
+		c.e.counters.inc(SendRNRErr)
+		c.resp.nakSent = true
+		c.sendAckLocked(RNRNAKSyndrome(RNRTimerCode(a.MinRNRTimer)), p.PSN)
+	default:
+		e := respError[r]
+		c.sendAckLocked(NAKSyndrome(e.nak), p.PSN)
+		if c.resp.haveWQE {
+			c.recvWC(cq.WC{WRID: c.resp.wqe.WRID, Status: e.status, Opcode: cq.Recv})
+			c.resp.haveWQE = false
+		}
+		c.rout.event(Event{Type: e.event, QPN: c.qp.Num()})
+		c.qp.SetStateLocked(qp.Err)
+		c.sendTask.Schedule() // the requester side flushes too
+	}
+}
+
+// checkSequence checks the opcode against the message in progress.
+func (c *Conn) checkSequence(info *OpInfo) bool {
+	switch {
+	case c.resp.inSend:
+		return info.Has(FlagSend) && info.HasAny(FlagMiddle|FlagLast)
+	case c.resp.inWrite:
+		return info.Has(FlagWrite) && info.HasAny(FlagMiddle|FlagLast)
+	}
+	return !info.HasAny(FlagMiddle | FlagLast)
+}
+
+// rcExecuteLocked runs one in-sequence RC request.
+func (c *Conn) rcExecuteLocked(p *Packet, a *qp.Attr) respResult {
+	info := p.Info
+	if !c.checkSequence(info) {
+		return respInvalid
+	}
+	switch {
+	case info.Has(FlagWrite) && a.AccessFlags&keys.RemoteWrite == 0,
+		info.Has(FlagRead) && a.AccessFlags&keys.RemoteRead == 0,
+		info.Has(FlagAtomic) && a.AccessFlags&keys.RemoteAtomic == 0:
+		return respInvalid
+	}
+	mtu := c.pmtu(a)
+	if p.PayloadLen > mtu || info.HasAny(FlagFirst|FlagMiddle) && p.PayloadLen != mtu {
+		return respInvalid
+	}
+	switch {
+	case info.Has(FlagSend):
+		return c.sendLocked(p)
+	case info.Has(FlagWrite):
+		return c.writeLocked(p)
+	case info.Has(FlagRead):
+		return c.readLocked(p, a)
+	default:
+		return c.atomicLocked(p)
+	}
+}
+
+func (c *Conn) sendLocked(p *Packet) respResult {
+	info := p.Info
+	if r := c.takeWQELocked(); r != respOK {
+		return r
+	}
+	if r := c.placeLocked(p.Payload()); r != respOK {
+		return r
+	}
+	c.resp.epsn = p.PSN.Add(1)
+	if !info.Has(FlagEnd) {
+		c.resp.inSend = true
+		return respOK
+	}
+	c.resp.inSend = false
+	wc := cq.WC{WRID: c.resp.wqe.WRID, Opcode: cq.Recv, ByteLen: c.resp.off,
+		SrcQP: c.qp.AttrLocked().DestQPN, Solicited: p.SE}
+	if info.Has(FlagImm) {
+		wc.Flags |= cq.WithImm
+		wc.ImmData = p.ImmDt().Imm()
+	}
+	if info.Has(FlagInv) {
+		rkey := p.IETH().RKey()
+		if err := c.qp.Keys().Invalidate(c.qp.PD(), rkey); err != nil {
+			return respInvRkey
+		}
+		wc.Flags |= cq.WithInv
+		wc.InvalidatedRkey = rkey
+	}
+	c.resp.haveWQE = false
+	c.resp.msn = (c.resp.msn + 1) & 0xFFFFFF
+	c.counters.inc(RDMARecvs)
+	c.recvWC(wc)
+	return respOK
+}
+
+func (c *Conn) writeLocked(p *Packet) respResult {
+	info := p.Info
+	if info.Has(FlagStart) {
+		reth := p.RETH()
+		va, rkey, n := reth.VA(), reth.RKey(), reth.DMALen()
+		var mr *keys.MR
+		if n > 0 {
+			var err error
+			mr, err = c.qp.Keys().CheckRemote(c.qp.PD(), rkey, va, n, keys.RemoteWrite)
+			if err != nil {
+				return respAccess
+			}
+		}
+		c.resp.wmr, c.resp.wva, c.resp.wresid, c.resp.wlen = mr, va, n, n
+	}
+	n := p.PayloadLen
+	if n > c.resp.wresid || info.Has(FlagEnd) && n != c.resp.wresid {
+		return respInvalid
+	}
+	if info.Has(FlagEnd) && info.Has(FlagImm) {
+		// WRITE with immediate consumes a receive WQE: take it before
+		// placing data, so an RNR NAK leaves nothing half done.
+		if r := c.takeWQELocked(); r != respOK {
+			return r
+		}
+	}
+	if n > 0 {
+		c.resp.wmr.WriteAt(p.Payload(), c.resp.wva)
+		c.resp.wva += uint64(n)
+		c.resp.wresid -= n
+	}
+	c.resp.epsn = p.PSN.Add(1)
+	if !info.Has(FlagEnd) {
+		c.resp.inWrite = true
+		return respOK
+	}
+	c.resp.inWrite = false
+	c.resp.msn = (c.resp.msn + 1) & 0xFFFFFF
+	if info.Has(FlagImm) {
+		c.resp.haveWQE = false
+		c.recvWC(cq.WC{WRID: c.resp.wqe.WRID, Opcode: cq.RecvRDMAWithImm, ByteLen: c.resp.wlen,
+			SrcQP: c.qp.AttrLocked().DestQPN, Flags: cq.WithImm, ImmData: p.ImmDt().Imm(), Solicited: p.SE})
+	}
+	return respOK
+}
+
+func (c *Conn) newResource() *resource {
+	r := &c.resp.res[c.resp.resNext]
+	c.resp.resNext = (c.resp.resNext + 1) % len(c.resp.res)
+	return r
+}
+
+func (c *Conn) readLocked(p *Packet, a *qp.Attr) respResult {
+	reth := p.RETH()
+	va, rkey, n := reth.VA(), reth.RKey(), reth.DMALen()
+	var mr *keys.MR
+	if n > 0 {
+		var err error
+		mr, err = c.qp.Keys().CheckRemote(c.qp.PD(), rkey, va, n, keys.RemoteRead)
+		if err != nil {
+			return respAccess
+		}
+	}
+	k := npkts(n, c.pmtu(a))
+	res := c.newResource()
+	*res = resource{valid: true, first: p.PSN, last: p.PSN.Add(k - 1), va: va, rkey: rkey, length: n}
+	c.resp.epsn = p.PSN.Add(k)
+	c.resp.msn = (c.resp.msn + 1) & 0xFFFFFF
+	c.flushAckLocked()
+	c.sendReadResponsesLocked(p.PSN, mr, va, n, a)
+	return respOK
+}
+
+func (c *Conn) atomicLocked(p *Packet) respResult {
+	ae := p.AtomicETH()
+	va := ae.VA()
+	if va%8 != 0 {
+		return respInvalid
+	}
+	mr, err := c.qp.Keys().CheckRemote(c.qp.PD(), ae.RKey(), va, 8, keys.RemoteAtomic)
+	if err != nil {
+		return respAccess
+	}
+	c.e.atomicMu.Lock()
+	word := mr.Word(va)
+	orig := binary.NativeEndian.Uint64(word)
+	if p.Opcode == RCCompareSwap {
+		if orig == ae.Compare() {
+			binary.NativeEndian.PutUint64(word, ae.SwapAdd())
+		}
+	} else {
+		binary.NativeEndian.PutUint64(word, orig+ae.SwapAdd())
+	}
+	c.e.atomicMu.Unlock()
+	res := c.newResource()
+	*res = resource{valid: true, atomic: true, first: p.PSN, last: p.PSN, va: va, rkey: ae.RKey(), orig: orig}
+	c.resp.epsn = p.PSN.Add(1)
+	c.resp.msn = (c.resp.msn + 1) & 0xFFFFFF
+	c.flushAckLocked()
+	c.sendAtomicAckLocked(p.PSN, orig)
+	return respOK
+}
+
+// duplicateLocked answers a request whose PSN is before the expected one
+// (IBTA 9.7.5.1.1): SENDs and WRITEs are acknowledged again, READs are
+// executed again from the saved resource, atomics answered from the saved
+// result without executing them twice.
+func (c *Conn) duplicateLocked(p *Packet, a *qp.Attr) {
+	info := p.Info
+	c.flushAckLocked()
+	switch {
+	case info.HasAny(FlagSend | FlagWrite):
+		c.sendAckLocked(c.ackSyndrome(), c.resp.epsn.Sub(1))
+	case info.Has(FlagRead):
+		res := c.findResource(p.PSN, false)
+		if res == nil {
+			return
+		}
+		reth := p.RETH()
+		va, n := reth.VA(), reth.DMALen()
+		if va < res.va || uint64(va)+uint64(n) > res.va+uint64(res.length) {
+			return
+		}
+		var mr *keys.MR
+		if n > 0 {
+			var err error
+			mr, err = c.qp.Keys().CheckRemote(c.qp.PD(), reth.RKey(), va, n, keys.RemoteRead)
+			if err != nil {
+				return
+			}
+		}
+		c.sendReadResponsesLocked(p.PSN, mr, va, n, a)
+	case info.Has(FlagAtomic):
+		if res := c.findResource(p.PSN, true); res != nil && res.first == p.PSN {
+			c.sendAtomicAckLocked(p.PSN, res.orig)
+		}
+	}
+}
+
+func (c *Conn) findResource(psn PSN, atomic bool) *resource {
+	for i := range c.resp.res {
+		r := &c.resp.res[i]
+		if r.valid && r.atomic == atomic && r.first.LessEq(psn) && psn.LessEq(r.last) {
+			return r
+		}
+	}
+	return nil
+}
+
+// ackSyndrome is the syndrome of a positive ACK: the credit count of free
+// receive WQEs, or "invalid" (unlimited) for a QP on an SRQ.
+func (c *Conn) ackSyndrome() Syndrome {
+	if c.qp.SRQ() != nil {
+		return ACKSyndrome(CreditInvalid)
+	}
+	return ACKSyndrome(CreditCodeFor(uint32(c.qp.RecvLenLocked())))
+}
+
+func (c *Conn) flushAckLocked() {
+	if !c.resp.ackPending {
+		return
+	}
+	c.resp.ackPending = false
+	c.sendAckLocked(c.ackSyndrome(), c.resp.ackPSN)
+}
+
+// sendAckLocked sends an ACK or NAK with the current MSN.
+func (c *Conn) sendAckLocked(syn Syndrome, psn PSN) {
+	if syn.Type() != AckTypeACK {
+		c.flushAckLocked()
+	}
+	a := c.qp.AttrLocked()
+	b := c.respTx[netHeadroom:]
+	BTH(b).Init(RCAck, DefaultPKey, a.DestQPN, psn)
+	aeth := AETH(b[BTHLen:])
+	aeth.SetSyndrome(syn)
+	aeth.SetMSN(c.resp.msn)
+	r := c.e.routeTo(&a.AV, c.srcPort, false)
+	c.e.xmit(c, &r, c.respTx, BTHLen+AETHLen)
+}
+
+func (c *Conn) sendAtomicAckLocked(psn PSN, orig uint64) {
+	a := c.qp.AttrLocked()
+	b := c.respTx[netHeadroom:]
+	BTH(b).Init(RCAtomicAck, DefaultPKey, a.DestQPN, psn)
+	aeth := AETH(b[BTHLen:])
+	aeth.SetSyndrome(c.ackSyndrome())
+	aeth.SetMSN(c.resp.msn)
+	AtomicAckETH(b[BTHLen+AETHLen:]).SetOrigData(orig)
+	r := c.e.routeTo(&a.AV, c.srcPort, false)
+	c.e.xmit(c, &r, c.respTx, BTHLen+AETHLen+AtomicAckETHLen)
+}
+
+// sendReadResponsesLocked sends the responses to a READ of n bytes at va,
+// the first with PSN psn.
+func (c *Conn) sendReadResponsesLocked(psn PSN, mr *keys.MR, va uint64, n uint32, a *qp.Attr) {
+	mtu := c.pmtu(a)
+	r := c.e.routeTo(&a.AV, c.srcPort, false)
+	k := npkts(n, mtu)
+	var off uint32
+	for i := uint32(0); i < k; i++ {
+		var o Opcode
+		switch {
+		case k == 1:
+			o = RCReadResponseOnly
+		case i == 0:
+			o = RCReadResponseFirst
+		case i == k-1:
+			o = RCReadResponseLast
+		default:
+			o = RCReadResponseMiddle
+		}
+		info := o.Info()
+		b := c.respTx[netHeadroom:]
+		hl := info.HdrLen
+		BTH(b).Init(o, DefaultPKey, a.DestQPN, psn.Add(i))
+		if off := info.Offset(HdrAETH); off != 0 {
+			aeth := AETH(b[off:])
+			aeth.SetSyndrome(c.ackSyndrome())
+			aeth.SetMSN(c.resp.msn)
+		}
+		m := min(mtu, n-off)
+		if m > 0 {
+			mr.ReadAt(b[hl:hl+int(m)], va+uint64(off))
+		}
+		pad := (4 - m%4) % 4
+		clear(b[hl+int(m) : hl+int(m+pad)])
+		BTH(b).SetPadCount(uint8(pad))
+		c.e.xmit(c, &r, c.respTx, hl+int(m+pad))
+		off += m
+	}
+}
+
+// ucRequestLocked runs the UC responder: no ACKs, and a lost packet drops
+// the rest of its message silently (IBTA 9.7.5.1).
+func (c *Conn) ucRequestLocked(p *Packet, a *qp.Attr) {
+	info := p.Info
+	if p.Opcode.Class() != ClassUC {
+		c.e.drop(c, DropQPType)
+		return
+	}
+	if p.PSN != c.resp.epsn || c.resp.dropMsg {
+		// A gap (or a message already broken): abandon the message in
+		// progress; its receive WQE stays for the next one.
+		if p.PSN != c.resp.epsn {
+			c.counters.inc(OutOfSeqRequest)
+		}
+		c.resp.inSend, c.resp.inWrite, c.resp.off = false, false, 0
+		c.resp.dropMsg = !info.Has(FlagStart)
+		c.resp.epsn = p.PSN
+		if c.resp.dropMsg {
+			c.resp.epsn = p.PSN.Add(1)
+			return
+		}
+	}
+	r := c.rcExecuteLocked(p, a)
+	if r == respOK {
+		return
+	}
+	// UC drops what it cannot take; the QP stays up.
+	c.resp.epsn = p.PSN.Add(1)
+	c.resp.inSend, c.resp.inWrite, c.resp.off = false, false, 0
+	c.resp.dropMsg = !info.Has(FlagEnd)
+	if r == respRNR {
+		c.counters.inc(RecvWQEMissing)
+	}
+}
+
+// udRequestLocked runs the UD responder: Q_Key check, the 40-byte GRH
+// area, then the payload.
+func (c *Conn) udRequestLocked(pb *pktBuf, a *qp.Attr) {
+	p := &pb.pkt
+	if p.Opcode.Class() != ClassUD {
+		c.e.drop(c, DropQPType)
+		return
+	}
+	deth := p.DETH()
+	if deth.QKey() != a.QKey {
+		c.e.drop(c, DropBadQKey)
+		return
+	}
+	if r := c.takeWQELocked(); r != respOK {
+		if r == respRNR {
+			c.counters.inc(RecvWQEMissing)
+			c.e.counters.inc(RecvWQEMissing)
+			return
+		}
+		c.recvWC(cq.WC{WRID: c.resp.wqe.WRID, Status: cq.LocProtErr, Opcode: cq.Recv})
+		c.resp.haveWQE = false
+		return
+	}
+	c.resp.haveWQE = false
+	var grh [40]byte
+	if pb.v6 {
+		copy(grh[:], pb.ipHdr)
+	} else {
+		copy(grh[20:], pb.ipHdr)
+	}
+	wc := cq.WC{WRID: c.resp.wqe.WRID, Opcode: cq.Recv, SrcQP: deth.SrcQP(),
+		Flags: cq.GRH, Solicited: p.SE, ByteLen: 40 + p.PayloadLen}
+	if r := c.placeLocked(grh[:]); r != respOK {
+		wc.Status = cq.LocLenErr
+		c.recvWC(wc)
+		return
+	}
+	if r := c.placeLocked(p.Payload()); r != respOK {
+		wc.Status = cq.LocLenErr
+		c.recvWC(wc)
+		return
+	}
+	if p.Info.Has(FlagImm) {
+		wc.Flags |= cq.WithImm
+		wc.ImmData = p.ImmDt().Imm()
+	}
+	c.counters.inc(RDMARecvs)
+	c.recvWC(wc)
+}
