@@ -65,7 +65,14 @@ func defaultAttrs() rcAttrs {
 // other through GID index 1 of each device.
 func connect(t *testing.T, a *QP, da *Device, b *QP, db *Device, at rcAttrs) {
 	t.Helper()
-	bring := func(q *QP, peer *QP, pd *Device) {
+	bringUp(t, a, b, db, at)
+	bringUp(t, b, a, da, at)
+}
+
+// bringUp moves q to RTS with peer (on device pd) as its destination.
+func bringUp(t *testing.T, q *QP, peer *QP, pd *Device, at rcAttrs) {
+	t.Helper()
+	{
 		gid, err := pd.QueryGID(1, 1)
 		require.NoError(t, err)
 		typ := q.Type()
@@ -98,8 +105,6 @@ func connect(t *testing.T, a *QP, da *Device, b *QP, db *Device, at rcAttrs) {
 		}
 		require.NoError(t, q.Modify(&rts, mask))
 	}
-	bring(a, b, db)
-	bring(b, a, da)
 }
 
 // poll waits (up to a few seconds of real time, or by advancing a manual
