@@ -49,11 +49,11 @@ func (n *node) mr(t *testing.T, size int) *MR {
 
 // rcAttrs are the attributes connect uses.
 type rcAttrs struct {
-	mtu         MTU
-	timeout     uint8
-	retry, rnr  uint8
-	minRNR      uint8
-	access      keys.Access
+	mtu        MTU
+	timeout    uint8
+	retry, rnr uint8
+	minRNR     uint8
+	access     keys.Access
 }
 
 func defaultAttrs() rcAttrs {
