@@ -26,21 +26,24 @@ func same(m AttrMask) [numTypes]AttrMask { return per(m, m, m, m) }
 
 // transitions is the IBTA QP state transition table (IBTA vol. 1, 10.3 and
 // 11.2.4.2), as the kernel's ib_modify_qp_is_ok has it for the QP types we
-// support. Transitions to RESET and ERR from any state carry no attributes.
+// support. Transitions to RESET (from any state) and to ERR (from any state
+// but RESET) carry no attributes.
 var transitions = func() (t [numStates][numStates]*transition) {
 	any := &transition{}
 	for s := State(0); s < numStates; s++ {
 		t[s][Reset] = any
-		t[s][Err] = any
+		if s != Reset {
+			t[s][Err] = any // RESET->ERR is not a transition (IBTA, ib_modify_qp_is_ok)
+		}
 	}
 	t[Reset][Init] = &transition{
-		req: per(AttrQKey,
+		req: per(AttrPkeyIndex|AttrQKey,
 			AttrPkeyIndex|AttrPort|AttrAccessFlags,
 			AttrPkeyIndex|AttrPort|AttrAccessFlags,
 			AttrPkeyIndex|AttrPort|AttrQKey),
 	}
 	t[Init][Init] = &transition{
-		opt: per(AttrQKey,
+		opt: per(AttrPkeyIndex|AttrQKey,
 			AttrPkeyIndex|AttrPort|AttrAccessFlags,
 			AttrPkeyIndex|AttrPort|AttrAccessFlags,
 			AttrPkeyIndex|AttrPort|AttrQKey),
@@ -50,7 +53,7 @@ var transitions = func() (t [numStates][numStates]*transition) {
 			AttrAV|AttrPathMTU|AttrDestQPN|AttrRQPSN|AttrMaxDestRdAtomic|AttrMinRNRTimer,
 			AttrAV|AttrPathMTU|AttrDestQPN|AttrRQPSN,
 			0),
-		opt: per(AttrQKey,
+		opt: per(AttrPkeyIndex|AttrQKey,
 			AttrAltPath|AttrAccessFlags|AttrPkeyIndex,
 			AttrAltPath|AttrAccessFlags|AttrPkeyIndex,
 			AttrPkeyIndex|AttrQKey),
@@ -105,20 +108,16 @@ func CheckTransition(cur, next State, t Type, mask AttrMask) error {
 	if t < GSI || t > UD {
 		return fmt.Errorf("modify: %w: QP type %v", ErrNotSupported, t)
 	}
-	if mask&AttrCurState != 0 && cur != RTS && cur != SQD && cur != SQE {
-		// CUR_STATE is meaningful only when leaving SQD/SQE (or RTS->RTS).
-		if next != Reset && next != Err {
-			return fmt.Errorf("modify %v->%v: %w: CUR_STATE not allowed", cur, next, ErrInvalidArgument)
-		}
+	if mask&AttrCurState != 0 && cur != RTR && cur != RTS && cur != SQD && cur != SQE {
+		// CUR_STATE is meaningful only in the ->RTS transitions, which
+		// leave RTR, RTS, SQD or SQE; the table says which take it.
+		return fmt.Errorf("modify %v->%v: %w: CUR_STATE not allowed", cur, next, ErrInvalidArgument)
 	}
 	tr := transitions[cur][next]
 	if tr == nil || tr.opt[t] == notAllowed {
 		return fmt.Errorf("modify %v->%v on %v QP: %w: transition not allowed", cur, next, t, ErrInvalidState)
 	}
 	req, opt := tr.req[t], tr.opt[t]
-	if next == Reset || next == Err {
-		opt = AttrCurState // a no-attribute transition; CUR_STATE tolerated
-	}
 	m := mask &^ AttrState
 	if miss := req &^ m; miss != 0 {
 		return fmt.Errorf("modify %v->%v on %v QP: %w: missing required attributes %v", cur, next, t, ErrInvalidArgument, miss)

@@ -133,11 +133,14 @@ func (q *QP) State() State {
 	return q.attr.State
 }
 
-// Query returns a copy of the attributes (ibv_query_qp).
+// Query returns a copy of the attributes (ibv_query_qp); CurState, like
+// ibv_query_qp's cur_qp_state, is the current state.
 func (q *QP) Query() Attr {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.attr
+	a := q.attr
+	a.CurState = a.State
+	return a
 }
 
 // SetStateLocked moves the QP to s without the modify checks: the engines

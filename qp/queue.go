@@ -45,18 +45,33 @@ type RecvWQE struct {
 	sges   []SGE
 }
 
-// ring is a fixed-capacity FIFO of T indexed by free-running counters.
+// ring is a fixed-capacity FIFO of T indexed by free-running uint32
+// counters. The backing array's length is a power of two, so that counter i
+// names the same slot before and after the counters wrap at 2^32 (with any
+// other length, i%len jumps at the wrap and two live entries share a slot);
+// it holds at most n entries.
 type ring[T any] struct {
 	e          []T
+	n, mask    uint32
 	head, tail uint32 // head: next to produce; tail: oldest live entry
 }
 
-func newRing[T any](n uint32) ring[T] { return ring[T]{e: make([]T, n)} }
+// maxRing bounds a ring's capacity so that its backing length fits a uint32.
+const maxRing = 1 << 31
+
+func newRing[T any](n uint32) ring[T] {
+	n = min(n, maxRing)
+	size := uint32(1)
+	for size < n {
+		size <<= 1
+	}
+	return ring[T]{e: make([]T, size), n: n, mask: size - 1}
+}
 
 func (r *ring[T]) Len() int       { return int(r.head - r.tail) }
-func (r *ring[T]) Cap() int       { return len(r.e) }
-func (r *ring[T]) Free() int      { return len(r.e) - r.Len() }
-func (r *ring[T]) At(i uint32) *T { return &r.e[i%uint32(len(r.e))] }
+func (r *ring[T]) Cap() int       { return int(r.n) }
+func (r *ring[T]) Free() int      { return r.Cap() - r.Len() }
+func (r *ring[T]) At(i uint32) *T { return &r.e[i&r.mask] }
 
 // SendQueue is a QP's send queue. Head is the producer counter, Tail the
 // oldest WQE not yet retired to the CQ, and Next the next WQE the requester
