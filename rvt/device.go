@@ -274,7 +274,7 @@ type DeviceAttr struct {
 
 // QueryDevice returns the device attributes.
 func (d *Device) QueryDevice() DeviceAttr {
-	keysLen := d.keys.Len()
+	keysLen := 1 << d.keys.Bits()
 	return DeviceAttr{
 		FWVer: "0.1.0", NodeGUID: d.guid(), SysImageGUID: d.guid(),
 		MaxMRSize: 1 << 48, PageSizeCap: 0xFFFFF000, VendorID: 0xFFFFFF,

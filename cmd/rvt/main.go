@@ -1,0 +1,114 @@
+// Command rvt is the softverbs command-line tool: a demo of every verb on
+// an in-memory fabric, device information and statistics.
+//
+//	rvt demo [flags]      RC, UC and UD traffic of every opcode, throughput, counters
+//	rvt devinfo [flags]   device and port attributes, like ibv_devinfo -v
+//	rvt stat [flags]      QPs and counters after a little traffic, like rdma statistic
+//	rvt help [command]
+//
+// None of them needs root: the devices live in this process.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+)
+
+// command is one subcommand: its flags are parsed into a config that run
+// closes over.
+type command struct {
+	name, summary string
+	flags         func(fs *flag.FlagSet) (run func(w io.Writer) error)
+}
+
+func commands() []command {
+	return []command{
+		{"demo", "RC, UC and UD traffic of every opcode on an in-memory fabric, a throughput run, counters",
+			func(fs *flag.FlagSet) func(io.Writer) error {
+				cfg := defaultDemoConfig()
+				fs.Float64Var(&cfg.Seconds, "seconds", cfg.Seconds, "length of each throughput run, in seconds")
+				fs.IntVar(&cfg.Size, "size", cfg.Size, "RDMA WRITE size of the throughput run, in bytes")
+				fs.IntVar(&cfg.MTU, "mtu", cfg.MTU, "path MTU in bytes: 256, 512, 1024, 2048 or 4096")
+				fs.Float64Var(&cfg.Loss, "loss", cfg.Loss, "probability that an RC frame is lost (shows retransmission)")
+				fs.StringVar(&cfg.PCAP, "pcap", cfg.PCAP, "write rvt0's frames of the functional phase to this pcap `file`")
+				fs.Int64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the fabric and the fault profile")
+				return func(w io.Writer) error { return runDemo(w, cfg) }
+			}},
+		{"devinfo", "device and port attributes, GID and P_Key tables, like ibv_devinfo -v",
+			func(fs *flag.FlagSet) func(io.Writer) error {
+				cfg := defaultDevinfoConfig()
+				fs.BoolVar(&cfg.Loopback, "loopback", cfg.Loopback, "open the device without a link (loopback only)")
+				fs.IntVar(&cfg.LinkMTU, "link-mtu", cfg.LinkMTU, "Ethernet MTU of the fabric port")
+				fs.BoolVar(&cfg.Verbose, "v", cfg.Verbose, "print the device limits too")
+				return func(w io.Writer) error { return runDevinfo(w, cfg) }
+			}},
+		{"stat", "QPs and counters of the demo pair after a little traffic, like rdma statistic",
+			func(fs *flag.FlagSet) func(io.Writer) error {
+				cfg := defaultStatConfig()
+				fs.IntVar(&cfg.Messages, "messages", cfg.Messages, "RC SENDs (and as many WRITEs) to run first")
+				return func(w io.Writer) error { return runStat(w, cfg) }
+			}},
+	}
+}
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+// run executes one command line and returns the exit status: 0 on success,
+// 1 when the command failed, 2 for a usage error.
+func run(args []string, stdout, stderr io.Writer) int {
+	cmds := commands()
+	if len(args) == 0 {
+		usage(stderr, cmds)
+		return 2
+	}
+	name, args := args[0], args[1:]
+	flagOut := stderr
+	if name == "help" || name == "-h" || name == "-help" || name == "--help" {
+		if len(args) == 0 {
+			usage(stdout, cmds)
+			return 0
+		}
+		name, args, flagOut = args[0], []string{"-h"}, stdout
+	}
+	for _, c := range cmds {
+		if c.name != name {
+			continue
+		}
+		fs := flag.NewFlagSet("rvt "+c.name, flag.ContinueOnError)
+		fs.SetOutput(flagOut)
+		runCmd := c.flags(fs)
+		fs.Usage = func() {
+			fmt.Fprintf(fs.Output(), "usage: rvt %s [flags]\n\n%s.\n\nflags:\n", c.name, c.summary)
+			fs.PrintDefaults()
+		}
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return 0
+			}
+			return 2
+		}
+		if fs.NArg() > 0 {
+			fmt.Fprintf(stderr, "rvt %s: unexpected arguments %q\n", c.name, fs.Args())
+			return 2
+		}
+		if err := runCmd(stdout); err != nil {
+			fmt.Fprintf(stderr, "rvt %s: %v\n", c.name, err)
+			return 1
+		}
+		return 0
+	}
+	fmt.Fprintf(stderr, "rvt: unknown command %q\n\n", name)
+	usage(stderr, cmds)
+	return 2
+}
+
+func usage(w io.Writer, cmds []command) {
+	fmt.Fprintf(w, "rvt: the softverbs command-line tool (no root needed)\n\nusage: rvt <command> [flags]\n\ncommands:\n")
+	for _, c := range cmds {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintf(w, "  %-8s %s\n", "help", "this text, or `rvt help <command>` for a command's flags")
+}

@@ -1,0 +1,135 @@
+package main
+
+import (
+	"bytes"
+	"encoding/binary"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// wantLines are the result lines every demo prints, as "transport opcode".
+var wantLines = []string{
+	"RC SEND", "RC SEND_WITH_IMM", "RC RDMA_WRITE", "RC RDMA_WRITE_WITH_IMM", "RC RDMA_READ",
+	"RC ATOMIC_FETCH_AND_ADD", "RC ATOMIC_CMP_AND_SWP", "RC RDMA_READ + SEND fence",
+	"RC RDMA_WRITE unsignalled", "RC REG_MR", "RC RDMA_WRITE (fast-reg)", "RC SEND_WITH_INV",
+	"RC LOCAL_INV", "RC BIND_MW", "RC RDMA_WRITE (window)",
+	"UC SEND", "UC SEND_WITH_IMM", "UC RDMA_WRITE", "UC RDMA_WRITE_WITH_IMM",
+	"UD SEND", "UD SEND_WITH_IMM", "UD SEND_WITH_IMM mcast",
+	"RC RDMA_WRITE throughput", "RC SEND message rate",
+}
+
+func requireAllOK(t *testing.T, out string) {
+	t.Helper()
+	require.NotContains(t, out, "FAIL")
+	for _, l := range wantLines {
+		tr, op, _ := strings.Cut(l, " ")
+		re := regexp.MustCompile(`(?m)^ok +` + tr + ` +` + regexp.QuoteMeta(op) + ` {2,}`)
+		require.Regexp(t, re, out, "no ok line for %s", l)
+	}
+	require.Regexp(t, `RDMA_WRITE throughput .* [0-9.]+ GB/s`, out)
+	require.Regexp(t, `SEND message rate .* [0-9]+ msgs/s`, out)
+	require.Regexp(t, `(?m)^link rvt0/1 .*sent_pkts [0-9]+`, out)
+	require.Regexp(t, `(?m)^[0-9]+ checks passed, 0 failed$`, out)
+}
+
+func TestDemo(t *testing.T) {
+	var out bytes.Buffer
+	cfg := defaultDemoConfig()
+	cfg.Seconds = 0.2
+	err := runDemo(&out, cfg)
+	t.Log(out.String())
+	require.NoError(t, err)
+	requireAllOK(t, out.String())
+}
+
+// With RC frame loss and a small MTU the demo still passes, the counters
+// show retransmissions, and the capture holds the functional phase.
+func TestDemoLossCapture(t *testing.T) {
+	var out bytes.Buffer
+	cfg := defaultDemoConfig()
+	cfg.Seconds, cfg.Size, cfg.MTU, cfg.Loss = 0.1, 16<<10, 1024, 0.02
+	cfg.PCAP = filepath.Join(t.TempDir(), "demo.pcap")
+	err := runDemo(&out, cfg)
+	t.Log(out.String())
+	require.NoError(t, err)
+	requireAllOK(t, out.String())
+	require.Contains(t, out.String(), "path MTU 1024, RC frame loss 2%")
+	require.Regexp(t, `(?m)^link rvt0/1 .*retransmits [1-9]`, out.String())
+	require.Regexp(t, `(?m)^faults rvt0: [0-9]+ RC frames, [1-9][0-9]* lost$`, out.String())
+
+	b, err := os.ReadFile(cfg.PCAP)
+	require.NoError(t, err)
+	require.Greater(t, len(b), 24+16)
+	require.Equal(t, uint32(0xa1b23c4d), binary.LittleEndian.Uint32(b), "pcap magic (nanosecond)")
+}
+
+func TestDevinfo(t *testing.T) {
+	for _, loopback := range []bool{false, true} {
+		var out bytes.Buffer
+		cfg := defaultDevinfoConfig()
+		cfg.Loopback = loopback
+		require.NoError(t, runDevinfo(&out, cfg))
+		s := out.String()
+		for _, want := range []string{
+			"hca_id:\trvt0\n",
+			"\ttransport:\t\t\tInfiniBand (0)\n",
+			"\tnode_guid:\t\t\t0000:5eff:fe00:0001\n",
+			"\tphys_port_cnt:\t\t\t1\n",
+			"\tatomic_cap:\t\t\tATOMIC_HCA (1)\n",
+			"\t\tport:\t1\n",
+			"\t\t\tstate:\t\t\tPORT_ACTIVE (4)\n",
+			"\t\t\tmax_mtu:\t\t4096 (5)\n",
+			"\t\t\tactive_mtu:\t\t4096 (5)\n",
+			"\t\t\tlink_layer:\t\tEthernet\n",
+			"\t\t\tGID[  0]:\t\tfe80::5eff:fe00:1, RoCE v2\n",
+			"\t\t\tGID[  1]:\t\t::ffff:198.18.0.1, RoCE v2\n",
+			"\t\t\tPKey[  0]:\t\t0xffff\n",
+		} {
+			require.Contains(t, s, want)
+		}
+	}
+}
+
+func TestStat(t *testing.T) {
+	var out bytes.Buffer
+	cfg := defaultStatConfig()
+	cfg.Messages = 10
+	require.NoError(t, runStat(&out, cfg))
+	s := out.String()
+	require.Regexp(t, `(?m)^link rvt0/1 lqpn 17 type RC state RTS `, s)
+	require.Regexp(t, `(?m)^link rvt0/1 lqpn 18 type UD state RTS `, s)
+	require.Regexp(t, `(?m)^link rvt1/1 lqpn 17 type RC state RTS .* msn 20 .* rq-posted 4$`, s)
+	require.Regexp(t, `(?m)^link rvt1/1 .*rcvd_pkts 20 `, s)
+	require.Regexp(t, `(?m)^link rvt1/1 lqpn 17 .*rdma_recvs 10`, s)
+}
+
+func TestRun(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		code int
+		out  string // in stdout
+		err  string // in stderr
+	}{
+		{nil, 2, "", "usage: rvt <command>"},
+		{[]string{"help"}, 0, "commands:", ""},
+		{[]string{"help", "demo"}, 0, "-seconds", ""},
+		{[]string{"demo", "-h"}, 0, "", "-pcap file"},
+		{[]string{"nope"}, 2, "", `unknown command "nope"`},
+		{[]string{"demo", "--bogus"}, 2, "", "flag provided but not defined"},
+		{[]string{"demo", "extra"}, 2, "", "unexpected arguments"},
+		{[]string{"demo", "--mtu", "3000"}, 1, "", "--mtu 3000"},
+		{[]string{"demo", "--loss", "1.5"}, 1, "", "--loss 1.5"},
+		{[]string{"devinfo", "--loopback"}, 0, "PORT_ACTIVE", ""},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run(c.args, &stdout, &stderr)
+		require.Equal(t, c.code, code, "%q: stderr %s", c.args, stderr.String())
+		require.Contains(t, stdout.String(), c.out, "%q", c.args)
+		require.Contains(t, stderr.String(), c.err, "%q", c.args)
+	}
+}

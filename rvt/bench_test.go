@@ -1,0 +1,193 @@
+package rvt
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/softverbs/softverbs/keys"
+	"github.com/softverbs/softverbs/qp"
+)
+
+// benchPair is two connected RC QPs on one loopback device.
+type benchPair struct {
+	n      *node
+	a, b   *QP
+	src    *MR
+	dst    *MR
+	wcs    []WC
+	inline bool
+}
+
+func newBenchPair(b *testing.B, size int, inline bool) *benchPair {
+	t := &testing.T{}
+	o := Options{Inline: inline}
+	if !inline {
+		o.Workers = 2
+	}
+	d, err := Open(o)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { d.Close() })
+	pd, _ := d.AllocPD()
+	c, _ := d.CreateCQ(1<<14, nil)
+	n := &node{d: d, pd: pd, cq: c}
+	mk := func() *QP {
+		q, err := pd.CreateQP(QPInitAttr{Type: qp.RC, SendCQ: c, RecvCQ: c,
+			Cap: QPCap{MaxSendWR: 1024, MaxRecvWR: 1024, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return q
+	}
+	p := &benchPair{n: n, a: mk(), b: mk(), wcs: make([]WC, 256), inline: inline}
+	at := defaultAttrs()
+	at.mtu = qp.MTU4096
+	connect(t, p.a, d, p.b, d, at)
+	if t.Failed() {
+		b.Fatal("connect failed")
+	}
+	access := keys.LocalWrite | keys.RemoteWrite | keys.RemoteRead
+	p.src, _ = pd.Reg(make([]byte, size), access)
+	p.dst, _ = pd.Reg(make([]byte, size), access)
+	return p
+}
+
+// reap polls until at least want completions arrived and returns how many
+// it took; it fails on an error status.
+func (p *benchPair) reap(b *testing.B, want int) int {
+	got := 0
+	for got < want {
+		k := p.n.cq.Poll(p.wcs[:min(len(p.wcs), 64)])
+		for _, w := range p.wcs[:k] {
+			if w.Status != 0 {
+				b.Fatalf("completion %+v", w)
+			}
+		}
+		got += k
+	}
+	return got
+}
+
+// memcpyGBps measures copy() of size bytes in this run.
+func memcpyGBps(size int) float64 {
+	src, dst := make([]byte, size), make([]byte, size)
+	n := max(1, (256<<20)/size)
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		copy(dst, src)
+	}
+	return float64(n*size) / time.Since(start).Seconds() / 1e9
+}
+
+// BenchmarkLoopbackWrite measures RC RDMA WRITE goodput through the
+// loopback path (the same engines, no framing), against memcpy.
+func BenchmarkLoopbackWrite(b *testing.B) {
+	for _, size := range []int{4 << 10, 64 << 10, 1 << 20} {
+		for _, mode := range []string{"workers", "inline"} {
+			b.Run(fmt.Sprintf("%s/%dKiB", mode, size>>10), func(b *testing.B) {
+				p := newBenchPair(b, size, mode == "inline")
+				const window = 16
+				wr := SendWR{Opcode: qp.OpRDMAWrite, Flags: qp.Signaled,
+					SGL:        []SGE{{Addr: p.src.IOVA, Length: uint32(size), Lkey: p.src.Lkey}},
+					RemoteAddr: p.dst.IOVA, Rkey: p.dst.Rkey}
+				base := memcpyGBps(size)
+				b.SetBytes(int64(size))
+				b.ResetTimer()
+				start := time.Now()
+				inflight := 0
+				for i := 0; i < b.N; i++ {
+					if inflight == window {
+						inflight -= p.reap(b, 1)
+					}
+					if err := p.a.PostSend(wr); err != nil {
+						b.Fatal(err)
+					}
+					inflight++
+				}
+				p.reap(b, inflight)
+				el := time.Since(start).Seconds()
+				b.StopTimer()
+				gbps := float64(b.N*size) / el / 1e9
+				b.ReportMetric(gbps, "GB/s")
+				b.ReportMetric(gbps/base, "x_memcpy")
+			})
+		}
+	}
+}
+
+// chanPingPong measures messages per second between two goroutines over
+// unbuffered channels (each send is one message).
+func chanPingPong(n int) float64 {
+	ping, pong := make(chan uint64), make(chan uint64)
+	go func() {
+		for v := range ping {
+			pong <- v
+		}
+		close(pong)
+	}()
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		ping <- uint64(i)
+		<-pong
+	}
+	el := time.Since(start).Seconds()
+	close(ping)
+	return float64(2*n) / el
+}
+
+// BenchmarkLoopbackSend8B measures 8-byte RC SENDs, each with its receive
+// completion, against a channel ping-pong in the same run.
+func BenchmarkLoopbackSend8B(b *testing.B) {
+	for _, mode := range []string{"workers", "inline"} {
+		b.Run(mode, func(b *testing.B) {
+			p := newBenchPair(b, 4096, mode == "inline")
+			const window = 64
+			recv := RecvWR{SGL: []SGE{{Addr: p.dst.IOVA, Length: 64, Lkey: p.dst.Lkey}}}
+			for i := 0; i < 512; i++ {
+				if err := p.b.PostRecv(recv); err != nil {
+					b.Fatal(err)
+				}
+			}
+			send := SendWR{Opcode: qp.OpSend, Flags: qp.Signaled,
+				SGL: []SGE{{Addr: p.src.IOVA, Length: 8, Lkey: p.src.Lkey}}}
+			base := chanPingPong(200000)
+			b.ResetTimer()
+			start := time.Now()
+			inflight, recvs := 0, 0
+			for i := 0; i < b.N || inflight > 0; {
+				k := p.n.cq.Poll(p.wcs)
+				for _, w := range p.wcs[:k] {
+					if w.Status != 0 {
+						b.Fatalf("completion %+v", w)
+					}
+					if w.Opcode&0x80 != 0 {
+						recvs++
+						if err := p.b.PostRecv(recv); err != nil {
+							b.Fatal(err)
+						}
+					} else {
+						inflight--
+					}
+				}
+				for i < b.N && inflight < window {
+					if err := p.a.PostSend(send); err != nil {
+						b.Fatal(err)
+					}
+					inflight++
+					i++
+				}
+			}
+			for recvs < b.N {
+				k := p.n.cq.Poll(p.wcs)
+				recvs += k
+			}
+			el := time.Since(start).Seconds()
+			b.StopTimer()
+			rate := float64(b.N) / el
+			b.ReportMetric(rate, "msgs/s")
+			b.ReportMetric(rate/base, "x_chan")
+		})
+	}
+}
