@@ -91,13 +91,14 @@ type FaultLink struct {
 	rel   Releaser // inner as a Releaser, or nil
 	pool  *FramePool
 
-	mu        sync.Mutex
-	rng       *rand.Rand
-	closed    bool
-	held      *heldFrame // a frame held back for reordering
-	linkFree  time.Time  // when the bandwidth-capped link is next idle
-	stats     FaultStats
-	heldTimer clock.Timer
+	mu         sync.Mutex
+	rng        *rand.Rand
+	closed     bool
+	held       *heldFrame // a frame held back for reordering
+	linkFree   time.Time  // when the bandwidth-capped link is next idle
+	lastArrive time.Time  // the latest arrival scheduled: delays keep FIFO order
+	stats      FaultStats
+	heldTimer  clock.Timer
 }
 
 type heldFrame struct {
@@ -246,7 +247,16 @@ func (f *FaultLink) departureLocked(n int) time.Duration {
 			delay = 0
 		}
 	}
-	return d + delay
+	// A link delays but does not reorder: a frame never arrives before one
+	// sent earlier (reordering is the Reorder fault's job). Timers due at
+	// the same instant fire in creation order, which keeps FIFO.
+	now := f.clk.Now()
+	arrive := now.Add(d + delay)
+	if arrive.Before(f.lastArrive) {
+		arrive = f.lastArrive
+	}
+	f.lastArrive = arrive
+	return arrive.Sub(now)
 }
 
 // emitLocked queues out (or holds it back) for sending now into q[n:] and

@@ -270,19 +270,34 @@ func TestFaultsDelay(t *testing.T) {
 
 func TestFaultsJitter(t *testing.T) {
 	const d, j = 2 * time.Millisecond, 500 * time.Microsecond
+	// Frames sent far apart: each one's delay spans [d-j, d+j].
+	const step = 2*d + 2*j
 	fb := newFaultBench(t, 9, Faults{Delay: d, Jitter: j})
-	fb.send(t, seqRange(1000)...)
+	for i := range 1000 {
+		fb.send(t, uint32(i))
+		fb.clk.Advance(step)
+	}
 	fb.drain()
 	require.Len(t, fb.got, 1000)
 	var lo, hi time.Duration = time.Hour, 0
-	for _, a := range fb.got {
-		if a.at < d-j || a.at > d+j {
-			t.Fatalf("frame %d delivered after %v, outside [%v, %v]", a.seq, a.at, d-j, d+j)
+	for i, a := range fb.got {
+		delay := a.at - time.Duration(i)*step
+		if delay < d-j || delay > d+j {
+			t.Fatalf("frame %d delayed %v, outside [%v, %v]", a.seq, delay, d-j, d+j)
 		}
-		lo, hi = min(lo, a.at), max(hi, a.at)
+		lo, hi = min(lo, delay), max(hi, delay)
 	}
 	require.Less(t, lo, d-j+50*time.Microsecond)
 	require.Greater(t, hi, d+j-50*time.Microsecond)
+
+	// Frames sent back to back: jitter delays but never reorders.
+	fb = newFaultBench(t, 9, Faults{Delay: d, Jitter: j})
+	fb.send(t, seqRange(1000)...)
+	fb.drain()
+	require.Equal(t, seqRange(1000), fb.seqs())
+	for _, a := range fb.got {
+		require.LessOrEqual(t, a.at, d+j)
+	}
 
 	// Jitter wider than the delay clamps at zero: some frames go at once.
 	fb = newFaultBench(t, 9, Faults{Delay: 100 * time.Microsecond, Jitter: time.Millisecond})

@@ -65,6 +65,7 @@ func (c *Conn) progressLocked(psn PSN) {
 		return
 	}
 	c.comp.psn = psn
+	c.req.retriedValid = false
 	a := c.qp.AttrLocked()
 	c.req.retryLeft = a.RetryCnt
 	c.req.rnrLeft = a.RNRRetry
@@ -85,15 +86,19 @@ func (c *Conn) ackBeforeLocked(psn PSN) bool {
 			continue
 		}
 		if w.WR.Opcode.ReadOrAtomic() {
+			// Responses for this READ or atomic are still due: the
+			// acknowledged point cannot pass the next one.
+			want := PSN(w.FirstPSN).Add(w.Done / c.pmtu(c.qp.AttrLocked()))
 			if PSN(w.LastPSN).Less(psn) {
 				// Acknowledged past a READ or atomic whose response
 				// never came: an implied NAK; ask again.
-				want := PSN(w.FirstPSN).Add(w.Done / c.pmtu(c.qp.AttrLocked()))
 				c.counters.inc(CompleterRetryErr)
-				c.req.needRetry = true
-				c.req.retryPSN = want
 				c.progressLocked(want)
+				c.requestRetryLocked(want)
 				return false
+			}
+			if want.Less(psn) {
+				psn = want
 			}
 			break
 		}
@@ -156,8 +161,7 @@ func (c *Conn) ackLocked(p *Packet, a *qp.Attr) {
 			if !c.ackBeforeLocked(p.PSN) || c.req.rnrWait {
 				return
 			}
-			c.req.needRetry = true
-			c.req.retryPSN = p.PSN
+			c.requestRetryLocked(p.PSN)
 			return
 		}
 		c.ackBeforeLocked(p.PSN)
@@ -186,8 +190,7 @@ func (c *Conn) readResponseLocked(p *Packet, a *qp.Attr) {
 		if d > 0 {
 			// Lost responses: ask again from the first missing one.
 			c.counters.inc(CompleterRetryErr)
-			c.req.needRetry = true
-			c.req.retryPSN = want
+			c.requestRetryLocked(want)
 		}
 		return
 	}

@@ -21,6 +21,11 @@ type reqState struct {
 	timerOn     bool
 	deadline    time.Time
 	drainedSent bool
+	// retried is the PSN the last retry restarted from; until progress is
+	// made, gaps and NAKs for that same PSN do not restart again (the old
+	// packets still in flight would trigger a storm).
+	retried      PSN
+	retriedValid bool
 	failed      bool // a WQE failed: the QP goes to ERR when it retires
 }
 
@@ -495,6 +500,7 @@ func (c *Conn) retryLocked() {
 	c.req.rdAtomic = 0
 	sq.Next = start
 	c.req.psn = psn
+	c.req.retried, c.req.retriedValid = psn, true
 	c.req.noAck = 0
 	c.req.rnrWait = false
 }
@@ -572,4 +578,14 @@ func (c *Conn) flushSendLocked() {
 	c.req.needRetry = false
 	c.req.rnrWait = false
 	c.comp.psn = c.req.psn
+}
+
+// requestRetryLocked asks for a go-back-N retry from psn after a NAK or a
+// gap in responses, unless a retry from that PSN is already under way.
+func (c *Conn) requestRetryLocked(psn PSN) {
+	if c.req.retriedValid && c.req.retried == psn {
+		return
+	}
+	c.req.needRetry = true
+	c.req.retryPSN = psn
 }
