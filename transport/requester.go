@@ -26,7 +26,7 @@ type reqState struct {
 	// packets still in flight would trigger a storm).
 	retried      PSN
 	retriedValid bool
-	failed      bool // a WQE failed: the QP goes to ERR when it retires
+	failed       bool // a WQE failed: the QP goes to ERR when it retires
 }
 
 // sendBatch bounds the packets one run of the send task emits.
