@@ -432,3 +432,30 @@ func (m *mapping) copy(p []byte, addr uint64, write bool) int {
 	}
 	return n
 }
+
+// View returns the n bytes at iova as a slice of the region's memory, when
+// they lie in one contiguous piece (always for RegMR regions; within one
+// page for fast-register regions). ok is false otherwise: use ReadAt. The
+// slice aliases the caller's memory: the loopback path copies from it once
+// instead of staging the payload in a packet buffer.
+func (mr *MR) View(iova uint64, n uint64) (b []byte, ok bool) {
+	m := mr.mem.Load()
+	off, in := m.offset(iova, n)
+	if !in {
+		return nil, false
+	}
+	if m.pages == nil {
+		return m.buf[off : off+n : off+n], true
+	}
+	pos := off + m.first
+	i := pos >> m.shift
+	if i >= uint64(len(m.pages)) {
+		return nil, false
+	}
+	pg := m.pages[i]
+	start := pos & (1<<m.shift - 1)
+	if start+n > uint64(len(pg)) {
+		return nil, false
+	}
+	return pg[start : start+n : start+n], true
+}

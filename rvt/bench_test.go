@@ -138,56 +138,72 @@ func chanPingPong(n int) float64 {
 }
 
 // BenchmarkLoopbackSend8B measures 8-byte RC SENDs, each with its receive
-// completion, against a channel ping-pong in the same run.
+// completion, against a channel ping-pong in the same run. post=N posts
+// lists of N WRs per PostSend call (ib_send_bw's post list).
 func BenchmarkLoopbackSend8B(b *testing.B) {
 	for _, mode := range []string{"workers", "inline"} {
-		b.Run(mode, func(b *testing.B) {
-			p := newBenchPair(b, 4096, mode == "inline")
-			const window = 64
-			recv := RecvWR{SGL: []SGE{{Addr: p.dst.IOVA, Length: 64, Lkey: p.dst.Lkey}}}
-			for i := 0; i < 512; i++ {
-				if err := p.b.PostRecv(recv); err != nil {
-					b.Fatal(err)
-				}
-			}
-			send := SendWR{Opcode: qp.OpSend, Flags: qp.Signaled,
-				SGL: []SGE{{Addr: p.src.IOVA, Length: 8, Lkey: p.src.Lkey}}}
-			base := chanPingPong(200000)
-			b.ResetTimer()
-			start := time.Now()
-			inflight, recvs := 0, 0
-			for i := 0; i < b.N || inflight > 0; {
-				k := p.n.cq.Poll(p.wcs)
-				for _, w := range p.wcs[:k] {
-					if w.Status != 0 {
-						b.Fatalf("completion %+v", w)
-					}
-					if w.Opcode&0x80 != 0 {
-						recvs++
-						if err := p.b.PostRecv(recv); err != nil {
-							b.Fatal(err)
-						}
-					} else {
-						inflight--
-					}
-				}
-				for i < b.N && inflight < window {
-					if err := p.a.PostSend(send); err != nil {
-						b.Fatal(err)
-					}
-					inflight++
-					i++
-				}
-			}
-			for recvs < b.N {
-				k := p.n.cq.Poll(p.wcs)
-				recvs += k
-			}
-			el := time.Since(start).Seconds()
-			b.StopTimer()
-			rate := float64(b.N) / el
-			b.ReportMetric(rate, "msgs/s")
-			b.ReportMetric(rate/base, "x_chan")
-		})
+		for _, post := range []int{1, 16} {
+			b.Run(fmt.Sprintf("%s/post=%d", mode, post), func(b *testing.B) {
+				benchSend8B(b, mode == "inline", post)
+			})
+		}
 	}
+}
+
+func benchSend8B(b *testing.B, inline bool, post int) {
+	p := newBenchPair(b, 4096, inline)
+	const window = 64
+	recv := RecvWR{SGL: []SGE{{Addr: p.dst.IOVA, Length: 64, Lkey: p.dst.Lkey}}}
+	for i := 0; i < 512; i++ {
+		if err := p.b.PostRecv(recv); err != nil {
+			b.Fatal(err)
+		}
+	}
+	sends := make([]SendWR, post)
+	for i := range sends {
+		sends[i] = SendWR{Opcode: qp.OpSend, Flags: qp.Signaled,
+			SGL: []SGE{{Addr: p.src.IOVA, Length: 8, Lkey: p.src.Lkey}}}
+	}
+	recvs := make([]RecvWR, 0, 64)
+	base := chanPingPong(200000)
+	b.ResetTimer()
+	start := time.Now()
+	inflight, got := 0, 0
+	for i := 0; i < b.N || inflight > 0; {
+		k := p.n.cq.Poll(p.wcs)
+		recvs = recvs[:0]
+		for _, w := range p.wcs[:k] {
+			if w.Status != 0 {
+				b.Fatalf("completion %+v", w)
+			}
+			if w.Opcode&0x80 != 0 {
+				got++
+				recvs = append(recvs, recv)
+			} else {
+				inflight--
+			}
+		}
+		if len(recvs) > 0 {
+			if err := p.b.PostRecv(recvs...); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for i < b.N && inflight+post <= window {
+			n := min(post, b.N-i)
+			if err := p.a.PostSend(sends[:n]...); err != nil {
+				b.Fatal(err)
+			}
+			inflight += n
+			i += n
+		}
+	}
+	for got < b.N {
+		k := p.n.cq.Poll(p.wcs)
+		got += k
+	}
+	el := time.Since(start).Seconds()
+	b.StopTimer()
+	rate := float64(b.N) / el
+	b.ReportMetric(rate, "msgs/s")
+	b.ReportMetric(rate/base, "x_chan")
 }

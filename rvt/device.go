@@ -240,7 +240,7 @@ func (d *Device) dispatch(ev Event) {
 
 // Counters returns the device's counters by name (rxe's hw_counters names,
 // plus drop_<reason>).
-func (d *Device) Counters() map[string]uint64 { return d.eng.Counters().Snapshot() }
+func (d *Device) Counters() map[string]uint64 { return d.eng.Snapshot() }
 
 // DeviceAttr are the device attributes (ibv_device_attr).
 type DeviceAttr struct {

@@ -45,7 +45,6 @@ func (c *Conn) responseLocked(pb *pktBuf) {
 	if !p.PSN.Less(c.req.psn) || p.PSN.Less(c.comp.psn) && p.Opcode == RCAck && p.AETH().Syndrome().Type() != AckTypeACK {
 		// A response to a PSN never sent (or a stale NAK): a ghost.
 		c.counters.inc(GhostAcks)
-		c.e.counters.inc(GhostAcks)
 		return
 	}
 	switch {
@@ -66,11 +65,12 @@ func (c *Conn) progressLocked(psn PSN) {
 	}
 	c.comp.psn = psn
 	c.req.retriedValid = false
+	c.req.epoch++
 	a := c.qp.AttrLocked()
 	c.req.retryLeft = a.RetryCnt
 	c.req.rnrLeft = a.RNRRetry
 	if c.comp.psn != c.req.psn {
-		c.armTimerLocked(true)
+		c.armTimerLocked()
 	}
 }
 
@@ -137,14 +137,12 @@ func (c *Conn) ackLocked(p *Packet, a *qp.Attr) {
 		c.ackBeforeLocked(p.PSN.Add(1))
 	case AckTypeRNRNAK:
 		c.counters.inc(RcvdRNRErr)
-		c.e.counters.inc(RcvdRNRErr)
 		if !c.ackBeforeLocked(p.PSN) || c.req.rnrWait {
 			return
 		}
 		if a.RNRRetry != 7 {
 			if c.req.rnrLeft == 0 {
 				c.counters.inc(RNRRetryExceededErr)
-				c.e.counters.inc(RNRRetryExceededErr)
 				c.failOldestLocked(cq.RNRRetryExcErr)
 				return
 			}
@@ -157,7 +155,6 @@ func (c *Conn) ackLocked(p *Packet, a *qp.Attr) {
 		code := syn.NAKCode()
 		if code == NAKPSNSeqError {
 			c.counters.inc(RcvdSeqErr)
-			c.e.counters.inc(RcvdSeqErr)
 			if !c.ackBeforeLocked(p.PSN) || c.req.rnrWait {
 				return
 			}

@@ -30,11 +30,18 @@ type Conn struct {
 	reqQ  pktQueue // requests, for the responder; guarded by inMu
 	respQ pktQueue // ACKs and responses, for the completer; guarded by inMu
 
+	// Task-local batches taken from reqQ and respQ under one lock, under
+	// the QP lock.
+	reqIn, respIn inbox
+
 	// Send task state, under the QP lock.
 	req   reqState
 	comp  compState
 	reqTx []byte
 	sout  outbox
+
+	// The cached route and MTU, under the QP lock.
+	path path
 
 	// Receive task state, under the QP lock.
 	resp   respState
@@ -142,17 +149,48 @@ func (c *Conn) enqueue(pb *pktBuf) {
 	}
 }
 
-func (c *Conn) popReq() *pktBuf {
-	c.inMu.Lock()
-	defer c.inMu.Unlock()
-	return c.reqQ.pop()
+// inbox is a task's batch of packets taken from a queue under one lock.
+type inbox struct {
+	b []*pktBuf
+	i int
 }
 
-func (c *Conn) popResp() *pktBuf {
-	c.inMu.Lock()
-	defer c.inMu.Unlock()
-	return c.respQ.pop()
+// inboxBatch bounds how many packets one lock hands over.
+const inboxBatch = 64
+
+func (c *Conn) next(in *inbox, q *pktQueue) *pktBuf {
+	if in.i == len(in.b) {
+		in.b, in.i = in.b[:0], 0
+		c.inMu.Lock()
+		for len(in.b) < inboxBatch {
+			pb := q.pop()
+			if pb == nil {
+				break
+			}
+			in.b = append(in.b, pb)
+		}
+		c.inMu.Unlock()
+		if len(in.b) == 0 {
+			return nil
+		}
+	}
+	pb := in.b[in.i]
+	in.b[in.i] = nil
+	in.i++
+	return pb
 }
+
+func (in *inbox) drain(e *Engine) {
+	for ; in.i < len(in.b); in.i++ {
+		e.putBuf(in.b[in.i])
+		in.b[in.i] = nil
+	}
+	in.b, in.i = in.b[:0], 0
+}
+
+func (c *Conn) popReq() *pktBuf { return c.next(&c.reqIn, &c.reqQ) }
+
+func (c *Conn) popResp() *pktBuf { return c.next(&c.respIn, &c.respQ) }
 
 // outbox collects completions and events produced under the QP lock; they
 // are delivered after it is released, so CQ handlers and event subscribers
@@ -192,6 +230,7 @@ func (c *Conn) Modify(a *qp.Attr, mask qp.AttrMask) error {
 		return err
 	}
 	at := q.AttrLocked()
+	c.path.valid = false
 	switch {
 	case to == qp.Reset:
 		c.resetLocked()
@@ -224,6 +263,8 @@ func (c *Conn) resetLocked() {
 	c.comp = compState{}
 	mrs := c.resp.mrs[:0]
 	c.resp = respState{mrs: mrs}
+	c.reqIn.drain(c.e)
+	c.respIn.drain(c.e)
 	c.inMu.Lock()
 	c.reqQ.drain(c.e)
 	c.respQ.drain(c.e)
@@ -269,7 +310,8 @@ func (c *Conn) Idle() bool {
 	c.qp.Unlock()
 	c.inMu.Lock()
 	defer c.inMu.Unlock()
-	return sqEmpty && c.reqQ.len() == 0 && c.respQ.len() == 0
+	return sqEmpty && c.reqQ.len() == 0 && c.respQ.len() == 0 &&
+		c.reqIn.i == len(c.reqIn.b) && c.respIn.i == len(c.respIn.b)
 }
 
 // rto returns the retransmit timeout for IBTA timeout code t.
@@ -277,24 +319,19 @@ func rto(t uint8) time.Duration {
 	return time.Duration(4096<<t) * time.Nanosecond
 }
 
-// armTimerLocked makes sure the retransmit timer runs and, if restart,
-// moves its deadline to now + timeout.
-func (c *Conn) armTimerLocked(restart bool) {
+// armTimerLocked makes sure the retransmit timer runs. The timer does not
+// track a deadline: when it fires, it times out only if the requester made
+// no progress since it was armed (one timeout period at least, two at most,
+// as IBTA allows), so the data path never reads the clock.
+func (c *Conn) armTimerLocked() {
 	t := c.qp.AttrLocked().Timeout
-	if t == 0 {
-		return
-	}
-	d := rto(t)
-	now := c.e.clk.Now()
-	if restart || !c.req.timerOn {
-		c.req.deadline = now.Add(d)
-	}
-	if c.req.timerOn {
+	if t == 0 || c.req.timerOn {
 		return
 	}
 	c.req.timerOn = true
+	c.req.armedEpoch = c.req.epoch
 	c.timerMu.Lock()
-	c.timer = c.e.clk.AfterFunc(d, c.onTimer)
+	c.timer = c.e.clk.AfterFunc(rto(t), c.onTimer)
 	c.timerMu.Unlock()
 }
 
@@ -365,4 +402,34 @@ func (c *Conn) WaitFlushed(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// path is a QP's cached route and path MTU.
+type path struct {
+	gen   uint64 // the engine's portGen they were computed for
+	valid bool
+	mtu   uint32
+	r     route
+}
+
+// pathLocked returns the QP's route (connected QPs) and path MTU, computed
+// again when the attributes or the port changed.
+func (c *Conn) pathLocked(a *qp.Attr) *path {
+	p := &c.path
+	g := c.e.portGen.Load()
+	if p.valid && p.gen == g {
+		return p
+	}
+	p.gen = g
+	active := c.e.mtu.Load()
+	p.mtu = active
+	if !c.qp.Type().Datagram() && a.PathMTU.Valid() {
+		p.mtu = min(uint32(a.PathMTU.Bytes()), active)
+	}
+	p.valid = true
+	if !c.qp.Type().Datagram() {
+		p.r = c.e.routeTo(&a.AV, c.srcPort, false)
+		p.valid = p.r.err == DropNone
+	}
+	return p
 }

@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 
 	"github.com/softverbs/softverbs/clock"
 	"github.com/softverbs/softverbs/cq"
@@ -130,6 +131,11 @@ type Engine struct {
 	conns map[uint32]*Conn // guarded by mu
 	port  portState        // guarded by mu for writes; read under RLock
 
+	// portGen counts SetPort calls: QPs cache their route and MTU and
+	// recompute them when it moves. mtu is the active MTU in bytes.
+	portGen atomic.Uint64
+	mtu     atomic.Uint32
+
 	atomicMu sync.Mutex // serialises atomics on memory
 
 	counters Counters
@@ -166,6 +172,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 	}
 	e.pool.New = func() any { return &pktBuf{own: make([]byte, 0, netHeadroom+maxIBHdr+4096+ICRCLen+4)} }
 	e.port.mtu = qp.MTU4096
+	e.mtu.Store(4096)
 	return e, nil
 }
 
@@ -192,6 +199,8 @@ func (e *Engine) SetPort(pc PortConfig) error {
 	}
 	e.mu.Lock()
 	e.port = portState{link: pc.Link, mac: pc.MAC, gids: gids, resolve: pc.Resolve, mtu: m, ttl: pc.TTL}
+	e.mtu.Store(uint32(m.Bytes()))
+	e.portGen.Add(1)
 	e.mu.Unlock()
 	if pc.Link != nil {
 		pc.Link.SetHandler(e.ReceiveFrame)
@@ -200,11 +209,7 @@ func (e *Engine) SetPort(pc PortConfig) error {
 }
 
 // ActiveMTU returns the port's active path MTU.
-func (e *Engine) ActiveMTU() qp.MTU {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	return e.port.mtu
-}
+func (e *Engine) ActiveMTU() qp.MTU { return qp.MTUFromBytes(int(e.mtu.Load())) }
 
 // GIDs returns a copy of the GID table.
 func (e *Engine) GIDs() []netdev.GID {
@@ -216,8 +221,27 @@ func (e *Engine) GIDs() []netdev.GID {
 // Clock returns the engine's clock.
 func (e *Engine) Clock() clock.Clock { return e.clk }
 
-// Counters returns the device-wide counters.
+// Counters returns the device-wide counters that are not per QP (frames
+// received from the link, drops before a QP is known).
 func (e *Engine) Counters() *Counters { return &e.counters }
+
+// Snapshot returns the device's counters by name: its own plus the sum of
+// every QP's, live and destroyed. Packets sent and received on the
+// loopback path are counted once, on their QPs.
+func (e *Engine) Snapshot() map[string]uint64 {
+	m := e.counters.Snapshot()
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	for _, c := range e.conns {
+		for k, v := range c.counters.Snapshot() {
+			if k == RcvdPkts.String() {
+				continue // counted per frame at the link, or below
+			}
+			m[k] += v
+		}
+	}
+	return m
+}
 
 func (e *Engine) event(ev Event) {
 	if e.cfg.Events != nil {
@@ -243,6 +267,15 @@ func (e *Engine) RemoveConn(c *Conn) {
 	delete(e.conns, c.qp.Num())
 	e.mu.Unlock()
 	c.stop()
+	// Keep the destroyed QP's counts in the device totals.
+	for i := Counter(0); i < NumCounters; i++ {
+		if i != RcvdPkts {
+			e.counters.c[i].Add(c.counters.c[i].Load())
+		}
+	}
+	for r := range c.counters.drops {
+		e.counters.drops[r].Add(c.counters.drops[r].Load())
+	}
 }
 
 // Conns returns a snapshot of the registered QPs.
@@ -286,10 +319,11 @@ func (e *Engine) putBuf(pb *pktBuf) {
 
 // drop counts a dropped packet.
 func (e *Engine) drop(c *Conn, r DropReason) {
-	e.counters.drops[r].Add(1)
 	if c != nil {
 		c.counters.drops[r].Add(1)
+		return
 	}
+	e.counters.drops[r].Add(1)
 }
 
 // ReceiveFrame is the link handler: it parses an Ethernet frame once,
@@ -447,9 +481,10 @@ func (e *Engine) routeTo(av *qp.AddressVector, srcPort uint16, datagram bool) ro
 
 // xmit sends one packet. buf holds the packet's BTH at netHeadroom and ib
 // is its length (BTH through pad). It frames, adds the ICRC and sends it on
-// the link and/or delivers it to this device.
-func (e *Engine) xmit(c *Conn, r *route, buf []byte, ib int) {
-	e.counters.c[SentPkts].Add(1)
+// the link and/or delivers it to this device. On the loopback fast path ext
+// may hold the payload in place (then buf holds the headers only, ib bytes,
+// and the payload is never staged): the receiver copies from it directly.
+func (e *Engine) xmit(c *Conn, r *route, buf []byte, ib int, ext []byte) {
 	c.counters.c[SentPkts].Add(1)
 	if r.err != DropNone {
 		e.counters.c[SendErr].Add(1)
@@ -458,13 +493,18 @@ func (e *Engine) xmit(c *Conn, r *route, buf []byte, ib int) {
 	if r.fast {
 		pb := e.getBuf()
 		pb.own = append(pb.own[:0], buf[netHeadroom:netHeadroom+ib]...)
-		if err := Parse(pb.own, &pb.pkt); err != nil {
+		var err error
+		if ext != nil {
+			err = parseExternal(pb.own, ext, &pb.pkt)
+		} else {
+			err = Parse(pb.own, &pb.pkt)
+		}
+		if err != nil {
 			e.putBuf(pb)
 			e.counters.c[SendErr].Add(1)
 			return
 		}
 		pb.src, pb.dst = r.src.IP, r.dst.IP
-		e.counters.c[RcvdPkts].Add(1)
 		e.deliver(pb)
 		return
 	}

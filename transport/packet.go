@@ -128,6 +128,10 @@ type Packet struct {
 
 	HdrLen     uint16 // BTH plus extension headers; the payload starts here
 	PayloadLen uint32 // payload bytes, pad excluded
+
+	// ext holds the payload when it is not in Buf: on the loopback fast
+	// path the responder copies straight from the requester's memory.
+	ext []byte
 }
 
 // BTH returns the base transport header.
@@ -168,6 +172,9 @@ func (p *Packet) PayloadOffset() int { return int(p.HdrLen) }
 
 // Payload returns the payload without the pad bytes.
 func (p *Packet) Payload() []byte {
+	if p.ext != nil {
+		return p.ext
+	}
 	end := int(p.HdrLen) + int(p.PayloadLen)
 	return p.Buf[p.HdrLen:end:end]
 }
@@ -230,6 +237,50 @@ func Parse(b []byte, p *Packet) error {
 		TVer:       0,
 		HdrLen:     uint16(info.HdrLen),
 		PayloadLen: uint32(payload),
+	}
+	return nil
+}
+
+// parseExternal is Parse for a packet whose payload is held apart from its
+// headers (the loopback fast path): hdr is the BTH and extension headers
+// only, payload the payload without pad. It applies Parse's rules.
+func parseExternal(hdr, payload []byte, p *Packet) error {
+	if len(hdr) < BTHLen {
+		return DropTruncated.Err()
+	}
+	bth := BTH(hdr)
+	info := &opTable[bth.Opcode()]
+	switch {
+	case !info.valid:
+		return DropBadOpcode.Err()
+	case bth.TVer() != 0:
+		return DropBadVersion.Err()
+	case len(hdr) != info.HdrLen:
+		return DropBadLength.Err()
+	case info.Flags&FlagPayload == 0 && len(payload) != 0:
+		return DropBadLength.Err()
+	case info.Flags&(FlagFirst|FlagMiddle|FlagLast) != 0 && len(payload) == 0:
+		return DropBadLength.Err()
+	}
+	*p = Packet{
+		Buf:        hdr,
+		Info:       info,
+		Opcode:     info.Op,
+		PSN:        bth.PSN(),
+		DestQP:     bth.DestQP(),
+		PKey:       bth.PKey(),
+		AckReq:     bth.AckReq(),
+		SE:         bth.SE(),
+		MigReq:     bth.MigReq(),
+		FECN:       bth.FECN(),
+		BECN:       bth.BECN(),
+		PadCount:   bth.PadCount(),
+		HdrLen:     uint16(info.HdrLen),
+		PayloadLen: uint32(len(payload)),
+		ext:        payload,
+	}
+	if len(payload) == 0 {
+		p.ext = nil
 	}
 	return nil
 }

@@ -1,8 +1,6 @@
 package transport
 
 import (
-	"time"
-
 	"github.com/softverbs/softverbs/cq"
 	"github.com/softverbs/softverbs/keys"
 	"github.com/softverbs/softverbs/qp"
@@ -19,7 +17,8 @@ type reqState struct {
 	retryPSN    PSN
 	rnrWait     bool
 	timerOn     bool
-	deadline    time.Time
+	epoch       uint64 // counts progress (ACKs, responses)
+	armedEpoch  uint64 // epoch when the timer was armed
 	drainedSent bool
 	// retried is the PSN the last retry restarted from; until progress is
 	// made, gaps and NAKs for that same PSN do not restart again (the old
@@ -47,12 +46,7 @@ func (c *Conn) runSend() bool {
 }
 
 // pmtu returns the path MTU in bytes for the QP's packets.
-func (c *Conn) pmtu(a *qp.Attr) uint32 {
-	if c.qp.Type().Datagram() || !a.PathMTU.Valid() {
-		return uint32(c.e.ActiveMTU().Bytes())
-	}
-	return uint32(min(a.PathMTU.Bytes(), c.e.ActiveMTU().Bytes()))
-}
+func (c *Conn) pmtu(a *qp.Attr) uint32 { return c.pathLocked(a).mtu }
 
 // requestLocked turns WQEs into packets. It reports whether it stopped for
 // its batch limit (more work remains).
@@ -163,6 +157,29 @@ func gather(w *qp.SendWQE, off uint32, dst []byte) {
 		dst = dst[n:]
 		off = 0
 	}
+}
+
+// view returns the n payload bytes of w at message offset off in place, if
+// they lie in one SGE of contiguous memory; nil otherwise.
+func view(w *qp.SendWQE, off, n uint32) []byte {
+	if w.WR.Flags&qp.Inline != 0 {
+		return nil
+	}
+	for i, s := range w.WR.SGL {
+		if off >= s.Length {
+			off -= s.Length
+			continue
+		}
+		if n > s.Length-off || w.MRs[i] == nil {
+			return nil
+		}
+		b, ok := w.MRs[i].View(s.Addr+uint64(off), uint64(n))
+		if !ok {
+			return nil
+		}
+		return b
+	}
+	return nil
 }
 
 // scatter copies src into the SGE list at message offset off.
@@ -312,11 +329,22 @@ func (c *Conn) sendPacketLocked(w *qp.SendWQE, a *qp.Attr) {
 		d.SetQKey(qkey)
 		d.SetSrcQP(c.qp.Num())
 	}
+	var r route
+	if typ.Datagram() {
+		r = c.e.routeTo(&w.AH.AV, c.srcPort, true)
+	} else {
+		r = c.pathLocked(a).r
+	}
+	var ext []byte
 	if payload > 0 {
-		gather(w, w.Sent, b[hl:hl+int(payload)])
+		if r.fast {
+			ext = view(w, w.Sent, payload)
+		}
+		if ext == nil {
+			gather(w, w.Sent, b[hl:hl+int(payload)])
+		}
 	}
 	pad := (4 - payload%4) % 4
-	clear(b[hl+int(payload) : hl+int(payload+pad)])
 	bth.SetPadCount(uint8(pad))
 	if last && w.WR.Flags&qp.Solicited != 0 {
 		bth.SetSE(true)
@@ -328,14 +356,12 @@ func (c *Conn) sendPacketLocked(w *qp.SendWQE, a *qp.Attr) {
 			c.req.noAck = 0
 		}
 	}
-	var r route
-	if typ.Datagram() {
-		r = c.e.routeTo(&w.AH.AV, c.srcPort, true)
+	if ext != nil {
+		c.e.xmit(c, &r, c.reqTx, hl, ext)
 	} else {
-		r = c.e.routeTo(&a.AV, c.srcPort, false)
+		clear(b[hl+int(payload) : hl+int(payload+pad)])
+		c.e.xmit(c, &r, c.reqTx, hl+int(payload+pad), nil)
 	}
-	wasIdle := c.comp.psn == c.req.psn
-	c.e.xmit(c, &r, c.reqTx, hl+int(payload+pad))
 
 	// Advance the WQE and the PSN.
 	switch {
@@ -351,7 +377,7 @@ func (c *Conn) sendPacketLocked(w *qp.SendWQE, a *qp.Attr) {
 		w.Sent += n
 	}
 	if typ == qp.RC {
-		c.armTimerLocked(wasIdle)
+		c.armTimerLocked()
 	}
 	if !last {
 		return
@@ -404,24 +430,14 @@ func (c *Conn) onTimeoutLocked() {
 	if c.comp.psn == c.req.psn {
 		return // nothing outstanding
 	}
-	now := c.e.clk.Now()
-	if c.req.rnrWait || now.Before(c.req.deadline) {
-		// Progress since the timer was set: wait for the new deadline.
-		c.req.timerOn = true
-		d := c.req.deadline.Sub(now)
-		if c.req.rnrWait {
-			d = rto(c.qp.AttrLocked().Timeout)
-		}
-		c.timerMu.Lock()
-		c.timer = c.e.clk.AfterFunc(d, c.onTimer)
-		c.timerMu.Unlock()
+	if c.req.rnrWait || c.req.epoch != c.req.armedEpoch {
+		// Waiting out an RNR NAK, or progress since the timer was set.
+		c.armTimerLocked()
 		return
 	}
 	c.counters.inc(Timeouts)
-	c.e.counters.inc(Timeouts)
 	if c.req.retryLeft == 0 {
 		c.counters.inc(RetryExceededErr)
-		c.e.counters.inc(RetryExceededErr)
 		c.failOldestLocked(cq.RetryExcErr)
 		return
 	}
@@ -467,7 +483,6 @@ func (c *Conn) retryLocked() {
 		return // nothing was sent that needs sending again
 	}
 	c.counters.inc(Retransmits)
-	c.e.counters.inc(Retransmits)
 	w := sq.At(start)
 	first := PSN(w.FirstPSN)
 	var psn PSN

@@ -142,6 +142,7 @@ func (c *Conn) flushRecvLocked() {
 		c.resp.haveWQE = false
 	}
 	c.qp.FlushRecvLocked(func(wc *cq.WC) { c.rout.wc(c.qp.RecvCQ(), *wc) })
+	c.reqIn.drain(c.e)
 	c.inMu.Lock()
 	c.reqQ.drain(c.e)
 	c.inMu.Unlock()
@@ -199,7 +200,6 @@ func (c *Conn) rcRequestLocked(p *Packet, a *qp.Attr) {
 	switch d := p.PSN.Diff(c.resp.epsn); {
 	case d > 0:
 		c.counters.inc(OutOfSeqRequest)
-		c.e.counters.inc(OutOfSeqRequest)
 		if !c.resp.nakSent {
 			c.resp.nakSent = true
 			c.sendAckLocked(NAKSyndrome(NAKPSNSeqError), c.resp.epsn)
@@ -207,7 +207,6 @@ func (c *Conn) rcRequestLocked(p *Packet, a *qp.Attr) {
 		return
 	case d < 0:
 		c.counters.inc(DuplicateRequest)
-		c.e.counters.inc(DuplicateRequest)
 		c.duplicateLocked(p, a)
 		return
 	}
@@ -223,7 +222,6 @@ func (c *Conn) rcRequestLocked(p *Packet, a *qp.Attr) {
 		}
 	case respRNR:
 		c.counters.inc(SendRNRErr)
-		c.e.counters.inc(SendRNRErr)
 		c.resp.nakSent = true
 		c.sendAckLocked(RNRNAKSyndrome(RNRTimerCode(a.MinRNRTimer)), p.PSN)
 	default:
@@ -490,8 +488,7 @@ func (c *Conn) sendAckLocked(syn Syndrome, psn PSN) {
 	aeth := AETH(b[BTHLen:])
 	aeth.SetSyndrome(syn)
 	aeth.SetMSN(c.resp.msn)
-	r := c.e.routeTo(&a.AV, c.srcPort, false)
-	c.e.xmit(c, &r, c.respTx, BTHLen+AETHLen)
+	c.e.xmit(c, &c.pathLocked(a).r, c.respTx, BTHLen+AETHLen, nil)
 }
 
 func (c *Conn) sendAtomicAckLocked(psn PSN, orig uint64) {
@@ -502,15 +499,14 @@ func (c *Conn) sendAtomicAckLocked(psn PSN, orig uint64) {
 	aeth.SetSyndrome(c.ackSyndrome())
 	aeth.SetMSN(c.resp.msn)
 	AtomicAckETH(b[BTHLen+AETHLen:]).SetOrigData(orig)
-	r := c.e.routeTo(&a.AV, c.srcPort, false)
-	c.e.xmit(c, &r, c.respTx, BTHLen+AETHLen+AtomicAckETHLen)
+	c.e.xmit(c, &c.pathLocked(a).r, c.respTx, BTHLen+AETHLen+AtomicAckETHLen, nil)
 }
 
 // sendReadResponsesLocked sends the responses to a READ of n bytes at va,
 // the first with PSN psn.
 func (c *Conn) sendReadResponsesLocked(psn PSN, mr *keys.MR, va uint64, n uint32, a *qp.Attr) {
 	mtu := c.pmtu(a)
-	r := c.e.routeTo(&a.AV, c.srcPort, false)
+	r := &c.pathLocked(a).r
 	k := npkts(n, mtu)
 	var off uint32
 	for i := uint32(0); i < k; i++ {
@@ -535,13 +531,21 @@ func (c *Conn) sendReadResponsesLocked(psn PSN, mr *keys.MR, va uint64, n uint32
 			aeth.SetMSN(c.resp.msn)
 		}
 		m := min(mtu, n-off)
-		if m > 0 {
-			mr.ReadAt(b[hl:hl+int(m)], va+uint64(off))
-		}
 		pad := (4 - m%4) % 4
-		clear(b[hl+int(m) : hl+int(m+pad)])
 		BTH(b).SetPadCount(uint8(pad))
-		c.e.xmit(c, &r, c.respTx, hl+int(m+pad))
+		var ext []byte
+		if m > 0 && r.fast {
+			ext, _ = mr.View(va+uint64(off), uint64(m))
+		}
+		if ext != nil {
+			c.e.xmit(c, r, c.respTx, hl, ext)
+		} else {
+			if m > 0 {
+				mr.ReadAt(b[hl:hl+int(m)], va+uint64(off))
+			}
+			clear(b[hl+int(m) : hl+int(m+pad)])
+			c.e.xmit(c, r, c.respTx, hl+int(m+pad), nil)
+		}
 		off += m
 	}
 }
@@ -597,7 +601,6 @@ func (c *Conn) udRequestLocked(pb *pktBuf, a *qp.Attr) {
 	if r := c.takeWQELocked(); r != respOK {
 		if r == respRNR {
 			c.counters.inc(RecvWQEMissing)
-			c.e.counters.inc(RecvWQEMissing)
 			return
 		}
 		c.recvWC(cq.WC{WRID: c.resp.wqe.WRID, Status: cq.LocProtErr, Opcode: cq.Recv})

@@ -3,7 +3,13 @@ package task
 import (
 	"runtime"
 	"sync"
+	"sync/atomic"
 )
+
+// spinYields is how many times an idle worker yields, watching for work,
+// before it parks: a wake-up through the condition variable costs several
+// microseconds, more than a ping-pong round trip on the loopback path.
+const spinYields = 200
 
 // Pool is an executor with a fixed set of worker goroutines that take tasks
 // from one shared FIFO run queue.
@@ -12,10 +18,13 @@ import (
 // or that are scheduled afterwards, stay queued and never run; Stop on such a
 // task returns at once.
 type Pool struct {
-	mu     sync.Mutex // guards the fields below
-	work   sync.Cond  // signalled when q gains a task or the pool closes
-	q      queue
-	closed bool
+	mu       sync.Mutex // guards the fields below
+	work     sync.Cond  // signalled when q gains a task or the pool closes
+	q        queue
+	closed   bool
+	sleepers int // workers parked in work.Wait
+
+	pending atomic.Int32 // q.len(), readable without the lock while spinning
 
 	wg sync.WaitGroup // running workers
 }
@@ -49,8 +58,12 @@ func (p *Pool) Close() {
 func (p *Pool) enqueue(t *Task) {
 	p.mu.Lock()
 	p.q.push(t)
+	p.pending.Add(1)
+	wake := p.sleepers > 0
 	p.mu.Unlock()
-	p.work.Signal()
+	if wake {
+		p.work.Signal()
+	}
 }
 
 func (p *Pool) worker() {
@@ -58,13 +71,24 @@ func (p *Pool) worker() {
 	p.mu.Lock()
 	for {
 		for p.q.len() == 0 && !p.closed {
+			p.mu.Unlock()
+			for i := 0; i < spinYields && p.pending.Load() == 0; i++ {
+				runtime.Gosched()
+			}
+			p.mu.Lock()
+			if p.q.len() > 0 || p.closed {
+				break
+			}
+			p.sleepers++
 			p.work.Wait()
+			p.sleepers--
 		}
 		if p.closed {
 			p.mu.Unlock()
 			return
 		}
 		t := p.q.pop()
+		p.pending.Add(-1)
 		p.mu.Unlock()
 		t.run()
 		p.mu.Lock()
