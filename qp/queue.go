@@ -32,6 +32,11 @@ type SendWQE struct {
 	LastPSN  uint32
 	Sent     uint32 // payload bytes handed to packets so far
 	Done     uint32 // bytes received (READ responses)
+	SSN      uint32 // send sequence number for end-to-end credits (0 = none yet)
+	// Assigned says FirstPSN..LastPSN are fixed: set at the first
+	// transmission and kept across retries, so ACKs can be matched to WQEs
+	// the requester has rewound past.
+	Assigned bool
 	Signaled bool
 	AH       AH // copy of the UD destination (the caller may free its AH)
 }

@@ -42,10 +42,17 @@ func (c *Conn) responseLocked(pb *pktBuf) {
 		c.e.drop(c, DropQPState)
 		return
 	}
-	if !p.PSN.Less(c.req.psn) || p.PSN.Less(c.comp.psn) && p.Opcode == RCAck && p.AETH().Syndrome().Type() != AckTypeACK {
+	if pb.src != c.pathLocked(a).r.dst.IP {
+		c.e.drop(c, DropBadSource)
+		return
+	}
+	if !p.PSN.Less(c.req.maxPSN) || p.PSN.Less(c.comp.psn) && p.Opcode == RCAck && p.AETH().Syndrome().Type() != AckTypeACK {
 		// A response to a PSN never sent (or a stale NAK): a ghost.
 		c.counters.inc(GhostAcks)
 		return
+	}
+	if aeth := p.AETH(); aeth != nil {
+		c.creditsLocked(aeth)
 	}
 	switch {
 	case p.Info.Has(FlagRead):
@@ -69,21 +76,26 @@ func (c *Conn) progressLocked(psn PSN) {
 	a := c.qp.AttrLocked()
 	c.req.retryLeft = a.RetryCnt
 	c.req.rnrLeft = a.RNRRetry
-	if c.comp.psn != c.req.psn {
+	if c.comp.psn != c.req.maxPSN {
 		c.armTimerLocked()
 	}
 }
 
 // ackBeforeLocked acknowledges every packet before psn: SEND and WRITE WQEs
-// that end before it complete. A READ or atomic WQE that started before psn
-// and has not had its response is an implied NAK: it is retried, and false
-// is returned.
+// that end before it complete, including ones a retry had rewound past
+// (the responder got them the first time; rdmavt's reset_psn). A READ or
+// atomic WQE that started before psn and has not had its response is an
+// implied NAK: it is retried, and false is returned.
 func (c *Conn) ackBeforeLocked(psn PSN) bool {
 	sq := &c.qp.SQ
-	for i := sq.Tail(); i != sq.Next; i++ {
+	i := sq.Tail()
+	for ; i != sq.Head(); i++ {
 		w := sq.At(i)
-		if w.State != qp.WQEPending {
+		if w.State == qp.WQEDone || w.State == qp.WQEError {
 			continue
+		}
+		if !w.Assigned {
+			break
 		}
 		if w.WR.Opcode.ReadOrAtomic() {
 			// Responses for this READ or atomic are still due: the
@@ -105,10 +117,42 @@ func (c *Conn) ackBeforeLocked(psn PSN) bool {
 		if !PSN(w.LastPSN).Less(psn) {
 			break
 		}
+		if int32(i-sq.Next) >= 0 {
+			sq.Next = i + 1 // a WQE a retry had rewound past
+		}
 		w.State, w.Status = qp.WQEDone, cq.Success
 	}
 	c.progressLocked(psn)
+	if c.req.psn.Less(psn) {
+		// The ACK is past where a retry rewound the requester to: go
+		// forward to the first unacknowledged packet.
+		c.fastForwardLocked(i, psn)
+	}
 	return true
+}
+
+// fastForwardLocked moves the requester to PSN psn, which falls in the WQE
+// at index i (or at its start).
+func (c *Conn) fastForwardLocked(i uint32, psn PSN) {
+	sq := &c.qp.SQ
+	if int32(i-sq.Next) > 0 {
+		sq.Next = i
+	}
+	c.req.psn = psn
+	c.req.noAck = 0
+	if i == sq.Head() {
+		return
+	}
+	w := sq.At(i)
+	if !w.Assigned || w.State != qp.WQEPosted || !PSN(w.FirstPSN).Less(psn) {
+		return
+	}
+	switch {
+	case w.WR.Opcode == qp.OpRDMARead:
+		w.Sent = w.Done // psn is its next expected response
+	case !w.WR.Opcode.Atomic():
+		w.Sent = uint32(psn.Diff(PSN(w.FirstPSN))) * c.pmtu(c.qp.AttrLocked())
+	}
 }
 
 // oldestPendingLocked returns the oldest WQE awaiting a response.
@@ -140,6 +184,9 @@ func (c *Conn) ackLocked(p *Packet, a *qp.Attr) {
 		if !c.ackBeforeLocked(p.PSN) || c.req.rnrWait {
 			return
 		}
+		// The responder answered: the transport retry count reloads; only
+		// the RNR count runs down.
+		c.req.retryLeft = a.RetryCnt
 		if a.RNRRetry != 7 {
 			if c.req.rnrLeft == 0 {
 				c.counters.inc(RNRRetryExceededErr)

@@ -238,6 +238,7 @@ func (c *Conn) Modify(a *qp.Attr, mask qp.AttrMask) error {
 		c.resp.epsn = PSN(at.RQPSN)
 	case from == qp.RTR && to == qp.RTS:
 		c.req.psn = PSN(at.SQPSN)
+		c.req.maxPSN = PSN(at.SQPSN)
 		c.comp.psn = PSN(at.SQPSN)
 		c.req.retryLeft, c.req.rnrLeft = at.RetryCnt, at.RNRRetry
 	case to == qp.SQD:

@@ -28,6 +28,7 @@ const (
 	Timeouts
 	GhostAcks
 	RecvWQEMissing
+	CreditWaits
 	NumCounters
 )
 
@@ -36,7 +37,7 @@ var counterNames = [NumCounters]string{
 	"rcvd_rnr_err", "send_rnr_err", "rcvd_seq_err", "ack_deferred",
 	"retry_exceeded_err", "retry_rnr_exceeded_err", "completer_retry_err",
 	"send_err", "link_downed", "rdma_sends", "rdma_recvs", "retransmits",
-	"timeouts", "ghost_acks", "recv_wqe_missing",
+	"timeouts", "ghost_acks", "recv_wqe_missing", "credit_waits",
 }
 
 func (c Counter) String() string {

@@ -355,6 +355,14 @@ func (e *Engine) ReceiveFrame(frame []byte) {
 	}
 	pb.ipHdr = frame[fi.IPOff:fi.UDPOff]
 	pb.src, pb.dst, pb.v6 = fi.Src, fi.Dst, fi.IsIPv6()
+	if !fi.Dst.IsMulticast() && !e.isLocalIP(fi.Dst) {
+		// A frame flooded to us (unknown or corrupted MAC): the ICRC
+		// does not cover the MAC, the destination GID decides (rxe's
+		// rxe_chk_dgid).
+		e.drop(nil, DropNotLocal)
+		e.putBuf(pb)
+		return
+	}
 	e.deliver(pb)
 }
 
@@ -409,6 +417,14 @@ func (e *Engine) deliverMulticast(pb *pktBuf) {
 		cp.src, cp.dst, cp.v6 = pb.src, pb.dst, pb.v6
 		c.enqueue(cp)
 	}
+}
+
+// isLocalIP reports whether ip is the address of one of the port's GIDs.
+func (e *Engine) isLocalIP(ip netip.Addr) bool {
+	g := netdev.GIDFromIP(ip)
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return e.port.isLocal(g)
 }
 
 // isLocal reports whether gid is one of the port's GIDs.

@@ -26,6 +26,8 @@ const (
 	DropQPState                 // QP not in a state that accepts the packet
 	DropBadHeader               // Ethernet, IP or UDP framing is invalid
 	DropNotSupported            // recognised but not handled (CNP, RD, XRC)
+	DropNotLocal                // destination IP is not one of the port's GIDs
+	DropBadSource               // source address is not the connected QP's peer
 	NumDropReasons
 )
 
@@ -58,6 +60,10 @@ func (r DropReason) String() string {
 		return "QP state"
 	case DropBadHeader:
 		return "bad lower-layer header"
+	case DropNotLocal:
+		return "not addressed to this port"
+	case DropBadSource:
+		return "source is not the QP's peer"
 	case DropNotSupported:
 		return "not supported"
 	}

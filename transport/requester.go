@@ -8,7 +8,8 @@ import (
 
 // reqState is the requester's state (rxe's qp->req).
 type reqState struct {
-	psn         PSN // next PSN to assign
+	psn         PSN // next PSN to send (moves back on a retry)
+	maxPSN      PSN // one past the highest PSN ever assigned: the ghost limit
 	rdAtomic    int // READ/atomic WQEs awaiting their response
 	noAck       int // packets sent since the last AckReq
 	retryLeft   uint8
@@ -26,6 +27,15 @@ type reqState struct {
 	retried      PSN
 	retriedValid bool
 	failed       bool // a WQE failed: the QP goes to ERR when it retires
+
+	// End-to-end credits (IBTA 9.7.7.2), as rdmavt: each message WQE gets
+	// a send sequence number; ACKs set the limit sequence number to their
+	// MSN plus the credits they carry. A SEND or WRITE_WITH_IMM beyond the
+	// limit waits for an ACK, unless nothing is outstanding (a probe).
+	ssn        uint32 // last SSN assigned (24 bits)
+	lsn        uint32 // limit: SSNs up to here have a receive WQE waiting
+	unlimited  bool   // the peer advertises no credits (code 31, as rxe)
+	creditWait bool   // stopped for credits (counted once per wait)
 }
 
 // sendBatch bounds the packets one run of the send task emits.
@@ -96,12 +106,31 @@ func (c *Conn) requestLocked() bool {
 			if fresh && op.ReadOrAtomic() && c.req.rdAtomic >= int(max(a.MaxRdAtomic, 1)) {
 				break
 			}
+			if w.SSN == 0 {
+				c.req.ssn = (c.req.ssn + 1) & 0xFFFFFF
+				if c.req.ssn == 0 {
+					c.req.ssn = 1
+				}
+				w.SSN = c.req.ssn
+			}
+			if !c.creditOKLocked(w) {
+				break
+			}
 			if c.req.psn.Diff(c.comp.psn) >= int32(c.e.cfg.Window) {
 				break
 			}
 		}
+		if !w.Assigned {
+			// Fix the WQE's PSN range at its first transmission.
+			k := uint32(1)
+			if !op.Atomic() {
+				k = npkts(w.Length, c.pmtu(a))
+			}
+			first := c.req.maxPSN // never reuse a PSN, wherever a retry left req.psn
+			w.FirstPSN, w.LastPSN, w.Assigned = uint32(first), uint32(first.Add(k-1)), true
+			c.req.maxPSN = first.Add(k)
+		}
 		if fresh {
-			w.FirstPSN = uint32(c.req.psn)
 			if err := c.resolveSendLocked(w); err != nil {
 				w.State, w.Status = qp.WQEError, cq.LocProtErr
 				c.req.failed = true
@@ -114,6 +143,11 @@ func (c *Conn) requestLocked() bool {
 	}
 	c.retireLocked()
 	c.checkDrainedLocked()
+	if rc && c.comp.psn != c.req.maxPSN {
+		// Invariant: while anything is unacknowledged the retransmit
+		// timer runs, whatever stopped the requester.
+		c.armTimerLocked()
+	}
 	return budget == 0
 }
 
@@ -261,7 +295,9 @@ func (c *Conn) sendPacketLocked(w *qp.SendWQE, a *qp.Attr) {
 	rem := w.Length - w.Sent
 	n := min(rem, mtu)
 	last := n == rem
-	psn := c.req.psn
+	// The PSN follows from the WQE: its first PSN plus the packets before
+	// this one (for a READ, the responses already received).
+	psn := PSN(w.FirstPSN).Add(w.Sent / mtu)
 	var o Opcode
 	var payload uint32
 	switch {
@@ -382,7 +418,6 @@ func (c *Conn) sendPacketLocked(w *qp.SendWQE, a *qp.Attr) {
 	if !last {
 		return
 	}
-	w.LastPSN = uint32(c.req.psn.Sub(1))
 	c.qp.SQ.Next++
 	if typ != qp.RC {
 		w.State, w.Status = qp.WQEDone, cq.Success
@@ -415,7 +450,6 @@ func (c *Conn) execLocalLocked(w *qp.SendWQE) {
 		}
 		status = cq.MWBindErr
 	}
-	w.FirstPSN, w.LastPSN = uint32(c.req.psn.Sub(1)), uint32(c.req.psn.Sub(1))
 	if err != nil {
 		w.State, w.Status = qp.WQEError, status
 		c.req.failed = true
@@ -427,7 +461,7 @@ func (c *Conn) execLocalLocked(w *qp.SendWQE) {
 // onTimeoutLocked handles the retransmit timer.
 func (c *Conn) onTimeoutLocked() {
 	c.req.timerOn = false
-	if c.comp.psn == c.req.psn {
+	if c.comp.psn == c.req.maxPSN {
 		return // nothing outstanding
 	}
 	if c.req.rnrWait || c.req.epoch != c.req.armedEpoch {
@@ -592,7 +626,8 @@ func (c *Conn) flushSendLocked() {
 	c.req.rdAtomic = 0
 	c.req.needRetry = false
 	c.req.rnrWait = false
-	c.comp.psn = c.req.psn
+	c.req.psn = c.req.maxPSN
+	c.comp.psn = c.req.maxPSN
 }
 
 // requestRetryLocked asks for a go-back-N retry from psn after a NAK or a
@@ -603,4 +638,41 @@ func (c *Conn) requestRetryLocked(psn PSN) {
 	}
 	c.req.needRetry = true
 	c.req.retryPSN = psn
+}
+
+// creditOKLocked reports whether w may start under end-to-end credits.
+func (c *Conn) creditOKLocked(w *qp.SendWQE) bool {
+	op := w.WR.Opcode
+	if c.req.unlimited || w.Assigned || !(op.Send() || op == qp.OpRDMAWriteWithImm) {
+		return true // credits gate first transmissions only
+	}
+	if PSN(w.SSN).LessEq(PSN(c.req.lsn)) || c.comp.psn == c.req.psn {
+		// Within the limit, or a probe: with nothing outstanding no ACK
+		// would ever come to raise the limit.
+		c.req.creditWait = false
+		return true
+	}
+	if !c.req.creditWait {
+		c.req.creditWait = true
+		c.counters.inc(CreditWaits)
+	}
+	return false
+}
+
+// creditsLocked takes the credit count of an ACK-type AETH.
+func (c *Conn) creditsLocked(aeth AETH) {
+	syn := aeth.Syndrome()
+	if syn.Type() != AckTypeACK {
+		return
+	}
+	n, ok := syn.Credits().Credits()
+	if !ok {
+		c.req.unlimited = true
+		return
+	}
+	c.req.unlimited = false
+	lsn := (aeth.MSN() + n) & 0xFFFFFF
+	if PSN(c.req.lsn).Less(PSN(lsn)) || n == 0 {
+		c.req.lsn = lsn
+	}
 }

@@ -114,6 +114,11 @@ func (c *Conn) respondLocked() bool {
 			c.resp.commEst = true
 			c.rout.event(Event{Type: EventCommEst, QPN: c.qp.Num()})
 		}
+		if !c.qp.Type().Datagram() && pb.src != c.pathLocked(a).r.dst.IP {
+			c.e.drop(c, DropBadSource) // rxe's check_addr
+			c.e.putBuf(pb)
+			continue
+		}
 		switch c.qp.Type() {
 		case qp.RC:
 			c.rcRequestLocked(&pb.pkt, a)
