@@ -1,0 +1,230 @@
+//go:build linux
+
+package netdev
+
+// TAP is written over golang.org/x/sys/unix rather than songgao/water:
+// water opens /dev/net/tun blocking (os.OpenFile, without O_NONBLOCK), so
+// whether reads park on the Go netpoller and whether Close wakes a pending
+// Read depends on os internals; it neither sets the MTU nor brings the
+// interface up. The whole job is one open, one TUNSETIFF and three ioctls.
+// Interface configuration uses SIOCSIFMTU/SIOCSIFFLAGS ioctls, not netlink:
+// they are all a TAP needs, and they keep the module free of a netlink
+// dependency.
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+)
+
+// TAPStats counts a TAP link's traffic.
+type TAPStats struct {
+	TxFrames, TxBytes, TxErrors  uint64
+	RxFrames, RxBytes, RxDropped uint64
+}
+
+// TAP is a Link over a Linux TAP device: frames written to it appear on the
+// kernel interface as received, and frames the kernel sends on the interface
+// (for example as a bridge port) are read from it. Softverbs is a host of
+// its own behind the TAP: its MAC and addresses are its own (wrap the TAP in
+// a Host), not the kernel interface's.
+type TAP struct {
+	f       *os.File
+	name    string
+	mac     MAC // the kernel interface's
+	mtu     int
+	created bool
+	pool    *FramePool
+
+	handler atomic.Pointer[Handler]
+	closed  atomic.Bool
+	done    chan struct{}
+	once    sync.Once
+
+	txFrames, txBytes, txErrors  atomic.Uint64
+	rxFrames, rxBytes, rxDropped atomic.Uint64
+}
+
+var (
+	_ Link     = (*TAP)(nil)
+	_ Releaser = (*TAP)(nil)
+)
+
+// OpenTAP creates the TAP interface name (or attaches to it if it exists
+// as a persistent TAP), sets its MTU (if mtu > 0; else keeps the
+// interface's) and brings it up. The interface lives in the network
+// namespace of the calling thread. An interface OpenTAP created is not
+// persistent: the kernel removes it when the TAP is closed; one that
+// existed before is left as it was (up, with the MTU set).
+//
+// Requires CAP_NET_ADMIN (or a persistent TAP owned by the caller).
+func OpenTAP(name string, mtu int) (*TAP, error) {
+	if len(name) == 0 || len(name) >= unix.IFNAMSIZ {
+		return nil, fmt.Errorf("open tap %q: bad interface name", name)
+	}
+	_, existed := net.InterfaceByName(name)
+	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open tap %s: /dev/net/tun: %w", name, err)
+	}
+	ifr, err := unix.NewIfreq(name)
+	if err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("open tap %s: %w", name, err)
+	}
+	ifr.SetUint16(unix.IFF_TAP | unix.IFF_NO_PI)
+	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("open tap %s: TUNSETIFF: %w", name, err)
+	}
+	// The file is non-blocking, so os registers it with the netpoller:
+	// Read parks the goroutine, and Close wakes it.
+	f := os.NewFile(uintptr(fd), "/dev/net/tun:"+name)
+	t := &TAP{f: f, name: name, created: existed != nil, done: make(chan struct{})}
+	if err := t.configure(mtu); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("open tap %s: %w", name, err)
+	}
+	t.pool = NewFramePool(MaxFrameLen(t.mtu))
+	go t.readLoop()
+	return t, nil
+}
+
+// configure sets the MTU, brings the interface up and reads back its MAC
+// and MTU.
+func (t *TAP) configure(mtu int) error {
+	s, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("control socket: %w", err)
+	}
+	defer unix.Close(s)
+	ifr, err := unix.NewIfreq(t.name)
+	if err != nil {
+		return err
+	}
+	if mtu > 0 {
+		ifr.SetUint32(uint32(mtu))
+		if err := unix.IoctlIfreq(s, unix.SIOCSIFMTU, ifr); err != nil {
+			return fmt.Errorf("set mtu %d: %w", mtu, err)
+		}
+	}
+	if err := unix.IoctlIfreq(s, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("get flags: %w", err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(s, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("set up: %w", err)
+	}
+	ifi, err := net.InterfaceByName(t.name)
+	if err != nil {
+		return err
+	}
+	t.mtu = ifi.MTU
+	t.mac, _ = MACFrom(ifi.HardwareAddr)
+	return nil
+}
+
+func (t *TAP) readLoop() {
+	defer close(t.done)
+	for {
+		b := t.pool.Get()
+		n, err := t.f.Read(b)
+		if err != nil {
+			t.pool.Put(b)
+			if errors.Is(err, os.ErrClosed) || t.closed.Load() {
+				return
+			}
+			if errors.Is(err, unix.EINTR) || errors.Is(err, unix.EAGAIN) {
+				continue
+			}
+			// The interface went away (EBADFD, EIO): nothing more to read.
+			return
+		}
+		h := t.handler.Load()
+		if n < EthernetHeaderLen || h == nil || *h == nil {
+			t.rxDropped.Add(1)
+			t.pool.Put(b)
+			continue
+		}
+		t.rxFrames.Add(1)
+		t.rxBytes.Add(uint64(n))
+		(*h)(b[:n])
+	}
+}
+
+// Name returns the interface name.
+func (t *TAP) Name() string { return t.name }
+
+// Created reports whether OpenTAP created the interface (and closing the
+// TAP removes it).
+func (t *TAP) Created() bool { return t.created }
+
+// Send writes frame to the TAP: the kernel receives it on the interface.
+// ErrFrameTooLong for a frame over the MTU; ErrClosed after Close.
+func (t *TAP) Send(frame []byte) error {
+	if t.closed.Load() {
+		return ErrClosed
+	}
+	if len(frame) < EthernetHeaderLen {
+		t.txErrors.Add(1)
+		return ErrTruncated
+	}
+	if frameTooLong(frame, t.mtu) {
+		t.txErrors.Add(1)
+		return ErrFrameTooLong
+	}
+	if _, err := t.f.Write(frame); err != nil {
+		t.txErrors.Add(1)
+		if t.closed.Load() {
+			return ErrClosed
+		}
+		return fmt.Errorf("tap %s: write: %w", t.name, err)
+	}
+	t.txFrames.Add(1)
+	t.txBytes.Add(uint64(len(frame)))
+	return nil
+}
+
+// SetHandler sets the receive handler; nil drops received frames.
+func (t *TAP) SetHandler(h Handler) {
+	if h == nil {
+		t.handler.Store(nil)
+		return
+	}
+	t.handler.Store(&h)
+}
+
+// HardwareAddr returns the kernel interface's MAC. Softverbs should use a
+// MAC of its own on the segment (see Host).
+func (t *TAP) HardwareAddr() MAC { return t.mac }
+
+// MTU returns the interface MTU.
+func (t *TAP) MTU() int { return t.mtu }
+
+// Release returns a received frame's buffer to the pool.
+func (t *TAP) Release(frame []byte) { t.pool.Put(frame) }
+
+// Close stops the reader and closes the file. An interface OpenTAP created
+// disappears with it; an existing persistent one stays. Idempotent.
+func (t *TAP) Close() error {
+	var err error
+	t.once.Do(func() {
+		t.closed.Store(true)
+		err = t.f.Close()
+		<-t.done
+	})
+	return err
+}
+
+// Stats returns a snapshot of the counters.
+func (t *TAP) Stats() TAPStats {
+	return TAPStats{
+		TxFrames: t.txFrames.Load(), TxBytes: t.txBytes.Load(), TxErrors: t.txErrors.Load(),
+		RxFrames: t.rxFrames.Load(), RxBytes: t.rxBytes.Load(), RxDropped: t.rxDropped.Load(),
+	}
+}
