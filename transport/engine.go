@@ -144,6 +144,7 @@ type Engine struct {
 
 type portState struct {
 	link    netdev.Link
+	rel     netdev.Releaser // the link takes frames back, if it can
 	mac     netdev.MAC
 	gids    []netdev.GID
 	resolve func(netip.Addr) (netdev.MAC, bool)
@@ -199,6 +200,7 @@ func (e *Engine) SetPort(pc PortConfig) error {
 	}
 	e.mu.Lock()
 	e.port = portState{link: pc.Link, mac: pc.MAC, gids: gids, resolve: pc.Resolve, mtu: m, ttl: pc.TTL}
+	e.port.rel, _ = pc.Link.(netdev.Releaser)
 	e.mtu.Store(uint32(m.Bytes()))
 	e.portGen.Add(1)
 	e.mu.Unlock()
@@ -303,6 +305,8 @@ type pktBuf struct {
 	pkt   Packet
 	own   []byte
 	ipHdr []byte // the IP header (for the UD GRH), nil on the loopback fast path
+	frame []byte // the link's frame the packet lives in, returned when done
+	rel   netdev.Releaser
 	src   netip.Addr
 	dst   netip.Addr
 	v6    bool
@@ -311,6 +315,10 @@ type pktBuf struct {
 func (e *Engine) getBuf() *pktBuf { return e.pool.Get().(*pktBuf) }
 
 func (e *Engine) putBuf(pb *pktBuf) {
+	if pb.rel != nil {
+		pb.rel.Release(pb.frame)
+	}
+	pb.frame, pb.rel = nil, nil
 	pb.pkt = Packet{}
 	pb.ipHdr = nil
 	pb.own = pb.own[:0]
@@ -329,6 +337,14 @@ func (e *Engine) drop(c *Conn, r DropReason) {
 // ReceiveFrame is the link handler: it parses an Ethernet frame once,
 // checks the ICRC and hands the packet to its QP (or multicast group).
 func (e *Engine) ReceiveFrame(frame []byte) {
+	e.mu.RLock()
+	rel := e.port.rel
+	e.mu.RUnlock()
+	e.receiveFrame(frame, rel)
+}
+
+// receiveFrame handles a frame; rel, if not nil, takes it back when done.
+func (e *Engine) receiveFrame(frame []byte, rel netdev.Releaser) {
 	fi, err := netdev.ParseFrame(frame)
 	if err != nil {
 		return // not ours to count: the link carries other traffic too
@@ -347,6 +363,7 @@ func (e *Engine) ReceiveFrame(frame []byte) {
 		return
 	}
 	pb := e.getBuf()
+	pb.frame, pb.rel = frame, rel
 	if err := Parse(frame[fi.PayloadOff:end-ICRCLen], &pb.pkt); err != nil {
 		r, _ := DropReasonOf(err)
 		e.drop(nil, r)
@@ -554,6 +571,6 @@ func (e *Engine) xmit(c *Conn, r *route, buf []byte, ib int, ext []byte) {
 	if r.local {
 		// Datagrams to ourselves take the whole receive path (the GRH
 		// needs the IP header); ReceiveFrame takes ownership, so copy.
-		e.ReceiveFrame(append([]byte(nil), frame...))
+		e.receiveFrame(append([]byte(nil), frame...), nil)
 	}
 }
