@@ -7,6 +7,7 @@ import (
 	"github.com/softverbs/softverbs/cq"
 	"github.com/softverbs/softverbs/keys"
 	"github.com/softverbs/softverbs/mcast"
+	"github.com/softverbs/softverbs/netdev"
 	"github.com/softverbs/softverbs/qp"
 	"github.com/softverbs/softverbs/transport"
 )
@@ -245,16 +246,38 @@ func (q *QP) Drain(ctx context.Context) error {
 }
 
 // AttachMcast attaches a UD QP to a multicast group (ibv_attach_mcast).
+// The first attachment to a group joins it on the link when the link needs
+// to be told (IGMP/MLD reports from a Host, a socket join on the UDP link).
 func (d *Device) AttachMcast(q *QP, gid GID, lid uint16) error {
 	if !q.Type().Datagram() {
 		return fmt.Errorf("attach mcast: %w: QP %#x is %v, not UD", ErrInvalidArgument, q.Num(), q.Type())
 	}
-	return d.mc.Attach(mcast.GID(gid), lid, q.QP)
+	if err := d.mc.Attach(mcast.GID(gid), lid, q.QP); err != nil {
+		return err
+	}
+	if _, members, _ := d.mc.Lookup(mcast.GID(gid)); len(members) == 1 {
+		if j, ok := d.opts.Link.(netdev.GroupJoiner); ok {
+			if err := j.JoinGroup(gid.IP()); err != nil {
+				_ = d.mc.Detach(mcast.GID(gid), lid, q.QP)
+				return fmt.Errorf("attach mcast %v: joining on the link: %w", gid, err)
+			}
+		}
+	}
+	return nil
 }
 
-// DetachMcast detaches a QP from a multicast group.
+// DetachMcast detaches a QP from a multicast group; the last detachment
+// leaves the group on the link.
 func (d *Device) DetachMcast(q *QP, gid GID, lid uint16) error {
-	return d.mc.Detach(mcast.GID(gid), lid, q.QP)
+	if err := d.mc.Detach(mcast.GID(gid), lid, q.QP); err != nil {
+		return err
+	}
+	if _, _, ok := d.mc.Lookup(mcast.GID(gid)); !ok {
+		if j, ok := d.opts.Link.(netdev.GroupJoiner); ok {
+			_ = j.LeaveGroup(gid.IP())
+		}
+	}
+	return nil
 }
 
 // QPInfo describes one QP for tools (rvt_qp_iter).
