@@ -3,6 +3,7 @@ module github.com/softverbs/softverbs
 go 1.26.8
 
 require (
+	github.com/cilium/ebpf v0.22.0
 	github.com/google/gopacket v1.1.19
 	github.com/stretchr/testify v1.12.1
 	golang.org/x/sys v0.49.0
@@ -10,5 +11,5 @@ require (
 
 require (
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
-	golang.org/x/net v0.0.0-20190620200207-3b0461eec859 // indirect
+	golang.org/x/net v0.48.0 // indirect
 )

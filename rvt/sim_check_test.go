@@ -4,6 +4,7 @@ package rvt
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 
 	"github.com/softverbs/softverbs/cq"
@@ -20,10 +21,18 @@ func (s *sim) check() {
 		default:
 			p.checkUD(s.prof)
 		}
-		for _, q := range []*QP{p.qa, p.qb} {
-			if st := q.State(); st != qp.RTS {
-				p.failf("QP %#x ends in %v, want RTS", q.Num(), st)
-			}
+		// A requester whose WR ended in an accepted RETRY_EXC_ERR is in
+		// ERR; its responder did nothing wrong and stays in RTS (it never
+		// sends requests of its own here).
+		wantA := qp.RTS
+		if p.failedWR >= 0 {
+			wantA = qp.Err
+		}
+		if st := p.qa.State(); st != wantA {
+			p.failf("requester QP %#x ends in %v, want %v", p.qa.Num(), st, wantA)
+		}
+		if st := p.qb.State(); st != qp.RTS {
+			p.failf("responder QP %#x ends in %v, want RTS", p.qb.Num(), st)
 		}
 		if sn := p.qa.Conn().Snapshot(); sn.SQPosted != 0 {
 			p.failf("requester QP %#x still holds %d send WQEs (next PSN %#x, unacked %#x)",
@@ -98,12 +107,200 @@ func (p *simPair) checkSends() {
 	}
 }
 
+// simRetryExcLoss is the least configured loss probability under which an
+// RC requester may legitimately exhaust its retries. A retry round makes no
+// progress when the request or the first response is lost, probability
+// 1-(1-loss)^2 (0.36 at 20%); retry_cnt 7 allows 8 transmissions, so 8
+// such rounds in a row (some 3e-4 per attempt at 20%) occur in a few seeds
+// per thousand. At 5% (1e-8 per attempt) it is a bug.
+const simRetryExcLoss = 0.20
+
+// retryExcAccepted decides whether a failed RC send completion is the
+// spec-correct end of a WR under heavy loss (IBTA: the transport retry
+// counter is exhausted, the WR completes with RETRY_EXC_ERR and the QP
+// enters the error state), given the fault profile, the requester's
+// retry_cnt and its QP counters. It returns nil if so, else why not.
+func retryExcAccepted(prof simProfile, retryCnt uint8, wc WC, counters map[string]uint64) error {
+	switch {
+	case wc.Status != cq.RetryExcErr:
+		return fmt.Errorf("status %v (%d), only %v (%d) is accepted", wc.Status, wc.Status, cq.RetryExcErr, cq.RetryExcErr)
+	case prof.faults.Loss < simRetryExcLoss:
+		return fmt.Errorf("profile %s loses %g of frames, retries may be exhausted only at %g or more", prof.name, prof.faults.Loss, simRetryExcLoss)
+	case counters["retry_exceeded_err"] != 1:
+		return fmt.Errorf("requester counter retry_exceeded_err is %d, want 1", counters["retry_exceeded_err"])
+	case counters["timeouts"] < uint64(retryCnt)+1:
+		return fmt.Errorf("requester counter timeouts is %d, fewer than retry_cnt+1 = %d", counters["timeouts"], retryCnt+1)
+	}
+	return nil
+}
+
 func (p *simPair) checkRC() {
+	if k := p.firstSendErr(); k >= 0 {
+		wc := p.sendWCs[k]
+		err := retryExcAccepted(p.world.prof, p.retryCnt, wc, p.qa.Counters())
+		if err == nil && wc.WRID >= uint64(len(p.ops)) {
+			err = fmt.Errorf("wr_id %d was never posted", wc.WRID)
+		}
+		if err == nil {
+			p.failedWR = int(wc.WRID)
+			p.checkRCFailed()
+			return
+		}
+		p.failf("send completion %d (wr_id %d, status %v) is not an accepted RETRY_EXC_ERR: %v", k, wc.WRID, wc.Status, err)
+	}
 	p.checkSends()
+	p.checkRecvWCs()
+	if len(p.recvWCs) < len(p.recvs) {
+		p.failf("got %d of %d receive completions; first missing for %v", len(p.recvWCs), len(p.recvs), &p.ops[p.recvs[len(p.recvWCs)].msg])
+	}
+	p.compare("requester memory", p.lbuf, p.lwant, p.whereLocal)
+	p.compare("responder receive memory", p.rbuf, p.rwant, p.whereRecv)
+	p.compare("responder target memory", p.tbuf, p.twant, p.whereTarget)
+}
+
+// checkRCFailed checks an RC pair whose WR p.failedWR ended in an accepted
+// RETRY_EXC_ERR: the WRs before it completed as usual, it completed once
+// with RETRY_EXC_ERR, every later WR once with WR_FLUSH_ERR, all in order;
+// the responder executed some prefix of the WRs (at least those before the
+// failed one: it runs requests in PSN order, and may have run later ones
+// whose responses were lost); memory holds exactly the effects of the
+// successful WRs, and elsewhere either the old bytes or those the failed or
+// flushed WRs would have written.
+func (p *simPair) checkRCFailed() {
+	f := p.failedWR
+	k := 0
+	for i := range p.ops {
+		o := &p.ops[i]
+		want := cq.WRFlushErr
+		switch {
+		case i < f && !o.signaled:
+			continue
+		case i < f:
+			want = cq.Success
+		case i == f:
+			want = cq.RetryExcErr
+		}
+		if k >= len(p.sendWCs) {
+			p.failf("missing send completion for %v, want %v (%d): got %d of %d", o, want, want, len(p.sendWCs), p.expectSendsAfterErr(f))
+			return
+		}
+		wc := p.sendWCs[k]
+		k++
+		// The opcode of an error completion is undefined.
+		if wc.WRID != uint64(i) || wc.Status != want || want == cq.Success && wc.Opcode != o.op.WCOpcode() {
+			p.failf("send completion %d: got wr_id %d status %v (%d) opcode %v, want %v status %v (%d) (WR %d ended in RETRY_EXC_ERR)",
+				k-1, wc.WRID, wc.Status, wc.Status, wc.Opcode, o, want, want, f)
+			return
+		}
+	}
+	if k < len(p.sendWCs) {
+		p.failf("%d extra send completions after WR %d ended in RETRY_EXC_ERR, first %+v", len(p.sendWCs)-k, f, p.sendWCs[k])
+	}
+
+	// Receive completions: a prefix of the expected ones, each exact.
+	if !p.checkRecvWCs() {
+		return
+	}
+	r := len(p.recvWCs)
+	nsucc := 0 // receives consumed by the WRs before the failed one
+	for _, x := range p.recvs {
+		if x.msg < f {
+			nsucc++
+		}
+	}
+	if r < nsucc {
+		p.failf("got %d receive completions, but the %d WRs before the failed WR %d consume %d", r, f, f, nsucc)
+		return
+	}
+
+	// The responder executed WRs 0..n-1 for some n >= f: the atomic words
+	// and the receive completions must agree on one such n.
+	get := func(off int) uint64 { return binary.NativeEndian.Uint64(p.tbuf[off:]) }
+	fadd, cas, recvs := p.faddInit, p.casInit, 0
+	prefix := -1
+	for n := 0; n <= len(p.ops); n++ {
+		if n >= f && fadd == get(p.faddWord) && cas == get(p.casWord) && recvs == r {
+			prefix = n
+			break
+		}
+		if n == len(p.ops) {
+			break
+		}
+		o := &p.ops[n]
+		switch {
+		case o.op == qp.OpAtomicFetchAdd:
+			fadd += o.add
+		case o.op == qp.OpAtomicCmpSwp && o.add == cas:
+			cas = o.swap
+		}
+		if o.consumesRecv() {
+			recvs++
+		}
+	}
+	p.failedNote = fmt.Sprintf("%d of %d receives consumed, %d by WRs before it", r, len(p.recvs), nsucc)
+	if prefix < 0 {
+		p.failf("no prefix of WRs %d.. explains the responder: FETCH_ADD word %#x, CMP_SWP word %#x, %d receive completions (WR %d ended in RETRY_EXC_ERR)",
+			f, get(p.faddWord), get(p.casWord), r, f)
+	}
+
+	// Requester memory: sources never change; READ destinations and
+	// atomic results of the failed and flushed WRs hold the old bytes or
+	// the right ones.
+	lalt := append([]byte(nil), p.lwant...)
+	for i := f; i < len(p.ops); i++ {
+		if o := &p.ops[i]; o.op == qp.OpRDMARead || o.op.Atomic() {
+			for _, x := range o.local {
+				copy(lalt[x.off:x.off+x.n], p.linit[x.off:x.off+x.n])
+			}
+		}
+	}
+	p.compareEither("requester memory", p.lbuf, p.lwant, lalt, p.whereLocal)
+
+	// Responder receive memory: the completed receives hold their
+	// messages; the next one may be partly written (a multi-packet SEND
+	// cut short); the rest are untouched.
+	rwant := append([]byte(nil), p.rinit...)
+	ralt := rwant
+	for k, x := range p.recvs {
+		switch {
+		case k < r:
+			for _, pc := range x.pieces {
+				copy(rwant[pc.off:pc.off+pc.n], p.rwant[pc.off:pc.off+pc.n])
+			}
+		case k == r:
+			ralt = append([]byte(nil), rwant...)
+			for _, pc := range x.pieces {
+				copy(ralt[pc.off:pc.off+pc.n], p.rwant[pc.off:pc.off+pc.n])
+			}
+		}
+	}
+	p.compareEither("responder receive memory", p.rbuf, rwant, ralt, p.whereRecv)
+
+	// Responder target memory: WRITE targets of the failed and flushed
+	// WRs hold the old bytes or the written ones; the atomic words were
+	// checked above.
+	talt := append([]byte(nil), p.twant...)
+	for i := f; i < len(p.ops); i++ {
+		if o := &p.ops[i]; o.op == qp.OpRDMAWrite || o.op == qp.OpRDMAWriteWithImm {
+			x := o.remote
+			copy(talt[x.off:x.off+x.n], p.tinit[x.off:x.off+x.n])
+		}
+	}
+	twant := append([]byte(nil), p.twant...)
+	for _, off := range []int{p.faddWord, p.casWord} {
+		copy(twant[off:off+8], p.tbuf[off:off+8])
+		copy(talt[off:off+8], p.tbuf[off:off+8])
+	}
+	p.compareEither("responder target memory", p.tbuf, twant, talt, p.whereTarget)
+}
+
+// checkRecvWCs checks that the receive completions are, in order, the
+// first of those expected, each exact. It reports whether they are.
+func (p *simPair) checkRecvWCs() bool {
 	for k, wc := range p.recvWCs {
 		if k >= len(p.recvs) {
 			p.failf("%d extra receive completions, first %+v", len(p.recvWCs)-k, wc)
-			break
+			return false
 		}
 		o := &p.ops[p.recvs[k].msg]
 		want := cq.WC{WRID: uint64(k), Status: cq.Success, Opcode: cq.Recv, ByteLen: uint32(o.size)}
@@ -118,15 +315,29 @@ func (p *simPair) checkRC() {
 			p.failf("receive completion %d (for %v): got wr_id %d status %v opcode %v len %d flags %v imm %#x, want wr_id %d success %v len %d flags %v imm %#x",
 				k, o, wc.WRID, wc.Status, wc.Opcode, wc.ByteLen, wc.Flags, wc.ImmData,
 				want.WRID, want.Opcode, want.ByteLen, want.Flags, want.ImmData)
-			break
+			return false
 		}
 	}
-	if len(p.recvWCs) < len(p.recvs) {
-		p.failf("got %d of %d receive completions; first missing for %v", len(p.recvWCs), len(p.recvs), &p.ops[p.recvs[len(p.recvWCs)].msg])
+	return true
+}
+
+// compareEither is compare where each byte may also equal alt.
+func (p *simPair) compareEither(what string, got, want, alt []byte, where func(off int) string) {
+	n := 0
+	first := -1
+	for i := range got {
+		if got[i] != want[i] && got[i] != alt[i] {
+			if first < 0 {
+				first = i
+			}
+			n++
+		}
 	}
-	p.compare("requester memory", p.lbuf, p.lwant, p.whereLocal)
-	p.compare("responder receive memory", p.rbuf, p.rwant, p.whereRecv)
-	p.compare("responder target memory", p.tbuf, p.twant, p.whereTarget)
+	if n == 0 {
+		return
+	}
+	p.failf("%s: %d bytes differ, first at offset %d (%s): got % x, want % x or % x (WR %d ended in RETRY_EXC_ERR)", what, n, first, where(first),
+		got[first:min(first+8, len(got))], want[first:min(first+8, len(want))], alt[first:min(first+8, len(alt))], p.failedWR)
 }
 
 // compare reports the first byte of got that differs from want, and says

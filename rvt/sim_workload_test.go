@@ -164,7 +164,8 @@ type simPair struct {
 	// Buffers, their initial and expected final images.
 	lbuf, rbuf, tbuf    []byte
 	lwant, rwant, twant []byte
-	tinit               []byte
+	linit, rinit, tinit []byte
+	retryCnt            uint8 // the requester's retry_cnt (simRetryCnt)
 	lmr, rmr, tmr       *MR
 
 	faddWord, casWord int
@@ -178,6 +179,10 @@ type simPair struct {
 	sendWCs []WC
 	recvWCs []WC
 	errs    []string
+	// failedWR is the WR that ended in an accepted RETRY_EXC_ERR, or -1.
+	failedWR int
+	// failedNote says how far the responder got past failedWR.
+	failedNote string
 }
 
 // simData is the payload of message msg of pair id: a pattern nobody else
@@ -270,7 +275,7 @@ var (
 // the seed; the pair's total is returned.
 func (s *sim) genPair(id int, typ QPType, req, rsp *simDev, budget int) (*simPair, int) {
 	rng := s.rng
-	p := &simPair{id: id, typ: typ, req: req, rsp: rsp, world: s}
+	p := &simPair{id: id, typ: typ, req: req, rsp: rsp, world: s, retryCnt: simRetryCnt, failedWR: -1}
 	active := int(s.activeMTU)
 	p.mtu = qp.MTU(1 + rng.IntN(int(s.activeMTU)))
 	_ = active
@@ -418,6 +423,8 @@ func (s *sim) genPair(id int, typ QPType, req, rsp *simDev, budget int) (*simPai
 	p.lwant = append([]byte(nil), p.lbuf...)
 	p.rwant = append([]byte(nil), p.rbuf...)
 	p.twant = append([]byte(nil), p.tbuf...)
+	p.linit = append([]byte(nil), p.lbuf...)
+	p.rinit = append([]byte(nil), p.rbuf...)
 	p.tinit = append([]byte(nil), p.tbuf...)
 	binary.NativeEndian.PutUint64(p.twant[p.faddWord:], fadd)
 	binary.NativeEndian.PutUint64(p.twant[p.casWord:], cas)

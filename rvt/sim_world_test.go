@@ -36,6 +36,9 @@ const simWallBudget = 3 * time.Second
 // simSeedBytes is the payload budget of one seed.
 const simSeedBytes = 512 << 10
 
+// simRetryCnt is every RC requester's retry_cnt: 7 retries, 8 transmissions.
+const simRetryCnt = 7
+
 type simDev struct {
 	idx   int
 	d     *Device
@@ -69,7 +72,10 @@ type simResult struct {
 	profile string
 	summary string
 	errs    []string
-	digest  [32]byte
+	// retryExc describes the RC pairs that ended in an accepted,
+	// spec-correct RETRY_EXC_ERR (see retryExcAccepted).
+	retryExc []string
+	digest   [32]byte
 }
 
 func (s *sim) failf(format string, args ...any) {
@@ -120,6 +126,14 @@ func runSim(seed uint64, wallBudget time.Duration) (res simResult) {
 	}
 	res.summary = fmt.Sprintf("%d devices, eth MTU %d, pairs RC/UC/UD %d/%d/%d, %d WRs, %d bytes, virtual %v, %d steps",
 		len(s.devs), s.ethMTU, nrc, nuc, nud, nops, bytes, s.clk.Now().Sub(simEpoch), s.steps)
+	for _, p := range s.pairs {
+		if p.failedWR >= 0 {
+			res.retryExc = append(res.retryExc, fmt.Sprintf("pair %d %v (%s)", p.id, &p.ops[p.failedWR], p.failedNote))
+		}
+	}
+	if len(res.retryExc) > 0 {
+		res.summary += fmt.Sprintf(", RETRY_EXC_ERR accepted on %s", strings.Join(res.retryExc, ", "))
+	}
 	return res
 }
 
@@ -290,7 +304,7 @@ func (s *sim) modifyUp(p *simPair, q *QP, dest uint32, dgid GID, sqpsn, rqpsn ui
 	if err := q.Modify(&rtr, mask); err != nil {
 		return err
 	}
-	rts := QPAttr{State: qp.RTS, SQPSN: sqpsn, Timeout: p.timeout, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: p.rdAtomic}
+	rts := QPAttr{State: qp.RTS, SQPSN: sqpsn, Timeout: p.timeout, RetryCnt: p.retryCnt, RNRRetry: 7, MaxRdAtomic: p.rdAtomic}
 	mask = qp.AttrState | qp.AttrSQPSN
 	if p.typ == qp.RC {
 		mask |= qp.AttrTimeout | qp.AttrRetryCnt | qp.AttrRNRRetry | qp.AttrMaxQPRdAtomic
@@ -395,8 +409,40 @@ func (p *simPair) expectSends() int {
 	return n
 }
 
+// firstSendErr is the index in sendWCs of the first unsuccessful send
+// completion, or -1.
+func (p *simPair) firstSendErr() int {
+	for k := range p.sendWCs {
+		if p.sendWCs[k].Status != cq.Success {
+			return k
+		}
+	}
+	return -1
+}
+
+// expectSendsAfterErr is how many send completions an RC requester produces
+// when WR f ends in error: the signalled WRs before it, its own (error
+// completions are always generated) and a flush for every later WR.
+func (p *simPair) expectSendsAfterErr(f int) int {
+	n := 0
+	for i, o := range p.ops {
+		if i >= f || o.signaled {
+			n++
+		}
+	}
+	return n
+}
+
 // done reports whether the pair has every completion it must have.
 func (p *simPair) done() bool {
+	if p.typ == qp.RC {
+		if k := p.firstSendErr(); k >= 0 {
+			// The QP is in ERR: the rest of the send queue flushes, and
+			// receives for the failed and flushed WRs may stay unconsumed.
+			f := min(int(p.sendWCs[k].WRID), len(p.ops))
+			return len(p.sendWCs) >= p.expectSendsAfterErr(f)
+		}
+	}
 	if len(p.sendWCs) < p.expectSends() {
 		return false
 	}

@@ -1,0 +1,240 @@
+//go:build linux
+
+package netdev_test
+
+import (
+	"bytes"
+	"net/netip"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/softverbs/softverbs/netdev"
+)
+
+// xdpOpen opens an XDPLink on ns's interface from inside ns; Close is
+// registered with t.Cleanup.
+func xdpOpen(t testing.TB, ns xdpNetns, opts netdev.XDPOptions) *netdev.XDPLink {
+	t.Helper()
+	var l *netdev.XDPLink
+	xdpInNetns(t, ns.name, func() error {
+		var err error
+		l, err = netdev.OpenXDP(ns.ifname, opts)
+		return err
+	})
+	t.Cleanup(func() { require.NoError(t, l.Close()) })
+	return l
+}
+
+// xdpResolve waits until the kernel of l's namespace has resolved ip.
+func xdpResolve(t testing.TB, l *netdev.XDPLink, ip netip.Addr) netdev.MAC {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if m, ok := l.Neighbours().Resolve(ip); ok {
+			return m
+		}
+		if time.Now().After(deadline) {
+			require.Failf(t, "neighbour not resolved", "%s via %s", ip, l.Name())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// frameSink collects received frames.
+type frameSink struct {
+	mu     sync.Mutex
+	frames [][]byte
+	signal chan struct{}
+}
+
+func newFrameSink() *frameSink { return &frameSink{signal: make(chan struct{}, 1)} }
+
+func (s *frameSink) handle(f []byte) {
+	s.mu.Lock()
+	s.frames = append(s.frames, f)
+	s.mu.Unlock()
+	select {
+	case s.signal <- struct{}{}:
+	default:
+	}
+}
+
+// wait returns the frames once n have arrived, or fails after timeout.
+func (s *frameSink) wait(t testing.TB, n int, timeout time.Duration) [][]byte {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		s.mu.Lock()
+		if len(s.frames) >= n {
+			out := s.frames
+			s.frames = nil
+			s.mu.Unlock()
+			return out
+		}
+		got := len(s.frames)
+		s.mu.Unlock()
+		select {
+		case <-s.signal:
+		case <-deadline:
+			require.Failf(t, "timeout", "received %d of %d frames", got, n)
+		}
+	}
+}
+
+func roceFrame(src, dst netdev.Endpoint, payload []byte) []byte {
+	hl := netdev.HeaderLen(netdev.UsesIPv6(src.IP, dst.IP))
+	buf := make([]byte, hl+len(payload))
+	copy(buf[hl:], payload)
+	if netdev.EncodeRoCEv2(buf, src, dst, 64, 0, len(payload)) == 0 {
+		panic("encode")
+	}
+	return buf
+}
+
+// TestXDPLinkFrames sends RoCEv2 frames of every size from a few bytes to
+// the 9000-byte MTU (multi-buffer past a chunk) over IPv4 and IPv6 between
+// two AF_XDP links, checks them byte for byte, and checks that other UDP
+// goes to the kernel.
+func TestXDPLinkFrames(t *testing.T) {
+	xdpRequireRoot(t)
+	for _, c := range []struct {
+		name string
+		opts netdev.XDPOptions
+		mtu  int // what MTU() must report on a 9000-byte interface
+	}{
+		{"default", netdev.XDPOptions{}, 9000},
+		{"2048-byte chunks", netdev.XDPOptions{FrameSize: 2048, NumFrames: 1024, RingSize: 512}, 9000},
+		{"generic mode", netdev.XDPOptions{Mode: netdev.XDPModeGeneric}, 9000},
+		// One chunk per frame: 4096 less the kernel's 256 bytes of headroom,
+		// the Ethernet header and a VLAN tag.
+		{"no multi-buffer", netdev.XDPOptions{NoMultiBuffer: true}, 4096 - 256 - 18},
+	} {
+		t.Run(c.name, func(t *testing.T) { testXDPLinkFrames(t, c.opts, c.mtu) })
+	}
+}
+
+func testXDPLinkFrames(t *testing.T, opts netdev.XDPOptions, mtu int) {
+	p := xdpNewPair(t, 9000)
+	la := xdpOpen(t, p.a, opts)
+	lb := xdpOpen(t, p.b, opts)
+	require.Equal(t, mtu, la.MTU())
+	require.Equal(t, !opts.NoMultiBuffer, la.MultiBuffer(), "the kernel should support AF_XDP multi-buffer (6.6+)")
+	if opts.Mode != netdev.XDPModeAuto {
+		require.Equal(t, opts.Mode, la.Mode())
+	} else {
+		require.Equal(t, netdev.XDPModeDriver, la.Mode(), "veth has native XDP")
+	}
+	sink := newFrameSink()
+	lb.SetHandler(sink.handle)
+
+	macB := xdpResolve(t, la, p.b.v4)
+	require.Equal(t, lb.HardwareAddr(), macB)
+	macB6 := xdpResolve(t, la, p.b.v6)
+	require.Equal(t, lb.HardwareAddr(), macB6)
+
+	sizes := []int{1, 100, 1000, 3000, 3800, 3900, 4096, 4200, 5000, 8192, 8900}
+	for _, v6 := range []bool{false, true} {
+		src := netdev.Endpoint{MAC: la.HardwareAddr(), IP: p.a.v4, Port: 0xc001}
+		dst := netdev.Endpoint{MAC: macB, IP: p.b.v4, Port: netdev.RoCEv2Port}
+		if v6 {
+			src.IP, dst.IP = p.a.v6, p.b.v6
+		}
+		var sent [][]byte
+		for i, n := range sizes {
+			n = min(n, la.MTU()-netdev.HeaderLen(v6)+netdev.EthernetHeaderLen)
+			require.Positive(t, n)
+			payload := make([]byte, n)
+			for j := range payload {
+				payload[j] = byte(i*31 + j*7)
+			}
+			f := roceFrame(src, dst, payload)
+			sent = append(sent, f)
+			require.NoError(t, la.Send(f))
+		}
+		got := sink.wait(t, len(sent), 5*time.Second)
+		require.Len(t, got, len(sent))
+		for i := range sent {
+			require.True(t, bytes.Equal(sent[i], got[i]), "v6=%v frame %d (%d bytes): got %d bytes", v6, i, len(sent[i]), len(got[i]))
+		}
+	}
+
+	// UDP to another port is not ours: the kernel gets it (and answers
+	// with port unreachable, which is passed back to A's kernel).
+	other := roceFrame(netdev.Endpoint{MAC: la.HardwareAddr(), IP: p.a.v4, Port: 1234},
+		netdev.Endpoint{MAC: macB, IP: p.b.v4, Port: 4792}, []byte("not rocev2"))
+	require.NoError(t, la.Send(other))
+	require.Eventually(t, func() bool { return lb.Stats().Program["pass_other_port"] >= 1 }, 5*time.Second, 5*time.Millisecond)
+	sink.mu.Lock()
+	require.Empty(t, sink.frames)
+	sink.mu.Unlock()
+
+	st := lb.Stats()
+	t.Logf("b stats: %+v", st)
+	require.Equal(t, uint64(2*len(sizes)), st.RxFrames)
+	require.Equal(t, uint64(2*len(sizes)), st.Program["redirect"])
+	require.Zero(t, st.RxDropped)
+	sa := la.Stats()
+	t.Logf("a stats: %+v", sa)
+	require.Equal(t, uint64(2*len(sizes)+1), sa.TxFrames)
+	require.Zero(t, sa.TxDropped)
+}
+
+// TestXDPLinkClose checks that Close detaches the program and frees the
+// queue (a second link can bind it), and that Send then fails.
+func TestXDPLinkClose(t *testing.T) {
+	xdpRequireRoot(t)
+	p := xdpNewPair(t, 1500)
+	attached := func() bool {
+		out, err := exec.Command("ip", "-n", p.a.name, "link", "show", "dev", p.a.ifname).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		return strings.Contains(string(out), "prog/xdp")
+	}
+	require.False(t, attached())
+	for range 2 { // the second round shows the first left nothing behind
+		var l *netdev.XDPLink
+		xdpInNetns(t, p.a.name, func() (err error) {
+			l, err = netdev.OpenXDP(p.a.ifname, netdev.XDPOptions{})
+			return err
+		})
+		require.True(t, attached())
+		require.Equal(t, 1500, l.MTU())
+		require.NoError(t, l.Close())
+		require.NoError(t, l.Close())
+		require.False(t, attached())
+		require.ErrorIs(t, l.Send(make([]byte, 60)), netdev.ErrClosed)
+	}
+	// The kernel has the interface back: ping works.
+	require.NoError(t, xdpPing(p.a.name, p.b.v4, 7, 3*time.Second))
+}
+
+func TestXDPOpenErrors(t *testing.T) {
+	xdpRequireRoot(t)
+	p := xdpNewPair(t, 1500)
+	for _, c := range []struct {
+		name, ifname string
+		opts         netdev.XDPOptions
+	}{
+		{"no such interface", "svx-nonexistent", netdev.XDPOptions{}},
+		{"frame size", p.a.ifname, netdev.XDPOptions{FrameSize: 3000}},
+		{"ring size", p.a.ifname, netdev.XDPOptions{RingSize: 1000}},
+		{"queue", p.a.ifname, netdev.XDPOptions{Queue: 5}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var err error
+			xdpInNetns(t, p.a.name, func() error {
+				_, err = netdev.OpenXDP(c.ifname, c.opts)
+				return nil
+			})
+			require.Error(t, err)
+		})
+	}
+	// Failed opens leave nothing attached.
+	out, err := exec.Command("ip", "-n", p.a.name, "link", "show", "dev", p.a.ifname).CombinedOutput()
+	require.NoError(t, err)
+	require.NotContains(t, string(out), "prog/xdp")
+}
