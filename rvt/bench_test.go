@@ -3,6 +3,7 @@ package rvt
 import (
 	"fmt"
 	"net/netip"
+	"runtime"
 	"testing"
 	"time"
 
@@ -64,6 +65,10 @@ func (p *benchPair) reap(b *testing.B, want int) int {
 	got := 0
 	for got < want {
 		k := p.n.cq.Poll(p.wcs[:min(len(p.wcs), 64)])
+		if k == 0 {
+			runtime.Gosched() // let the workers run (2 cores)
+			continue
+		}
 		for _, w := range p.wcs[:k] {
 			if w.Status != 0 {
 				b.Fatalf("completion %+v", w)
@@ -175,6 +180,9 @@ func benchSend8B(b *testing.B, inline bool, post int) {
 	inflight, got := 0, 0
 	for i := 0; i < b.N || inflight > 0; {
 		k := p.n.cq.Poll(p.wcs)
+		if k == 0 && inflight >= window {
+			runtime.Gosched()
+		}
 		recvs = recvs[:0]
 		for _, w := range p.wcs[:k] {
 			if w.Status != 0 {
@@ -203,6 +211,9 @@ func benchSend8B(b *testing.B, inline bool, post int) {
 	}
 	for got < b.N {
 		k := p.n.cq.Poll(p.wcs)
+		if k == 0 {
+			runtime.Gosched()
+		}
 		got += k
 	}
 	el := time.Since(start).Seconds()

@@ -69,3 +69,37 @@ func TestLoopbackRCSendWriteReadAtomic(t *testing.T) {
 	require.Equal(t, uint64(105), binary.NativeEndian.Uint64(src.Word(src.IOVA+30008)))
 	require.Equal(t, uint64(7), binary.NativeEndian.Uint64(dst.Word(dst.IOVA+40000)))
 }
+
+// A loopback burst stands for every packet of its message: PSNs advance
+// on both sides exactly as on the wire, and the next message (over the
+// wire-sized path) follows on.
+func TestLoopbackBurstPSNs(t *testing.T) {
+	n := newNode(t, Options{})
+	a, b := n.qp(t, qp.RC), n.qp(t, qp.RC)
+	connect(t, a, n.d, b, n.d, defaultAttrs()) // path MTU 1024
+	src, dst := n.mr(t, 1<<16), n.mr(t, 1<<16)
+	for i := range 3 {
+		before := a.Conn().Snapshot().NextPSN
+		rbefore := b.Conn().Snapshot().ExpectedPSN
+		size := uint32(10000 + i*3000)
+		require.NoError(t, b.PostRecv(RecvWR{WRID: 1, SGL: sge(dst, 0, 1<<16)}))
+		require.NoError(t, a.PostSend(
+			SendWR{WRID: 2, Opcode: qp.OpRDMAWrite, Flags: qp.Signaled, SGL: sge(src, 0, size),
+				RemoteAddr: dst.IOVA + 20000, Rkey: dst.Rkey},
+			SendWR{WRID: 3, Opcode: qp.OpSend, Flags: qp.Signaled, SGL: sge(src, 0, size)},
+			SendWR{WRID: 4, Opcode: qp.OpRDMARead, Flags: qp.Signaled, SGL: sge(src, 30000, size),
+				RemoteAddr: dst.IOVA + 20000, Rkey: dst.Rkey}))
+		wcs := poll(t, n.cq, 4, nil)
+		for _, w := range wcs {
+			require.Equal(t, cq.Success, w.Status, "%+v", w)
+		}
+		k := (size + 1023) / 1024
+		require.Equal(t, before.Add(3*k), a.Conn().Snapshot().NextPSN)
+		require.Equal(t, rbefore.Add(3*k), b.Conn().Snapshot().ExpectedPSN)
+		got := make([]byte, size)
+		src.ReadAt(got, src.IOVA+30000)
+		want := make([]byte, size)
+		src.ReadAt(want, src.IOVA)
+		require.Equal(t, want, got, "WRITE then READ back")
+	}
+}

@@ -178,7 +178,7 @@ func (c *Conn) ackLocked(p *Packet, a *qp.Attr) {
 	syn := p.AETH().Syndrome()
 	switch syn.Type() {
 	case AckTypeACK:
-		c.ackBeforeLocked(p.PSN.Add(1))
+		c.ackBeforeLocked(p.LastPSN().Add(1))
 	case AckTypeRNRNAK:
 		c.counters.inc(RcvdRNRErr)
 		if !c.ackBeforeLocked(p.PSN) || c.req.rnrWait {
@@ -249,7 +249,7 @@ func (c *Conn) readResponseLocked(p *Packet, a *qp.Attr) {
 	}
 	scatter(w.WR.SGL, w.MRs, w.Done, p.Payload())
 	w.Done += n
-	c.progressLocked(p.PSN.Add(1))
+	c.progressLocked(p.LastPSN().Add(1))
 	if info.Has(FlagEnd) {
 		w.State, w.Status = qp.WQEDone, cq.Success
 		c.req.rdAtomic--

@@ -518,6 +518,12 @@ func (e *Engine) routeTo(av *qp.AddressVector, srcPort uint16, datagram bool) ro
 // may hold the payload in place (then buf holds the headers only, ib bytes,
 // and the payload is never staged): the receiver copies from it directly.
 func (e *Engine) xmit(c *Conn, r *route, buf []byte, ib int, ext []byte) {
+	e.xmitSpan(c, r, buf, ib, ext, 1)
+}
+
+// xmitSpan is xmit for a loopback burst that covers span PSNs (span > 1
+// only on the fast path, with ext holding the whole payload).
+func (e *Engine) xmitSpan(c *Conn, r *route, buf []byte, ib int, ext []byte, span uint32) {
 	c.counters.c[SentPkts].Add(1)
 	if r.err != DropNone {
 		e.counters.c[SendErr].Add(1)
@@ -528,7 +534,7 @@ func (e *Engine) xmit(c *Conn, r *route, buf []byte, ib int, ext []byte) {
 		pb.own = append(pb.own[:0], buf[netHeadroom:netHeadroom+ib]...)
 		var err error
 		if ext != nil {
-			err = parseExternal(pb.own, ext, &pb.pkt)
+			err = parseExternal(pb.own, ext, span, &pb.pkt)
 		} else {
 			err = Parse(pb.own, &pb.pkt)
 		}

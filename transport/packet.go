@@ -138,7 +138,17 @@ type Packet struct {
 	// ext holds the payload when it is not in Buf: on the loopback fast
 	// path the responder copies straight from the requester's memory.
 	ext []byte
+	// span is how many PSNs the packet stands for: on the loopback fast
+	// path a whole message (or READ response) travels as one burst with
+	// the ONLY opcode, covering PSN .. PSN+span-1. 0 means 1.
+	span uint32
 }
+
+// PSNs returns how many PSNs the packet covers: 1, or a loopback burst's.
+func (p *Packet) PSNs() uint32 { return max(p.span, 1) }
+
+// LastPSN returns the last PSN the packet covers.
+func (p *Packet) LastPSN() PSN { return p.PSN.Add(p.PSNs() - 1) }
 
 // BTH returns the base transport header.
 func (p *Packet) BTH() BTH { return BTH(p.Buf[:BTHLen]) }
@@ -250,7 +260,7 @@ func Parse(b []byte, p *Packet) error {
 // parseExternal is Parse for a packet whose payload is held apart from its
 // headers (the loopback fast path): hdr is the BTH and extension headers
 // only, payload the payload without pad. It applies Parse's rules.
-func parseExternal(hdr, payload []byte, p *Packet) error {
+func parseExternal(hdr, payload []byte, span uint32, p *Packet) error {
 	if len(hdr) < BTHLen {
 		return DropTruncated.Err()
 	}
@@ -284,6 +294,7 @@ func parseExternal(hdr, payload []byte, p *Packet) error {
 		HdrLen:     uint16(info.HdrLen),
 		PayloadLen: uint32(len(payload)),
 		ext:        payload,
+		span:       span,
 	}
 	if len(payload) == 0 {
 		p.ext = nil

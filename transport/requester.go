@@ -295,6 +295,21 @@ func (c *Conn) sendPacketLocked(w *qp.SendWQE, a *qp.Attr) {
 	rem := w.Length - w.Sent
 	n := min(rem, mtu)
 	last := n == rem
+	var r route
+	if typ.Datagram() {
+		r = c.e.routeTo(&w.AH.AV, c.srcPort, true)
+	} else {
+		r = c.pathLocked(a).r
+	}
+	// Loopback: a whole SEND or WRITE whose source is contiguous travels
+	// as one burst covering all its PSNs (nothing on a wire to segment).
+	span := uint32(1)
+	var ext []byte
+	if r.fast && first && rem > mtu && (op.Send() || op == qp.OpRDMAWrite || op == qp.OpRDMAWriteWithImm) {
+		if v := view(w, 0, rem); v != nil {
+			n, last, span, ext = rem, true, npkts(rem, mtu), v
+		}
+	}
 	// The PSN follows from the WQE: its first PSN plus the packets before
 	// this one (for a READ, the responses already received).
 	psn := PSN(w.FirstPSN).Add(w.Sent / mtu)
@@ -365,14 +380,7 @@ func (c *Conn) sendPacketLocked(w *qp.SendWQE, a *qp.Attr) {
 		d.SetQKey(qkey)
 		d.SetSrcQP(c.qp.Num())
 	}
-	var r route
-	if typ.Datagram() {
-		r = c.e.routeTo(&w.AH.AV, c.srcPort, true)
-	} else {
-		r = c.pathLocked(a).r
-	}
-	var ext []byte
-	if payload > 0 {
+	if payload > 0 && ext == nil {
 		if r.fast {
 			ext = view(w, w.Sent, payload)
 		}
@@ -393,7 +401,7 @@ func (c *Conn) sendPacketLocked(w *qp.SendWQE, a *qp.Attr) {
 		}
 	}
 	if ext != nil {
-		c.e.xmit(c, &r, c.reqTx, hl, ext)
+		c.e.xmitSpan(c, &r, c.reqTx, hl, ext, span)
 	} else {
 		clear(b[hl+int(payload) : hl+int(payload+pad)])
 		c.e.xmit(c, &r, c.reqTx, hl+int(payload+pad), nil)
@@ -409,7 +417,7 @@ func (c *Conn) sendPacketLocked(w *qp.SendWQE, a *qp.Attr) {
 		c.req.psn = psn.Add(1)
 		w.Sent = w.Length
 	default:
-		c.req.psn = psn.Add(1)
+		c.req.psn = psn.Add(span)
 		w.Sent += n
 	}
 	if typ == qp.RC {
