@@ -103,6 +103,10 @@ const (
 	maxMcastGroups   = 8192
 	maxMcastQPAttach = 56
 	maxMsgSize       = 1 << 31
+	// gidTableLen is the GID table's capacity: modify checks source GID
+	// indexes against it; an index with no address behind it drops the
+	// QP's packets (counted) until the address appears.
+	gidTableLen = 16
 )
 
 // Device is one software RDMA device with one port.
@@ -173,9 +177,25 @@ func Open(o Options) (*Device, error) {
 	}
 	d.limits = qp.Limits{
 		MaxMTU: eng.ActiveMTU(), MaxRdAtomic: maxRdAtom, MaxDestRdAtomic: maxRdAtom,
-		PkeyTableLen: 1, GIDTableLen: len(o.Addrs), Ports: 1,
+		PkeyTableLen: 1, GIDTableLen: gidTableLen, Ports: 1,
 	}
 	return d, nil
+}
+
+// SetAddrs replaces the port's GID table (addresses in GID index order, see
+// netdev.GIDOrder), as when the interface's addresses change, and raises
+// EventGIDChange. A link that answers for the addresses (netdev.Host) is
+// updated too and announces the new ones.
+func (d *Device) SetAddrs(addrs []netip.Addr) error {
+	if len(addrs) == 0 {
+		return fmt.Errorf("set addresses: %w: the GID table needs at least one address", ErrInvalidArgument)
+	}
+	if h, ok := d.opts.Link.(interface{ SetAddrs([]netip.Addr) }); ok {
+		h.SetAddrs(addrs)
+	}
+	d.eng.SetAddrs(addrs)
+	d.dispatch(Event{Type: transport.EventGIDChange, Port: 1})
+	return nil
 }
 
 // Close stops the device: its QPs stop and its worker pool ends. The link

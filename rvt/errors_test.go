@@ -3,6 +3,7 @@ package rvt
 import (
 	"bytes"
 	"context"
+	"net/netip"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/softverbs/softverbs/clock"
 	"github.com/softverbs/softverbs/cq"
 	"github.com/softverbs/softverbs/keys"
+	"github.com/softverbs/softverbs/netdev"
 	"github.com/softverbs/softverbs/qp"
 	"github.com/softverbs/softverbs/transport"
 )
@@ -460,4 +462,25 @@ func TestPostErrorsNameTheWR(t *testing.T) {
 	require.ErrorIs(t, err, keys.ErrInvalidKey)
 	require.Contains(t, err.Error(), "WR 1 (wr_id 0xbad)")
 	require.Equal(t, 0, a.QP.SQ.Len(), "nothing of the list was posted")
+}
+
+func TestSetAddrsGIDChange(t *testing.T) {
+	n, clk := manualNode(t)
+	ev := record(n.d)
+	a, b := n.qp(t, qp.RC), n.qp(t, qp.RC)
+	connect(t, a, n.d, b, n.d, defaultAttrs()) // GID index 1: 127.0.0.1
+	src, dst := n.mr(t, 64), n.mr(t, 64)
+	newIP := netip.MustParseAddr("127.0.0.9")
+	require.NoError(t, n.d.SetAddrs([]netip.Addr{netip.MustParseAddr("fe80::1"), newIP}))
+	require.True(t, ev.has(transport.EventGIDChange, 0))
+	g, err := n.d.QueryGID(1, 1)
+	require.NoError(t, err)
+	require.Equal(t, netdev.GIDFromIP(newIP), g)
+	// The QPs were addressed to the old GID: their packets no longer
+	// reach this device (dropped, then RETRY_EXC_ERR) ...
+	require.NoError(t, a.PostSend(SendWR{WRID: 1, Opcode: qp.OpRDMAWrite, Flags: qp.Signaled,
+		SGL: sge(src, 0, 8), RemoteAddr: dst.IOVA, Rkey: dst.Rkey}))
+	wcs := poll(t, n.cq, 1, func() { clk.AdvanceToNext() })
+	require.Equal(t, cq.RetryExcErr, wcs[0].Status)
+	require.ErrorIs(t, n.d.SetAddrs(nil), ErrInvalidArgument)
 }

@@ -210,6 +210,20 @@ func (e *Engine) SetPort(pc PortConfig) error {
 	return nil
 }
 
+// SetAddrs replaces the GID table (addresses in GID index order). QPs
+// recompute their routes; a QP whose source GID index no longer exists
+// drops its packets (counted) until it is modified.
+func (e *Engine) SetAddrs(addrs []netip.Addr) {
+	gids := make([]netdev.GID, len(addrs))
+	for i, a := range addrs {
+		gids[i] = netdev.GIDFromIP(a)
+	}
+	e.mu.Lock()
+	e.port.gids = gids
+	e.portGen.Add(1)
+	e.mu.Unlock()
+}
+
 // ActiveMTU returns the port's active path MTU.
 func (e *Engine) ActiveMTU() qp.MTU { return qp.MTUFromBytes(int(e.mtu.Load())) }
 
