@@ -54,7 +54,9 @@ type Conn struct {
 	timer      clock.Timer // guarded by timerMu
 	rnrTimer   clock.Timer // guarded by timerMu
 	stopped    atomic.Bool
-	ran        chan struct{} // signalled after each task run (drain waits)
+	ran        chan struct{} // signalled after each task run while someone drains
+	waiters    atomic.Int32  // goroutines in WaitFlushed
+	queued     atomic.Int32  // packets in reqQ and respQ, read without inMu
 }
 
 func newConn(e *Engine, q *qp.QP) *Conn {
@@ -93,8 +95,8 @@ func (c *Conn) stop() {
 	}
 	c.timerMu.Unlock()
 	c.inMu.Lock()
-	c.reqQ.drain(c.e)
-	c.respQ.drain(c.e)
+	c.queued.Add(-int32(c.reqQ.drain(c.e)))
+	c.queued.Add(-int32(c.respQ.drain(c.e)))
 	c.inMu.Unlock()
 }
 
@@ -121,10 +123,13 @@ func (pq *pktQueue) pop() *pktBuf {
 
 func (pq *pktQueue) len() int { return len(pq.q) - pq.head }
 
-func (pq *pktQueue) drain(e *Engine) {
+func (pq *pktQueue) drain(e *Engine) int {
+	n := 0
 	for pb := pq.pop(); pb != nil; pb = pq.pop() {
 		e.putBuf(pb)
+		n++
 	}
+	return n
 }
 
 // enqueue queues a packet for the QP's responder or completer.
@@ -141,6 +146,7 @@ func (c *Conn) enqueue(pb *pktBuf) {
 	} else {
 		c.reqQ.push(pb)
 	}
+	c.queued.Add(1)
 	c.inMu.Unlock()
 	if resp {
 		c.sendTask.Schedule()
@@ -161,6 +167,9 @@ const inboxBatch = 64
 func (c *Conn) next(in *inbox, q *pktQueue) *pktBuf {
 	if in.i == len(in.b) {
 		in.b, in.i = in.b[:0], 0
+		if c.queued.Load() == 0 {
+			return nil // nothing queued: no need for the lock
+		}
 		c.inMu.Lock()
 		for len(in.b) < inboxBatch {
 			pb := q.pop()
@@ -169,6 +178,7 @@ func (c *Conn) next(in *inbox, q *pktQueue) *pktBuf {
 			}
 			in.b = append(in.b, pb)
 		}
+		c.queued.Add(-int32(len(in.b)))
 		c.inMu.Unlock()
 		if len(in.b) == 0 {
 			return nil
@@ -267,8 +277,8 @@ func (c *Conn) resetLocked() {
 	c.reqIn.drain(c.e)
 	c.respIn.drain(c.e)
 	c.inMu.Lock()
-	c.reqQ.drain(c.e)
-	c.respQ.drain(c.e)
+	c.queued.Add(-int32(c.reqQ.drain(c.e)))
+	c.queued.Add(-int32(c.respQ.drain(c.e)))
 	c.inMu.Unlock()
 	c.timerFired.Store(false)
 	c.rnrFired.Store(false)
@@ -376,6 +386,9 @@ func (c *Conn) Snapshot() Snapshot {
 }
 
 func (c *Conn) signalRan() {
+	if c.waiters.Load() == 0 {
+		return
+	}
 	select {
 	case c.ran <- struct{}{}:
 	default:
@@ -394,6 +407,8 @@ func (c *Conn) flushed() bool {
 // WaitFlushed waits until the QP is in ERR and every posted WR has been
 // completed (the drain of ib_drain_qp).
 func (c *Conn) WaitFlushed(ctx context.Context) error {
+	c.waiters.Add(1)
+	defer c.waiters.Add(-1)
 	for !c.flushed() {
 		c.Kick()
 		select {

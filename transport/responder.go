@@ -149,7 +149,7 @@ func (c *Conn) flushRecvLocked() {
 	c.qp.FlushRecvLocked(func(wc *cq.WC) { c.rout.wc(c.qp.RecvCQ(), *wc) })
 	c.reqIn.drain(c.e)
 	c.inMu.Lock()
-	c.reqQ.drain(c.e)
+	c.queued.Add(-int32(c.reqQ.drain(c.e)))
 	c.inMu.Unlock()
 	if c.qp.SRQ() != nil && !c.resp.lastWQE {
 		c.resp.lastWQE = true
