@@ -86,7 +86,9 @@ type Config struct {
 	Keys   *keys.Table   // required
 	Mcast  *mcast.Table  // required
 	Events func(Event)   // asynchronous events; may be nil
-	// Window is the most packets a requester has outstanding (default 1024).
+	// Window is the most PSNs a requester has unacknowledged (default 128,
+	// rxe's RXE_MAX_UNACKED_PSNS: more overflows ordinary device queues,
+	// e.g. a 1000-packet TAP queue, and turns into go-back-N storms).
 	Window int
 	// AckInterval asks for an ACK at least every AckInterval packets of a
 	// long message (default 64, as rxe).
@@ -158,7 +160,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("new engine: %w: executor, key table and multicast table are required", ErrInvalidArgument)
 	}
 	if cfg.Window <= 0 {
-		cfg.Window = 1024
+		cfg.Window = 128
 	}
 	if cfg.AckInterval <= 0 {
 		cfg.AckInterval = 64
