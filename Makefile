@@ -4,7 +4,7 @@ PKGS := ./...
 FUZZTIME ?= 10s
 SIM_SEEDS ?= 300
 
-.PHONY: all build test race bench fuzz lint demo
+.PHONY: all build test race bench fuzz lint demo interop interop-quick
 
 all: lint build test
 
@@ -37,3 +37,12 @@ lint:
 
 demo:
 	$(GO) run ./cmd/rvt demo
+
+# rvt pingpong against Linux rxe and rdma-core's ibv_{rc,uc,ud}_pingpong in
+# the ../shared/rxe-peer guests, both roles, over TAP (root; boots a guest).
+interop:
+	GO=$(GO) scripts/interop.sh
+
+# The short subset .ci/run runs: RC pingpong in each role over TAP.
+interop-quick:
+	GO=$(GO) scripts/interop.sh --quick

@@ -4,9 +4,13 @@
 //	rvt demo [flags]      RC, UC and UD traffic of every opcode, throughput, counters
 //	rvt devinfo [flags]   device and port attributes, like ibv_devinfo -v
 //	rvt stat [flags]      QPs and counters after a little traffic, like rdma statistic
+//	rvt pingpong [flags] [server]
+//	                      ibv_rc/uc/ud_pingpong against softverbs or rdma-core peers
 //	rvt help [command]
 //
-// None of them needs root: the devices live in this process.
+// Only pingpong talks to other processes: it needs a real link (a TAP or
+// AF_XDP link needs root, a UDP link does not). The others need no root:
+// their devices live in this process.
 package main
 
 import (
@@ -22,6 +26,9 @@ import (
 type command struct {
 	name, summary string
 	flags         func(fs *flag.FlagSet) (run func(w io.Writer) error)
+	// args names the one optional positional argument ("" for none); run
+	// reads it with fs.Arg(0).
+	args string
 }
 
 func commands() []command {
@@ -36,7 +43,7 @@ func commands() []command {
 				fs.StringVar(&cfg.PCAP, "pcap", cfg.PCAP, "write rvt0's frames of the functional phase to this pcap `file`")
 				fs.Int64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the fabric and the fault profile")
 				return func(w io.Writer) error { return runDemo(w, cfg) }
-			}},
+			}, ""},
 		{"devinfo", "device and port attributes, GID and P_Key tables, like ibv_devinfo -v",
 			func(fs *flag.FlagSet) func(io.Writer) error {
 				cfg := defaultDevinfoConfig()
@@ -44,13 +51,23 @@ func commands() []command {
 				fs.IntVar(&cfg.LinkMTU, "link-mtu", cfg.LinkMTU, "Ethernet MTU of the fabric port")
 				fs.BoolVar(&cfg.Verbose, "v", cfg.Verbose, "print the device limits too")
 				return func(w io.Writer) error { return runDevinfo(w, cfg) }
-			}},
+			}, ""},
 		{"stat", "QPs and counters of the demo pair after a little traffic, like rdma statistic",
 			func(fs *flag.FlagSet) func(io.Writer) error {
 				cfg := defaultStatConfig()
 				fs.IntVar(&cfg.Messages, "messages", cfg.Messages, "RC SENDs (and as many WRITEs) to run first")
 				return func(w io.Writer) error { return runStat(w, cfg) }
-			}},
+			}, ""},
+		{"pingpong", "ping-pong of SENDs like rdma-core's ibv_rc_pingpong, ibv_uc_pingpong and ibv_ud_pingpong; " +
+			"with no server argument, wait for a client",
+			func(fs *flag.FlagSet) func(io.Writer) error {
+				cfg := defaultPingpongConfig()
+				pingpongFlags(fs, &cfg)
+				return func(w io.Writer) error {
+					cfg.Server = fs.Arg(0)
+					return runPingpong(w, cfg)
+				}
+			}, "[server]"},
 	}
 }
 
@@ -80,17 +97,25 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fs := flag.NewFlagSet("rvt "+c.name, flag.ContinueOnError)
 		fs.SetOutput(flagOut)
 		runCmd := c.flags(fs)
+		synopsis := "rvt " + c.name + " [flags]"
+		if c.args != "" {
+			synopsis += " " + c.args
+		}
 		fs.Usage = func() {
-			fmt.Fprintf(fs.Output(), "usage: rvt %s [flags]\n\n%s.\n\nflags:\n", c.name, c.summary)
+			fmt.Fprintf(fs.Output(), "usage: %s\n\n%s.\n\nflags:\n", synopsis, c.summary)
 			fs.PrintDefaults()
 		}
-		if err := fs.Parse(args); err != nil {
+		if err := parseInterspersed(fs, args, c.args != ""); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
 				return 0
 			}
 			return 2
 		}
-		if fs.NArg() > 0 {
+		maxArgs := 0
+		if c.args != "" {
+			maxArgs = 1
+		}
+		if fs.NArg() > maxArgs {
 			fmt.Fprintf(stderr, "rvt %s: unexpected arguments %q\n", c.name, fs.Args())
 			return 2
 		}
@@ -103,6 +128,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stderr, "rvt: unknown command %q\n\n", name)
 	usage(stderr, cmds)
 	return 2
+}
+
+// parseInterspersed parses args into fs. With positional true, one
+// positional argument may also stand before or between the flags, as
+// getopt allows ("rvt pingpong 10.0.0.1 -n 10"): it is moved to the end.
+func parseInterspersed(fs *flag.FlagSet, args []string, positional bool) error {
+	if err := fs.Parse(args); err != nil || !positional || fs.NArg() < 2 {
+		return err
+	}
+	rest := fs.Args()
+	if rest[1] == "--" {
+		return nil
+	}
+	return fs.Parse(append(append([]string(nil), rest[1:]...), "--", rest[0]))
 }
 
 func usage(w io.Writer, cmds []command) {

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/softverbs/softverbs/clock"
+	"github.com/softverbs/softverbs/netdev"
+)
+
+// openTAPLink creates the TAP and makes softverbs a host on it with its
+// own MAC and --ip: it answers ARP and neighbour solicitations and resolves
+// peers itself. The kernel side of the TAP has no address; put it in a
+// bridge to reach other hosts.
+func openTAPLink(cfg *pingpongConfig) (*ppLink, error) {
+	pfx, err := parsePrefix(cfg.IP)
+	if err != nil {
+		return nil, err
+	}
+	mac, err := hostMAC(cfg.MAC)
+	if err != nil {
+		return nil, err
+	}
+	tap, err := netdev.OpenTAP(cfg.TAP, cfg.tapMTU())
+	if err != nil {
+		return nil, err
+	}
+	addrs := netdev.GIDOrder(mac, []netip.Addr{pfx.Addr()})
+	h := netdev.NewHost(tap, mac, addrs, clock.Real())
+	h.Announce(pfx.Addr())
+	return &ppLink{link: h, mac: mac, addrs: addrs, resolve: h.Resolve,
+		closers: []func(){func() { _ = h.Close() }}}, nil
+}
+
+// openXDPLink attaches AF_XDP to an interface the kernel keeps: the GIDs
+// are the interface's addresses (or --ip alone), the MAC is its MAC, and
+// peers are resolved through the kernel's neighbour table.
+func openXDPLink(cfg *pingpongConfig) (*ppLink, error) {
+	x, err := netdev.OpenXDP(cfg.XDP, netdev.XDPOptions{})
+	if err != nil {
+		return nil, err
+	}
+	mac := x.HardwareAddr()
+	var addrs []netip.Addr
+	if cfg.IP != "" {
+		pfx, err := parsePrefix(cfg.IP)
+		if err != nil {
+			_ = x.Close()
+			return nil, err
+		}
+		addrs = netdev.GIDOrder(mac, []netip.Addr{pfx.Addr()})
+	} else if addrs, err = netdev.GIDsFromInterface(cfg.XDP); err != nil {
+		_ = x.Close()
+		return nil, err
+	}
+	return &ppLink{link: x, mac: mac, addrs: addrs, resolve: x.Neighbours().Resolve,
+		closers: []func(){func() { _ = x.Close() }}}, nil
+}
+
+// openUDPLink opens the unprivileged UDP-socket link on --udp (IP or
+// IP:port, port 4791 by default), or on --ip. The kernel does IP and ARP;
+// the GID table is a link-local GID derived from the link's made-up MAC,
+// then the address, so -g 1 is the address as on rxe.
+func openUDPLink(cfg *pingpongConfig) (*ppLink, error) {
+	s := cfg.UDP
+	if s == "" {
+		s = cfg.IP
+		if i := strings.IndexByte(s, '/'); i >= 0 {
+			s = s[:i]
+		}
+	}
+	ap, err := netip.ParseAddrPort(s)
+	if err != nil {
+		a, err2 := netip.ParseAddr(s)
+		if err2 != nil {
+			return nil, fmt.Errorf("--udp %q: want IP or IP:port", s)
+		}
+		ap = netip.AddrPortFrom(a, 0)
+	}
+	u, err := netdev.OpenUDPConfig(netdev.UDPConfig{Addr: ap, MTU: cfg.LinkMTU})
+	if err != nil {
+		return nil, err
+	}
+	mac := u.HardwareAddr()
+	addrs := netdev.GIDOrder(mac, []netip.Addr{ap.Addr()})
+	return &ppLink{link: u, mac: mac, addrs: addrs, resolve: u.Resolve,
+		closers: []func(){func() { _ = u.Close() }}}, nil
+}

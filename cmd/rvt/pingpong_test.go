@@ -1,0 +1,390 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"io"
+	"net"
+	"net/netip"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/softverbs/softverbs/clock"
+	"github.com/softverbs/softverbs/netdev"
+)
+
+// From ../shared/captures/host_ud_probe.txt: the message a real
+// ibv_ud_pingpong server (rdma-core 44 on rxe) sent, as the probe decoded
+// it, and the lines that server printed.
+const (
+	captureServerMsg   = "0000:000024:8ee9f0:00000000000000000000ffff0a320001"
+	captureServerLocal = "  local address:  LID 0x0000, QPN 0x000024, PSN 0x8ee9f0: GID ::ffff:10.50.0.1\n"
+	captureServerRem   = "  remote address: LID 0x0000, QPN 0x004242, PSN 0x000000, GID ::ffff:10.50.0.254\n"
+	// ../shared/captures/ibv_rc_pingpong.txt, the client in guest 2.
+	captureRCLocal = "  local address:  LID 0x0000, QPN 0x000013, PSN 0x814221, GID ::ffff:10.50.0.2\n"
+)
+
+func TestOOBMessageFromCapture(t *testing.T) {
+	// The server's message as it is on the wire: 51 characters and a NUL.
+	wire := append([]byte(captureServerMsg), 0)
+	require.Len(t, wire, oobMsgLen)
+	d, err := parseDest(wire)
+	require.NoError(t, err)
+	want := ppDest{LID: 0, QPN: 0x24, PSN: 0x8ee9f0, GID: netdev.GIDFromIP(netip.MustParseAddr("10.50.0.1"))}
+	require.Equal(t, want, d)
+	require.Equal(t, wire, d.marshal(), "marshal gives back the bytes rdma-core sent")
+	require.Equal(t, captureServerLocal, addressLine("local address: ", d, ": "))
+
+	probe := ppDest{QPN: 0x4242, GID: netdev.GIDFromIP(netip.MustParseAddr("10.50.0.254"))}
+	require.Equal(t, captureServerRem, addressLine("remote address:", probe, ", "))
+	// host_ud_probe.py builds the same wire GID by hand.
+	require.Equal(t, "00000000000000000000ffff0a3200fe", wireGID(probe.GID))
+
+	// ::ffff:10.50.0.2, as ibv_rc_pingpong printed it and would send it.
+	rc := ppDest{QPN: 0x13, PSN: 0x814221, GID: netdev.GIDFromIP(netip.MustParseAddr("10.50.0.2"))}
+	require.Equal(t, captureRCLocal, addressLine("local address: ", rc, ", "))
+	require.Equal(t, "0000:000013:814221:00000000000000000000ffff0a320002\x00", string(rc.marshal()))
+}
+
+func TestWireGID(t *testing.T) {
+	for _, tc := range []struct{ ip, wire, text string }{
+		{"10.50.0.2", "00000000000000000000ffff0a320002", "::ffff:10.50.0.2"},
+		{"fe80::5054:ff:fe52:5801", "fe80000000000000505400fffe525801", "fe80::5054:ff:fe52:5801"},
+		{"::", "00000000000000000000000000000000", "::"},
+		{"::1", "00000000000000000000000000000001", "::1"},
+		// IPv4-compatible: glibc's inet_ntop keeps the dotted quad.
+		{"::a32:1", "0000000000000000000000000a320001", "::10.50.0.1"},
+		{"2001:db8::1", "20010db8000000000000000000000001", "2001:db8::1"},
+	} {
+		t.Run(tc.ip, func(t *testing.T) {
+			g := netdev.GID(netip.MustParseAddr(tc.ip).As16())
+			require.Equal(t, tc.wire, wireGID(g))
+			back, err := parseWireGID(tc.wire)
+			require.NoError(t, err)
+			require.Equal(t, g, back)
+			require.Equal(t, tc.text, gidString(g))
+		})
+	}
+}
+
+func TestParseDestErrors(t *testing.T) {
+	for _, s := range []string{
+		"",
+		"0000:000024:8ee9f0",
+		"zzzz:000024:8ee9f0:00000000000000000000ffff0a320001",
+		"0000:1000000:8ee9f0:00000000000000000000ffff0a320001",
+		"0000:000024:8ee9f0:00000000000000000000ffff0a3200",
+		"0000:000024:8ee9f0:00000000000000000000ffff0a3200zz",
+		"10000:000024:8ee9f0:00000000000000000000ffff0a320001",
+	} {
+		_, err := parseDest([]byte(s))
+		require.ErrorIs(t, err, errBadOOB, "%q", s)
+	}
+}
+
+// The exchange, byte for byte: the client sends 52 bytes first; the
+// server connects before it answers with 52 bytes; the client ends with
+// the 5 bytes "done\0".
+func TestOOBExchangeBytes(t *testing.T) {
+	cli, srv := net.Pipe()
+	defer cli.Close()
+	defer srv.Close()
+	mine := ppDest{QPN: 0x11, PSN: 0xabcdef, GID: netdev.GIDFromIP(netip.MustParseAddr("10.50.0.200"))}
+	theirs := ppDest{QPN: 0x24, PSN: 0x8ee9f0, GID: netdev.GIDFromIP(netip.MustParseAddr("10.50.0.1"))}
+
+	var got ppDest
+	var cerr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		got, cerr = clientExchange(cli, mine)
+	}()
+	// Play rdma-core's server by hand.
+	msg := make([]byte, oobMsgLen)
+	_, err := io.ReadFull(srv, msg)
+	require.NoError(t, err)
+	require.Equal(t, "0000:000011:abcdef:00000000000000000000ffff0a3200c8\x00", string(msg))
+	_, err = srv.Write(append([]byte(captureServerMsg), 0))
+	require.NoError(t, err)
+	fin := make([]byte, 5)
+	_, err = io.ReadFull(srv, fin)
+	require.NoError(t, err)
+	require.Equal(t, "done\x00", string(fin))
+	<-done
+	require.NoError(t, cerr)
+	require.Equal(t, theirs, got)
+
+	// And the server side against a hand-played client.
+	cli2, srv2 := net.Pipe()
+	defer cli2.Close()
+	defer srv2.Close()
+	var connected ppDest
+	var srem ppDest
+	var serr error
+	done = make(chan struct{})
+	go func() {
+		defer close(done)
+		srem, serr = serverExchange(srv2, theirs, func(d ppDest) error { connected = d; return nil })
+	}()
+	_, err = cli2.Write(mine.marshal())
+	require.NoError(t, err)
+	_, err = io.ReadFull(cli2, msg)
+	require.NoError(t, err)
+	require.Equal(t, captureServerMsg+"\x00", string(msg))
+	require.Equal(t, mine, connected, "the server connects before it answers")
+	_, err = cli2.Write([]byte("done\x00"))
+	require.NoError(t, err)
+	<-done
+	require.NoError(t, serr)
+	require.Equal(t, mine, srem)
+}
+
+func TestPingpongFlags(t *testing.T) {
+	parse := func(args ...string) (pingpongConfig, []string) {
+		fs := flag.NewFlagSet("rvt pingpong", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		cfg := defaultPingpongConfig()
+		pingpongFlags(fs, &cfg)
+		require.NoError(t, parseInterspersed(fs, args, true))
+		return cfg, fs.Args()
+	}
+	cfg, rest := parse()
+	require.Equal(t, defaultPingpongConfig(), cfg)
+	require.Empty(t, rest)
+	require.Equal(t, 18515, cfg.Port)
+	require.Equal(t, 1024, cfg.MTU)
+	require.Equal(t, 500, cfg.RxDepth)
+	require.Equal(t, 1000, cfg.Iters)
+	require.Equal(t, -1, cfg.GIDIndex)
+
+	cfg, rest = parse("10.50.0.1", "-g", "1", "--ud", "-n", "10", "--size=64", "-c", "-e")
+	require.Equal(t, []string{"10.50.0.1"}, rest)
+	require.Equal(t, "ud", cfg.Mode)
+	require.Equal(t, 1, cfg.GIDIndex)
+	require.Equal(t, 10, cfg.Iters)
+	require.Equal(t, 64, cfg.Size)
+	require.True(t, cfg.Check)
+	require.True(t, cfg.Events)
+
+	cfg, rest = parse("-d", "rxe0", "--uc", "-m", "4096", "--tap", "svtap0", "--ip", "10.50.0.200/24")
+	require.Empty(t, rest)
+	require.Equal(t, "uc", cfg.Mode)
+	require.Equal(t, "rxe0", cfg.Device)
+	require.Equal(t, 4096, cfg.MTU)
+	require.Equal(t, "svtap0", cfg.TAP)
+
+	for _, tc := range []struct {
+		args []string
+		err  string
+	}{
+		{[]string{"-m", "1000"}, "path MTU"},
+		{[]string{"-o"}, "ODP"},
+		{[]string{"-P"}, "prefetch is valid only"},
+		{[]string{"-t"}, "timestamp"},
+		{[]string{"-i", "2"}, "port 1 only"},
+		{[]string{"-n", "0"}, "iteration"},
+	} {
+		cfg, _ := parse(tc.args...)
+		_, err := cfg.check()
+		require.ErrorContains(t, err, tc.err, "%v", tc.args)
+	}
+}
+
+// fabricLinks returns two link makers on one in-memory fabric: device i
+// gets the demo's addresses, so GID index 1 is ::ffff:198.18.0.(i+1).
+func fabricLinks(t *testing.T, linkMTU int) [2]func() (*ppLink, error) {
+	fab := netdev.NewFabric(clock.Real(), 1)
+	var out [2]func() (*ppLink, error)
+	for i := range out {
+		mac, addrs := nodeAddrs(i)
+		for _, a := range addrs {
+			fab.AddAddr(a, mac)
+		}
+		out[i] = func() (*ppLink, error) {
+			port := fab.NewPort(mac, linkMTU)
+			return &ppLink{link: port, mac: mac, addrs: addrs, resolve: fab.Resolve,
+				closers: []func(){func() { _ = port.Close() }}}, nil
+		}
+	}
+	return out
+}
+
+type ppResult struct {
+	server, client string
+	serr, cerr     error
+}
+
+// runPair runs a server and a client in this process over the fabric.
+func runPair(t *testing.T, linkMTU int, server, client func(*pingpongConfig)) ppResult {
+	t.Helper()
+	links := fabricLinks(t, linkMTU)
+	listening := make(chan net.Addr, 1)
+	scfg := defaultPingpongConfig()
+	scfg.Port, scfg.GIDIndex, scfg.Iters, scfg.Timeout = 0, 1, 50, 30*time.Second
+	scfg.link, scfg.onListen = links[0], func(a net.Addr) { listening <- a }
+	ccfg := scfg
+	ccfg.link, ccfg.onListen = links[1], nil
+	server(&scfg)
+	client(&ccfg)
+
+	var r ppResult
+	var sout, cout bytes.Buffer
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		r.serr = runPingpong(&sout, scfg)
+		if r.serr != nil {
+			close(listening)
+		}
+	}()
+	a, ok := <-listening
+	if ok {
+		ccfg.Server = "127.0.0.1"
+		ccfg.Port = a.(*net.TCPAddr).Port
+		r.cerr = runPingpong(&cout, ccfg)
+	}
+	wg.Wait()
+	r.server, r.client = sout.String(), cout.String()
+	t.Logf("server:\n%s(err %v)\nclient:\n%s(err %v)", r.server, r.serr, r.client, r.cerr)
+	return r
+}
+
+var (
+	addrLineRE = regexp.MustCompile(`^  (local address: |remote address:) LID 0x([0-9a-f]{4}), QPN 0x([0-9a-f]{6}), PSN 0x([0-9a-f]{6})(, |: )GID (\S+)$`)
+	bytesRE    = regexp.MustCompile(`^(\d+) bytes in (\d+\.\d\d) seconds = (\d+\.\d\d|inf) Mbit/sec$`)
+	itersRE    = regexp.MustCompile(`^(\d+) iters in (\d+\.\d\d) seconds = (\d+\.\d\d|inf) usec/iter$`)
+)
+
+// checkOutput checks one side's lines and returns its local and remote
+// (QPN, PSN) pairs.
+func checkOutput(t *testing.T, out, mode string, size, iters int, gid, remGID string) (local, remote [2]string, extra []string) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	require.GreaterOrEqual(t, len(lines), 4, out)
+	for i, want := range []string{"local address: ", "remote address:"} {
+		m := addrLineRE.FindStringSubmatch(lines[i])
+		require.NotNil(t, m, "line %d: %q", i, lines[i])
+		require.Equal(t, want, m[1])
+		require.Equal(t, "0000", m[2], "LID")
+		sep := ", "
+		if mode == "ud" && i == 0 {
+			sep = ": "
+		}
+		require.Equal(t, sep, m[5], "separator before GID in %q", lines[i])
+		g := gid
+		if i == 1 {
+			g = remGID
+		}
+		require.Equal(t, g, m[6])
+		if i == 0 {
+			local = [2]string{m[3], m[4]}
+		} else {
+			remote = [2]string{m[3], m[4]}
+		}
+	}
+	m := bytesRE.FindStringSubmatch(lines[2])
+	require.NotNil(t, m, "%q", lines[2])
+	require.Equal(t, strconv.Itoa(size*iters*2), m[1])
+	m = itersRE.FindStringSubmatch(lines[3])
+	require.NotNil(t, m, "%q", lines[3])
+	require.Equal(t, strconv.Itoa(iters), m[1])
+	return local, remote, lines[4:]
+}
+
+func TestPingpongFabric(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		mode          string
+		size, mtu     int
+		linkMTU       int
+		events, check bool
+	}{
+		{name: "rc", mode: "rc", linkMTU: 1500},
+		{name: "rc-1B", mode: "rc", size: 1, linkMTU: 1500},
+		{name: "rc-64KiB-mtu4096", mode: "rc", size: 64 << 10, mtu: 4096, linkMTU: 9000},
+		{name: "rc-events-chk", mode: "rc", size: 10000, linkMTU: 1500, events: true, check: true},
+		{name: "uc", mode: "uc", linkMTU: 1500},
+		{name: "uc-events-chk", mode: "uc", size: 8192, mtu: 2048, linkMTU: 9000, events: true, check: true},
+		{name: "ud", mode: "ud", size: 1024, linkMTU: 1500},
+		{name: "ud-default-size", mode: "ud", linkMTU: 9000},
+		{name: "ud-events-chk", mode: "ud", size: 4096, linkMTU: 9000, events: true, check: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			set := func(c *pingpongConfig) {
+				c.Mode, c.Size, c.Events, c.Check, c.pageSize = tc.mode, tc.size, tc.events, tc.check, 1024
+				if tc.mtu != 0 {
+					c.MTU = tc.mtu
+				}
+			}
+			r := runPair(t, tc.linkMTU, set, set)
+			require.NoError(t, r.serr)
+			require.NoError(t, r.cerr)
+			size := tc.size
+			if size == 0 {
+				size = map[bool]int{false: 4096, true: 2048}[tc.mode == "ud"]
+			}
+			sl, sr, sx := checkOutput(t, r.server, tc.mode, size, 50, "::ffff:198.18.0.1", "::ffff:198.18.0.2")
+			cl, cr, cx := checkOutput(t, r.client, tc.mode, size, 50, "::ffff:198.18.0.2", "::ffff:198.18.0.1")
+			require.Equal(t, sl, cr, "the client learned the server's QPN and PSN")
+			require.Equal(t, cl, sr, "the server learned the client's QPN and PSN")
+			require.Empty(t, sx, "no invalid pages")
+			require.Empty(t, cx)
+		})
+	}
+}
+
+// -c on the server alone: the client does not mark its pages, so every
+// page of what arrived still holds the 0x7b fill and the server reports
+// each one, as rdma-core's server does. This shows the check looks at the
+// received data.
+func TestPingpongCheckDetects(t *testing.T) {
+	for _, mode := range []string{"rc", "ud"} {
+		t.Run(mode, func(t *testing.T) {
+			r := runPair(t, 9000, func(c *pingpongConfig) {
+				c.Mode, c.Size, c.Check, c.pageSize, c.Iters = mode, 3000, true, 1024, 5
+			}, func(c *pingpongConfig) {
+				c.Mode, c.Size, c.Iters = mode, 3000, 5
+			})
+			require.NoError(t, r.serr)
+			require.NoError(t, r.cerr)
+			_, _, extra := checkOutput(t, r.server, mode, 3000, 5, "::ffff:198.18.0.1", "::ffff:198.18.0.2")
+			require.Equal(t, []string{"invalid data in page 0", "invalid data in page 1", "invalid data in page 2"}, extra)
+		})
+	}
+}
+
+func TestPingpongErrors(t *testing.T) {
+	// UD messages must fit the port's active MTU (1500-byte link: 1024).
+	r := runPair(t, 1500, func(c *pingpongConfig) { c.Mode = "ud" }, func(c *pingpongConfig) { c.Mode = "ud" })
+	require.ErrorContains(t, r.serr, "Requested size larger than port MTU (1024)")
+
+	// RoCE cannot do without GIDs: a client with -g -1 sends a zero GID and
+	// the server refuses it; the client then sees the connection close.
+	r = runPair(t, 1500, func(c *pingpongConfig) {}, func(c *pingpongConfig) { c.GIDIndex = -1 })
+	require.ErrorContains(t, r.serr, "RoCE needs GIDs")
+	require.Error(t, r.cerr)
+	require.Contains(t, r.client, "GID ::\n")
+}
+
+// The command line reaches runPingpong: a bad flag is a usage error, and
+// a missing link is reported.
+func TestPingpongCLI(t *testing.T) {
+	var out, errb bytes.Buffer
+	require.Equal(t, 2, run([]string{"pingpong", "-bogus"}, &out, &errb))
+	errb.Reset()
+	require.Equal(t, 1, run([]string{"pingpong", "-n", "1"}, &out, &errb))
+	require.Contains(t, errb.String(), "no link")
+	errb.Reset()
+	require.Equal(t, 2, run([]string{"pingpong", "a", "b"}, &out, &errb))
+	require.Contains(t, errb.String(), "unexpected arguments")
+	out.Reset()
+	require.Equal(t, 0, run([]string{"help", "pingpong"}, &out, &errb))
+	require.Contains(t, out.String(), "usage: rvt pingpong [flags] [server]")
+}
