@@ -6,6 +6,7 @@
 //	rvt stat [flags]      QPs and counters after a little traffic, like rdma statistic
 //	rvt pingpong [flags] [server]
 //	                      ibv_rc/uc/ud_pingpong against softverbs or rdma-core peers
+//	rvt perf [flags]      goodput and latency over TAP, UDP and AF_XDP on a veth pair (root)
 //	rvt help [command]
 //
 // Only pingpong talks to other processes: it needs a real link (a TAP or
@@ -68,6 +69,7 @@ func commands() []command {
 					return runPingpong(w, cfg)
 				}
 			}, "[server]"},
+		perfCommand(),
 	}
 }
 

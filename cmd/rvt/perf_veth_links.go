@@ -1,0 +1,397 @@
+package main
+
+// The softverbs side of `rvt perf`: a device per namespace on the chosen
+// link kind, RC WRITE goodput and RC SEND ping-pong latency between them.
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/softverbs/softverbs/cq"
+	"github.com/softverbs/softverbs/netdev"
+	"github.com/softverbs/softverbs/qp"
+	"github.com/softverbs/softverbs/rvt"
+)
+
+// Link kinds of `rvt perf --link`, in run order. TAP comes last: it puts
+// the veth ends into bridges, which the others must not see.
+var perfLinkKinds = []string{"xdp", "udp", "tap"}
+
+// perfPeer is one device of a link run and how to close it.
+type perfPeer struct {
+	*node
+	gid     int // GID index of its IPv4 address
+	ip      netip.Addr
+	resolve func(netip.Addr) (netdev.MAC, bool)
+	closers []func()
+}
+
+func (p *perfPeer) close() {
+	for i := len(p.closers) - 1; i >= 0; i-- {
+		p.closers[i]()
+	}
+	p.closers = nil
+}
+
+// openPerfPeer opens the link of kind in namespace i of net and a device
+// on it. On error it closes what it opened.
+func openPerfPeer(net *perfNet, i int, kind string) (p *perfPeer, err error) {
+	p = &perfPeer{gid: 1}
+	defer func() {
+		if err != nil {
+			p.close()
+		}
+	}()
+	ns := net.ns[i]
+	var (
+		link netdev.Link
+		mac  netdev.MAC
+	)
+	switch kind {
+	case "udp":
+		var l *netdev.UDPLink
+		if err := ns.do(func() (err error) {
+			l, err = netdev.OpenUDP(netip.AddrPortFrom(net.ip[i], netdev.RoCEv2Port))
+			return err
+		}); err != nil {
+			return nil, err
+		}
+		p.closers = append(p.closers, func() { _ = l.Close() })
+		link, mac, p.ip, p.resolve = l, l.HardwareAddr(), net.ip[i], l.Resolve
+	case "xdp":
+		var l *netdev.XDPLink
+		if err := ns.do(func() (err error) {
+			l, err = netdev.OpenXDP(net.veth[i], netdev.XDPOptions{})
+			return err
+		}); err != nil {
+			return nil, err
+		}
+		p.closers = append(p.closers, func() { _ = l.Close() })
+		link, mac, p.ip, p.resolve = l, l.HardwareAddr(), net.ip[i], l.Neighbours().Resolve
+	case "tap":
+		name := net.name(fmt.Sprintf("t%d", i))
+		var t *netdev.TAP
+		if err := ns.do(func() (err error) {
+			t, err = netdev.OpenTAP(name, net.mtu)
+			return err
+		}); err != nil {
+			return nil, err
+		}
+		p.closers = append(p.closers, func() { _ = t.Close() })
+		del, err := net.bridge(i, name)
+		if err != nil {
+			return nil, err
+		}
+		p.closers = append(p.closers, del)
+		mac = netdev.MAC{0x02, 0x73, 0x76, 0x70, 0x00, byte(i + 1)}
+		p.ip = perfTAPAddrs[i]
+		h := netdev.NewHost(t, mac, netdev.GIDOrder(mac, []netip.Addr{p.ip}), nil)
+		link, p.resolve = h, h.Resolve
+	default:
+		return nil, fmt.Errorf("unknown link %q", kind)
+	}
+	addrs := netdev.GIDOrder(mac, []netip.Addr{p.ip})
+	dev, err := rvt.Open(rvt.Options{Name: fmt.Sprintf("%s%d", kind, i), Workers: 2,
+		Link: link, MAC: mac, Addrs: addrs, Resolve: p.resolve})
+	if err != nil {
+		return nil, err
+	}
+	p.closers = append(p.closers, func() { _ = dev.Close() })
+	pd, err := dev.AllocPD()
+	if err != nil {
+		return nil, err
+	}
+	p.node = &node{dev: dev, pd: pd, mac: mac, addrs: addrs}
+	return p, nil
+}
+
+// warm resolves peer's MAC ahead of the first packet (ARP through the
+// kernel or softverbs' own host), so the runs do not start with a lost
+// packet and a retransmission timeout.
+func (p *perfPeer) warm(peer netip.Addr) error {
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		if _, ok := p.resolve(peer); ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%v: no neighbour entry for %v after 3s", p.dev.Name(), peer)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// perfLinkResult is what one link kind measured.
+type perfLinkResult struct {
+	write runResult
+	lat   latency
+}
+
+// runPerfLink opens a device in each namespace on link kind, connects RC
+// QPs with path MTU mtu, and measures SEND ping-pong latency for latDur
+// and WRITE goodput of size-byte messages for dur.
+func runPerfLink(ctx context.Context, net *perfNet, kind string, mtu rvt.MTU, size int, dur, latDur time.Duration) (perfLinkResult, error) {
+	var res perfLinkResult
+	var peers [2]*perfPeer
+	defer func() {
+		for _, p := range peers {
+			if p != nil {
+				p.close()
+			}
+		}
+	}()
+	for i := range peers {
+		p, err := openPerfPeer(net, i, kind)
+		if err != nil {
+			return res, err
+		}
+		peers[i] = p
+	}
+	for i, p := range peers {
+		if err := p.warm(peers[1-i].ip); err != nil {
+			return res, err
+		}
+	}
+	if port, err := peers[0].dev.QueryPort(1); err != nil {
+		return res, err
+	} else if port.ActiveMTU < mtu {
+		return res, fmt.Errorf("link MTU %d carries path MTU %v at most, not %v", net.mtu, port.ActiveMTU, mtu)
+	}
+
+	// Latency first: it also warms both directions.
+	var w [2]*cqWaiter
+	var ep [2]*endpoint
+	for i, p := range peers {
+		w[i] = newCQWaiter()
+		e, err := p.newEndpoint(qp.RC, qpOpts{sendWR: 64, recvWR: 64, onComp: w[i].notify})
+		if err != nil {
+			return res, err
+		}
+		ep[i] = e
+	}
+	if err := connect(ep[0], ep[1], mtu); err != nil {
+		return res, err
+	}
+	lat, err := sendPingpong(ctx, ep[0], ep[1], w[0], w[1], latDur)
+	if err != nil {
+		return res, fmt.Errorf("SEND ping-pong: %w", err)
+	}
+	res.lat = lat
+	if err := ctx.Err(); err != nil {
+		return res, err
+	}
+
+	a, err := peers[0].newEndpoint(qp.RC, qpOpts{sendWR: 256, recvWR: 16})
+	if err != nil {
+		return res, err
+	}
+	b, err := peers[1].newEndpoint(qp.RC, qpOpts{sendWR: 16, recvWR: 16})
+	if err != nil {
+		return res, err
+	}
+	if err := connect(a, b, mtu); err != nil {
+		return res, err
+	}
+	wr, err := writeRun(a, b, size, dur)
+	if err != nil {
+		return res, fmt.Errorf("RDMA WRITE: %w", err)
+	}
+	res.write = wr
+	return res, nil
+}
+
+// cqWaiter turns a CQ's completion handler into something to wait on.
+type cqWaiter struct{ ch chan struct{} }
+
+func newCQWaiter() *cqWaiter { return &cqWaiter{ch: make(chan struct{}, 1)} }
+
+// notify is the CQ's completion handler: it must not block.
+func (w *cqWaiter) notify(*rvt.CQ) {
+	select {
+	case w.ch <- struct{}{}:
+	default:
+	}
+}
+
+// poll returns at least one completion of c in buf, event-driven like
+// ibv_rc_pingpong -e: it polls, arms the CQ and sleeps until the completion
+// handler wakes it, until deadline or stop. It does not spin: a goroutine
+// that spins with runtime.Gosched keeps its P from ever checking the
+// netpoller, which on two CPUs delays the links' receive goroutines by
+// as long as the spinning lasts.
+func (w *cqWaiter) poll(c *rvt.CQ, buf []rvt.WC, deadline time.Time, stop <-chan struct{}) (int, error) {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		if k := c.Poll(buf); k > 0 {
+			return k, nil
+		}
+		queued, err := c.ArmAndCheck(false)
+		if err != nil {
+			return 0, err
+		}
+		if queued {
+			continue
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return 0, errTimeout
+		}
+		if timer == nil {
+			timer = time.NewTimer(left)
+		} else {
+			timer.Reset(left)
+		}
+		select {
+		case <-w.ch:
+		case <-timer.C:
+		case <-stop:
+			return 0, context.Canceled
+		}
+	}
+}
+
+// latency is a set of round-trip times, reported as half round trips.
+type latency struct {
+	rtts []time.Duration
+}
+
+func (l latency) quantile(q float64) time.Duration {
+	if len(l.rtts) == 0 {
+		return 0
+	}
+	s := slices.Clone(l.rtts)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(q*float64(len(s))))]
+}
+
+// halfMicros returns the q quantile of the half round trip, in µs.
+func (l latency) halfMicros(q float64) float64 {
+	return float64(l.quantile(q)) / 2 / float64(time.Microsecond)
+}
+
+// Ping-pong parameters shared by softverbs and the kernel UDP baseline.
+const (
+	pingSize    = 8
+	pingWarmup  = 100
+	pingMaxIter = 1 << 20
+	pingRecvs   = 16
+)
+
+// sendPingpong bounces an 8-byte RC SEND between a and b, like
+// ibv_rc_pingpong: a sends, b's receive completion triggers b's reply, and
+// an iteration ends when a has both its send completion and the reply.
+// Each iteration's round trip (post to reply received) is recorded, after
+// pingWarmup unrecorded ones, for dur.
+func sendPingpong(ctx context.Context, a, b *endpoint, wa, wb *cqWaiter, dur time.Duration) (latency, error) {
+	var lat latency
+	rbuf := [2]*rvt.MR{}
+	for i, e := range []*endpoint{a, b} {
+		mr, _, err := e.n.buffer(pingSize*pingRecvs, 0)
+		if err != nil {
+			return lat, err
+		}
+		rbuf[i] = mr
+		for s := range uint64(pingRecvs) {
+			if err := e.PostRecv(rvt.RecvWR{WRID: s, SGL: sge(mr, s*pingSize, pingSize)}); err != nil {
+				return lat, err
+			}
+		}
+	}
+	repost := func(e *endpoint, mr *rvt.MR, slot uint64) error {
+		return e.PostRecv(rvt.RecvWR{WRID: slot, SGL: sge(mr, slot*pingSize, pingSize)})
+	}
+	msg := make([]byte, pingSize)
+	hard := time.Now().Add(dur + waitTimeout)
+
+	// b answers every message until stopped.
+	stop := make(chan struct{})
+	srvErr := make(chan error, 1)
+	go func() {
+		buf := make([]rvt.WC, 16)
+		reply := make([]byte, pingSize)
+		for {
+			k, err := wb.poll(b.cq, buf, hard, stop)
+			if err != nil {
+				if err == context.Canceled {
+					err = nil
+				}
+				srvErr <- err
+				return
+			}
+			for _, wc := range buf[:k] {
+				if wc.Status != cq.Success {
+					srvErr <- fmt.Errorf("responder wr_id %d: %v", wc.WRID, wc.Status)
+					return
+				}
+				if !wc.Opcode.IsRecv() {
+					continue
+				}
+				if err := repost(b, rbuf[1], wc.WRID); err != nil {
+					srvErr <- err
+					return
+				}
+				if err := b.PostSend(rvt.SendWR{WRID: wc.WRID, Opcode: qp.OpSend,
+					Flags: qp.Signaled | qp.Inline, InlineData: reply}); err != nil {
+					srvErr <- err
+					return
+				}
+			}
+		}
+	}()
+	finish := func(err error) (latency, error) {
+		close(stop)
+		if serr := <-srvErr; err == nil {
+			err = serr
+		}
+		return lat, err
+	}
+
+	buf := make([]rvt.WC, 16)
+	deadline := time.Now().Add(dur)
+	for it := 0; it < pingMaxIter; it++ {
+		if it >= pingWarmup && (time.Now().After(deadline) || ctx.Err() != nil) {
+			break
+		}
+		msg[0] = byte(it)
+		start := time.Now()
+		if err := a.PostSend(rvt.SendWR{WRID: uint64(it), Opcode: qp.OpSend,
+			Flags: qp.Signaled | qp.Inline, InlineData: msg}); err != nil {
+			return finish(err)
+		}
+		var rtt time.Duration
+		for sent, got := false, false; !sent || !got; {
+			k, err := wa.poll(a.cq, buf, hard, nil)
+			if err != nil {
+				return finish(fmt.Errorf("iteration %d: %w", it, err))
+			}
+			for _, wc := range buf[:k] {
+				if wc.Status != cq.Success {
+					return finish(fmt.Errorf("requester wr_id %d: %v", wc.WRID, wc.Status))
+				}
+				if !wc.Opcode.IsRecv() {
+					sent = true
+					continue
+				}
+				if wc.ByteLen != pingSize {
+					return finish(fmt.Errorf("reply of %d bytes", wc.ByteLen))
+				}
+				rtt, got = time.Since(start), true
+				if err := repost(a, rbuf[0], wc.WRID); err != nil {
+					return finish(err)
+				}
+			}
+		}
+		if it >= pingWarmup {
+			lat.rtts = append(lat.rtts, rtt)
+		}
+	}
+	return finish(nil)
+}

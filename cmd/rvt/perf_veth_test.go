@@ -1,0 +1,85 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestPerfVeth runs `rvt perf --link all` briefly and checks that every
+// link kind has a row of positive numbers and that nothing was left
+// behind. Performance is reported, not asserted.
+func TestPerfVeth(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("rvt perf needs root (network namespaces, veth, TAP, AF_XDP); CI runs as root")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("rvt perf needs the ip command (iproute2)")
+	}
+	var out, errb bytes.Buffer
+	code := run([]string{"perf", "--link", "all", "--seconds", "0.3"}, &out, &errb)
+	t.Logf("\n%s%s", out.String(), errb.String())
+	if code != 0 {
+		t.Fatalf("rvt perf exited with %d: %s", code, errb.String())
+	}
+	rows := map[string]int{}
+	for _, line := range strings.Split(out.String(), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 12 || !slices.Contains(perfLinkKinds, f[0]) {
+			continue
+		}
+		rows[f[0]+" "+f[1]]++
+		// mtu, veth, WRITE, UDP, x_udp, SEND med/p99, UDP med/p99, lat_x.
+		for i, s := range f[1:11] {
+			v, err := strconv.ParseFloat(s, 64)
+			if err != nil || !(v > 0) {
+				t.Errorf("%s: column %d is %q, want a positive number", line, i+2, s)
+			}
+		}
+	}
+	for _, kind := range perfLinkKinds {
+		for _, mtu := range []string{"4096", "1024"} {
+			if rows[kind+" "+mtu] != 1 {
+				t.Errorf("%d rows for link %s at MTU %s, want 1", rows[kind+" "+mtu], kind, mtu)
+			}
+		}
+	}
+	if ns, err := exec.Command("ip", "netns", "list").Output(); err == nil {
+		prefix := "svp" + strconv.FormatInt(int64(os.Getpid()), 16)
+		if strings.Contains(string(ns), prefix) {
+			t.Errorf("namespaces left behind:\n%s", ns)
+		}
+	}
+}
+
+// TestPerfNonRoot checks the message a user without root gets.
+func TestPerfNonRoot(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("checks the refusal when not root")
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"perf", "--seconds", "0.1"}, &out, &errb); code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	if !strings.Contains(errb.String(), "needs root") {
+		t.Errorf("stderr %q does not say it needs root", errb.String())
+	}
+}
+
+// TestPerfFlags checks flag validation, which needs no root.
+func TestPerfFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"perf", "--link", "ib"},
+		{"perf", "--mtu", "2048"},
+		{"perf", "--seconds", "0"},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(args, &out, &errb); code != 1 {
+			t.Errorf("%v: exit %d, want 1", args, code)
+		}
+	}
+}

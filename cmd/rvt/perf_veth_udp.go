@@ -1,0 +1,205 @@
+package main
+
+// The kernel baselines of `rvt perf`, over the same veth as the softverbs
+// links: raw UDP datagram throughput (one sender goroutine, one receiver)
+// and UDP ping-pong latency, with plain sockets in the two namespaces.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Ports of the baselines (not 4791: the RoCEv2 links own that one).
+const (
+	perfUDPStreamPort = 18601
+	perfUDPPingPort   = 18602
+)
+
+// perfUDPRcvBuf is the baseline receiver's socket buffer: the same as the
+// UDP link asks for.
+const perfUDPRcvBuf = 8 << 20
+
+// udpPair opens a socket bound to port in namespace 1 and one in namespace
+// 0 connected to it.
+func udpPair(net_ *perfNet, port uint16) (tx, rx *net.UDPConn, err error) {
+	dst := netip.AddrPortFrom(net_.ip[1], port)
+	if err := net_.ns[1].do(func() (err error) {
+		rx, err = net.ListenUDP("udp4", net.UDPAddrFromAddrPort(dst))
+		return err
+	}); err != nil {
+		return nil, nil, err
+	}
+	if err := setRcvBuf(rx, perfUDPRcvBuf); err != nil {
+		rx.Close()
+		return nil, nil, err
+	}
+	if err := net_.ns[0].do(func() (err error) {
+		tx, err = net.DialUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(net_.ip[0], 0)),
+			net.UDPAddrFromAddrPort(dst))
+		return err
+	}); err != nil {
+		rx.Close()
+		return nil, nil, err
+	}
+	return tx, rx, nil
+}
+
+// setRcvBuf sets the receive buffer beyond net.core.rmem_max (we are root),
+// or as far as the limit allows.
+func setRcvBuf(c *net.UDPConn, n int) error {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUFFORCE, n)
+	}); err != nil {
+		return err
+	}
+	if serr != nil {
+		return c.SetReadBuffer(n)
+	}
+	return nil
+}
+
+// udpStream sends size-byte datagrams from namespace 0 to namespace 1 for
+// dur and returns what arrived, over the time from the first send to the
+// last datagram received.
+func udpStream(ctx context.Context, n *perfNet, size int, dur time.Duration) (runResult, error) {
+	var r runResult
+	tx, rx, err := udpPair(n, perfUDPStreamPort)
+	if err != nil {
+		return r, err
+	}
+	defer tx.Close()
+	defer rx.Close()
+
+	// The receiver counts until its deadline, which the sender moves to
+	// "now" once the queue has drained (no progress for a while), so the
+	// receive loop sets no deadline per datagram.
+	var count atomic.Int64
+	var last atomic.Int64 // UnixNano of the last datagram
+	done := make(chan int64, 1)
+	_ = rx.SetReadDeadline(time.Now().Add(dur + waitTimeout))
+	go func() {
+		var bytes int64
+		buf := make([]byte, 65536)
+		for {
+			k, err := rx.Read(buf)
+			if err != nil {
+				done <- bytes
+				return
+			}
+			bytes += int64(k)
+			last.Store(time.Now().UnixNano())
+			count.Add(1)
+		}
+	}()
+
+	msg := make([]byte, size)
+	fill(msg, 7)
+	start := time.Now()
+	deadline := start.Add(dur)
+	var sendErr error
+	for i := 0; ; i++ {
+		if i&63 == 0 && (time.Now().After(deadline) || ctx.Err() != nil) {
+			break
+		}
+		if _, err := tx.Write(msg); err != nil && !errors.Is(err, syscall.ENOBUFS) && !errors.Is(err, syscall.ECONNREFUSED) {
+			sendErr = err
+			break
+		}
+	}
+	for prev := int64(-1); ; {
+		time.Sleep(20 * time.Millisecond)
+		cur := count.Load()
+		if cur == prev || time.Since(start) > dur+waitTimeout {
+			break
+		}
+		prev = cur
+	}
+	_ = rx.SetReadDeadline(time.Now())
+	bytes := <-done
+	if sendErr != nil {
+		return r, fmt.Errorf("udp send: %w", sendErr)
+	}
+	if count.Load() == 0 {
+		return r, errors.New("udp stream: nothing arrived")
+	}
+	r.ops, r.bytes, r.elapsed = count.Load(), bytes, time.Unix(0, last.Load()).Sub(start)
+	return r, nil
+}
+
+// udpPingpong bounces an 8-byte datagram between the namespaces for dur,
+// after pingWarmup unrecorded round trips, like sendPingpong.
+func udpPingpong(ctx context.Context, n *perfNet, dur time.Duration) (latency, error) {
+	var lat latency
+	tx, rx, err := udpPair(n, perfUDPPingPort)
+	if err != nil {
+		return lat, err
+	}
+	defer tx.Close()
+	hard := time.Now().Add(dur + waitTimeout)
+
+	srvDone := make(chan error, 1)
+	go func() {
+		buf := make([]byte, 2048)
+		_ = rx.SetReadDeadline(hard)
+		for {
+			k, from, err := rx.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				if errors.Is(err, net.ErrClosed) {
+					err = nil
+				}
+				srvDone <- err
+				return
+			}
+			if _, err := rx.WriteToUDPAddrPort(buf[:k], from); err != nil {
+				srvDone <- err
+				return
+			}
+		}
+	}()
+	finish := func(err error) (latency, error) {
+		rx.Close()
+		if serr := <-srvDone; err == nil {
+			err = serr
+		}
+		return lat, err
+	}
+
+	if err := tx.SetReadDeadline(hard); err != nil {
+		return finish(err)
+	}
+	msg := make([]byte, pingSize)
+	buf := make([]byte, 2048)
+	deadline := time.Now().Add(dur)
+	for it := 0; it < pingMaxIter; it++ {
+		if it >= pingWarmup && (time.Now().After(deadline) || ctx.Err() != nil) {
+			break
+		}
+		msg[0] = byte(it)
+		start := time.Now()
+		if _, err := tx.Write(msg); err != nil {
+			return finish(fmt.Errorf("udp ping-pong: %w", err))
+		}
+		k, err := tx.Read(buf)
+		if err != nil {
+			return finish(fmt.Errorf("udp ping-pong iteration %d: %w", it, err))
+		}
+		if k != pingSize || buf[0] != byte(it) {
+			return finish(fmt.Errorf("udp ping-pong: reply of %d bytes, number %d, want %d", k, buf[0], byte(it)))
+		}
+		if it >= pingWarmup {
+			lat.rtts = append(lat.rtts, time.Since(start))
+		}
+	}
+	return finish(nil)
+}
