@@ -73,6 +73,7 @@ func (t *Table) RegMR(pd *PD, buf []byte, iova uint64, access Access) (*MR, erro
 	mr.mem.Store(m)
 
 	t.mu.Lock()
+	t.epoch.Add(1) // readers that cached a lookup check again
 	defer t.mu.Unlock()
 	idx, err := t.allocLocked()
 	if err != nil {
@@ -103,6 +104,7 @@ func (t *Table) AllocMR(pd *PD, maxPages int) (*MR, error) {
 	mr.mem.Store(emptyMapping)
 
 	t.mu.Lock()
+	t.epoch.Add(1) // readers that cached a lookup check again
 	defer t.mu.Unlock()
 	idx, err := t.allocLocked()
 	if err != nil {
@@ -174,6 +176,7 @@ func (mr *MR) MapPages(pages [][]byte, pageSize int, iova uint64, length uint64)
 
 	t := mr.table
 	t.mu.Lock()
+	t.epoch.Add(1) // readers that cached a lookup check again
 	defer t.mu.Unlock()
 	switch {
 	case !mr.fast:
@@ -207,6 +210,7 @@ func (t *Table) FastReg(pd *PD, mr *MR, key uint8, access Access) error {
 		return fmt.Errorf("fast reg: %w", err)
 	}
 	t.mu.Lock()
+	t.epoch.Add(1) // readers that cached a lookup check again
 	defer t.mu.Unlock()
 	switch {
 	case mr.dead:
@@ -253,6 +257,7 @@ func (t *Table) FastReg(pd *PD, mr *MR, key uint8, access Access) error {
 // (windows bound to the MR).
 func (t *Table) Invalidate(pd *PD, key uint32) error {
 	t.mu.Lock()
+	t.epoch.Add(1) // readers that cached a lookup check again
 	defer t.mu.Unlock()
 	s, err := t.lookupLocked(key)
 	if err != nil {
@@ -297,6 +302,7 @@ func (t *Table) DeregMR(mr *MR) error {
 		return fmt.Errorf("dereg mr: nil or foreign mr: %w", ErrInvalidArgument)
 	}
 	t.mu.Lock()
+	t.epoch.Add(1) // readers that cached a lookup check again
 	defer t.mu.Unlock()
 	if mr.dead {
 		return fmt.Errorf("dereg mr: already deregistered: %w", ErrInvalidState)

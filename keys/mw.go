@@ -56,6 +56,7 @@ func (t *Table) AllocMW(pd *PD, typ MWType) (*MW, error) {
 	}
 	mw := &MW{PD: pd, Type: typ, table: t}
 	t.mu.Lock()
+	t.epoch.Add(1) // readers that cached a lookup check again
 	defer t.mu.Unlock()
 	idx, err := t.allocLocked()
 	if err != nil {
@@ -93,6 +94,7 @@ func (t *Table) BindMW(mw *MW, mr *MR, addr, length uint64, access Access, key u
 		return 0, fmt.Errorf("bind mw: window access %s: %w", bad, ErrInvalidArgument)
 	}
 	t.mu.Lock()
+	t.epoch.Add(1) // readers that cached a lookup check again
 	defer t.mu.Unlock()
 	if mw.dead {
 		return 0, fmt.Errorf("bind mw: window deallocated: %w", ErrInvalidState)
@@ -154,6 +156,7 @@ func (t *Table) DeallocMW(mw *MW) error {
 		return fmt.Errorf("dealloc mw: nil or foreign mw: %w", ErrInvalidArgument)
 	}
 	t.mu.Lock()
+	t.epoch.Add(1) // readers that cached a lookup check again
 	defer t.mu.Unlock()
 	if mw.dead {
 		return fmt.Errorf("dealloc mw: already deallocated: %w", ErrInvalidState)

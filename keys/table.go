@@ -3,6 +3,7 @@ package keys
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 )
 
 // Lock order: Table.mu is the only lock in this package; nothing else is
@@ -21,6 +22,10 @@ type Table struct {
 	shift   uint   // 32 - bits: index position in a key
 	genMask uint32 // generation field mask, before shifting by 8
 	size    int    // 1 << bits
+
+	// epoch moves on every change to the table (under mu): a caller that
+	// checked a key and kept the MR may reuse it while Epoch is unchanged.
+	epoch atomic.Uint64
 
 	mu sync.RWMutex
 	// guarded by mu
@@ -54,6 +59,11 @@ func NewTable(bits int) *Table {
 	t.slots = make([]slot, 1, min(t.size, 64))
 	return t
 }
+
+// Epoch returns the table's change count. Results of CheckLocal and
+// CheckRemote stay valid while it is unchanged: the transport checks keys
+// when a WR is posted and checks again at execution only if it moved.
+func (t *Table) Epoch() uint64 { return t.epoch.Load() }
 
 // Bits returns the index width the table was created with.
 func (t *Table) Bits() int { return int(t.bits) }

@@ -258,18 +258,23 @@ func (q *QP) PostSendLocked(wrs []SendWR) error {
 	if q.SQ.Free() < len(wrs) {
 		return fmt.Errorf("post send on QP %#x: %w: %d WRs, %d free of %d", q.num, ErrQueueFull, len(wrs), q.SQ.Free(), q.SQ.Cap())
 	}
+	// The MRs found while checking go straight into the free slots the WRs
+	// will take, with the key table's epoch: the requester checks again at
+	// execution only if keys changed meanwhile.
+	epoch := q.cfg.Keys.Epoch()
 	for i := range wrs {
-		if err := q.checkSendWR(&wrs[i]); err != nil {
+		if err := q.checkSendWR(&wrs[i], q.SQ.At(q.SQ.head+uint32(i)).MRs); err != nil {
 			return fmt.Errorf("post send on QP %#x: WR %d (wr_id %#x): %w", q.num, i, wrs[i].WRID, err)
 		}
 	}
 	for i := range wrs {
 		q.enqueueSend(&wrs[i])
+		q.SQ.At(q.SQ.head - 1).Epoch = epoch
 	}
 	return nil
 }
 
-func (q *QP) checkSendWR(wr *SendWR) error {
+func (q *QP) checkSendWR(wr *SendWR, mrs []*keys.MR) error {
 	c := &q.cfg.Cap
 	if !opAllowed(q.cfg.Type, wr.Opcode) {
 		return fmt.Errorf("%w: opcode %v on a %v QP", ErrInvalidArgument, wr.Opcode, q.cfg.Type)
@@ -301,9 +306,11 @@ func (q *QP) checkSendWR(wr *SendWR) error {
 			access = keys.LocalWrite
 		}
 		for j, s := range wr.SGL {
-			if _, err := q.cfg.Keys.CheckLocal(q.cfg.PD, s.Lkey, s.Addr, s.Length, access); err != nil {
+			mr, err := q.cfg.Keys.CheckLocal(q.cfg.PD, s.Lkey, s.Addr, s.Length, access)
+			if err != nil {
 				return fmt.Errorf("SGE %d (lkey %#x addr %#x len %d): %w", j, s.Lkey, s.Addr, s.Length, err)
 			}
+			mrs[j] = mr
 			total += uint64(s.Length)
 		}
 	}
@@ -378,6 +385,7 @@ func (q *QP) PostRecvLocked(wrs []RecvWR) error {
 }
 
 func postRecv(rq *RecvQueue, kt *keys.Table, pd *keys.PD, maxSGE uint32, wrs []RecvWR, who string) error {
+	epoch := kt.Epoch()
 	if rq.Free() < len(wrs) {
 		return fmt.Errorf("post recv on %s: %w: %d WRs, %d free of %d", who, ErrQueueFull, len(wrs), rq.Free(), rq.Cap())
 	}
@@ -387,10 +395,13 @@ func postRecv(rq *RecvQueue, kt *keys.Table, pd *keys.PD, maxSGE uint32, wrs []R
 			return fmt.Errorf("post recv on %s: WR %d (wr_id %#x): %w: %d SGEs, max_recv_sge is %d", who, i, wr.WRID, ErrInvalidArgument, len(wr.SGL), maxSGE)
 		}
 		var total uint64
+		slot := rq.At(rq.head + uint32(i))
 		for j, s := range wr.SGL {
-			if _, err := kt.CheckLocal(pd, s.Lkey, s.Addr, s.Length, keys.LocalWrite); err != nil {
+			mr, err := kt.CheckLocal(pd, s.Lkey, s.Addr, s.Length, keys.LocalWrite)
+			if err != nil {
 				return fmt.Errorf("post recv on %s: WR %d (wr_id %#x) SGE %d (lkey %#x addr %#x len %d): %w", who, i, wr.WRID, j, s.Lkey, s.Addr, s.Length, err)
 			}
+			slot.MRs[j] = mr
 			total += uint64(s.Length)
 		}
 		if total > MaxMessage {
@@ -406,6 +417,7 @@ func postRecv(rq *RecvQueue, kt *keys.Table, pd *keys.PD, maxSGE uint32, wrs []R
 			total += s.Length
 		}
 		w.Length = total
+		w.Epoch = epoch
 		rq.head++
 	}
 	return nil
@@ -427,9 +439,10 @@ func popInto(rq *RecvQueue, dst *RecvWQE) bool {
 		return false
 	}
 	w := rq.At(rq.tail)
-	dst.WRID, dst.Length = w.WRID, w.Length
+	dst.WRID, dst.Length, dst.Epoch = w.WRID, w.Length, w.Epoch
 	dst.SGL = append(dst.sges[:0], w.SGL...)
 	dst.sges = dst.SGL[:0]
+	dst.MRs = append(dst.MRs[:0], w.MRs[:len(w.SGL)]...)
 	rq.tail++
 	return true
 }

@@ -33,6 +33,7 @@ type SendWQE struct {
 	Sent     uint32 // payload bytes handed to packets so far
 	Done     uint32 // bytes received (READ responses)
 	SSN      uint32 // send sequence number for end-to-end credits (0 = none yet)
+	Epoch    uint64 // the key table's epoch when MRs were checked
 	// Assigned says FirstPSN..LastPSN are fixed: set at the first
 	// transmission and kept across retries, so ACKs can be matched to WQEs
 	// the requester has rewound past.
@@ -46,7 +47,8 @@ type RecvWQE struct {
 	WRID   uint64
 	SGL    []SGE
 	Length uint32
-	MRs    []*keys.MR
+	MRs    []*keys.MR // the SGEs' MRs as checked at post time
+	Epoch  uint64     // the key table's epoch then (keys.Table.Epoch)
 	sges   []SGE
 }
 

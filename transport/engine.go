@@ -130,8 +130,9 @@ type Engine struct {
 	mc   *mcast.Table
 
 	mu    sync.RWMutex
-	conns map[uint32]*Conn // guarded by mu
-	port  portState        // guarded by mu for writes; read under RLock
+	conns map[uint32]*Conn                 // guarded by mu
+	byQPN atomic.Pointer[map[uint32]*Conn] // read-only copy of conns
+	port  portState                        // guarded by mu for writes; read under RLock
 
 	// portGen counts SetPort calls: QPs cache their route and MTU and
 	// recompute them when it moves. mtu is the active MTU in bytes.
@@ -276,13 +277,25 @@ func (e *Engine) NewConn(q *qp.QP) (*Conn, error) {
 		return nil, fmt.Errorf("new QP %#x: %w", q.Num(), ErrExists)
 	}
 	e.conns[q.Num()] = c
+	e.publishLocked()
 	return c, nil
+}
+
+// publishLocked gives the receive path a fresh copy of the QP table: it
+// looks QPs up on every packet without a lock, and QPs come and go rarely.
+func (e *Engine) publishLocked() {
+	m := make(map[uint32]*Conn, len(e.conns))
+	for k, v := range e.conns {
+		m[k] = v
+	}
+	e.byQPN.Store(&m)
 }
 
 // RemoveConn unregisters a QP and stops its tasks and timers.
 func (e *Engine) RemoveConn(c *Conn) {
 	e.mu.Lock()
 	delete(e.conns, c.qp.Num())
+	e.publishLocked()
 	e.mu.Unlock()
 	c.stop()
 	// Keep the destroyed QP's counts in the device totals.
@@ -308,10 +321,10 @@ func (e *Engine) Conns() []*Conn {
 }
 
 func (e *Engine) lookup(qpn uint32) *Conn {
-	e.mu.RLock()
-	c := e.conns[qpn]
-	e.mu.RUnlock()
-	return c
+	if m := e.byQPN.Load(); m != nil {
+		return (*m)[qpn]
+	}
+	return nil
 }
 
 // pktBuf is a received packet: the parsed descriptor plus where it came

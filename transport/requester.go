@@ -130,7 +130,8 @@ func (c *Conn) requestLocked() bool {
 			w.FirstPSN, w.LastPSN, w.Assigned = uint32(first), uint32(first.Add(k-1)), true
 			c.req.maxPSN = first.Add(k)
 		}
-		if fresh {
+		if fresh && w.Epoch != c.qp.Keys().Epoch() {
+			// Keys changed since the WR was posted: check its SGEs again.
 			if err := c.resolveSendLocked(w); err != nil {
 				w.State, w.Status = qp.WQEError, cq.LocProtErr
 				c.req.failed = true
@@ -167,6 +168,7 @@ func (c *Conn) resolveSendLocked(w *qp.SendWQE) error {
 		}
 		w.MRs[i] = mr
 	}
+	w.Epoch = c.qp.Keys().Epoch()
 	return nil
 }
 

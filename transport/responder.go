@@ -177,6 +177,11 @@ func (c *Conn) takeWQELocked() respResult {
 	c.resp.haveWQE = true
 	c.resp.off = 0
 	c.resp.mrs = c.resp.mrs[:0]
+	if c.resp.wqe.Epoch == c.qp.Keys().Epoch() {
+		// Checked at post time and no key changed since.
+		c.resp.mrs = append(c.resp.mrs, c.resp.wqe.MRs...)
+		return respOK
+	}
 	for _, s := range c.resp.wqe.SGL {
 		mr, err := c.qp.Keys().CheckLocal(c.qp.PD(), s.Lkey, s.Addr, s.Length, keys.LocalWrite)
 		if err != nil {
