@@ -44,6 +44,23 @@ package netdev
 //     which is all a veth in a namespace has). RoCEv2 packets arriving on
 //     other queues find no socket in the XSKMAP and go to the kernel.
 //     Multi-queue NICs need one socket per queue (future work).
+//   - Multicast (GroupJoiner): the program redirects RoCEv2 to a group
+//     address like any other, but a NIC only hands the program frames whose
+//     destination MAC passes its filter, and IGMP/MLD-snooping switches only
+//     forward a group to ports that reported membership. JoinGroup therefore
+//     makes the kernel a member of the group on the interface: it joins
+//     (IP_ADD_MEMBERSHIP / IPV6_JOIN_GROUP with the interface's index) on an
+//     unbound UDP socket, one per family, opened with the link in the
+//     interface's namespace. The kernel then adds the group MAC
+//     (01:00:5e:.. / 33:33:..) to the interface's filter (ip maddr shows it),
+//     sends IGMP/MLD reports and answers queries. The socket is never bound
+//     and receives nothing; the group's RoCEv2 frames still go to the XDP
+//     socket. Joins are counted (rvt joins once per group, a caller may too);
+//     the last LeaveGroup drops the membership, and Close (or the process
+//     dying) drops them all. An IPv4 socket holds at most
+//     net.ipv4.igmp_max_memberships groups (default 20). A veth has no MAC
+//     filter (its XDP program sees every frame), so there the join only
+//     matters to the kernel's own bookkeeping and to bridges beyond it.
 //
 // Send copies the frame into free TX chunks, posts descriptors and kicks.
 // When the TX ring or the TX chunks are exhausted it reaps completions and
@@ -60,6 +77,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"runtime"
 	"sync"
@@ -206,11 +224,22 @@ type XDPLink struct {
 	txKicks, txKickBusy, txKickErrs, fillWakeup atomic.Uint64
 	flushTimers                                 atomic.Uint64
 
+	// Multicast membership (see JoinGroup): one UDP socket per family,
+	// opened in the interface's namespace (-1: closed or the family is
+	// missing), and the join count of each group.
+	mcMu   sync.Mutex
+	mcFD4  int
+	mcFD6  int
+	groups map[netip.Addr]int
+
 	closeOnce sync.Once
 	closeErr  error
 }
 
-var _ Link = (*XDPLink)(nil)
+var (
+	_ Link        = (*XDPLink)(nil)
+	_ GroupJoiner = (*XDPLink)(nil)
+)
 
 // Errors OpenXDP may return (wrapped).
 var (
@@ -270,7 +299,7 @@ func OpenXDP(ifname string, opts XDPOptions) (*XDPLink, error) {
 	l := &XDPLink{
 		ifname: ifname, ifindex: ifi.Index, mac: mac, mtu: ifi.MTU, queue: opts.Queue,
 		frameSize: uint64(opts.FrameSize), log: log, fd: -1, rxDone: make(chan struct{}),
-		clk: clock.OrReal(opts.Clock),
+		clk: clock.OrReal(opts.Clock), mcFD4: -1, mcFD6: -1, groups: map[netip.Addr]int{},
 	}
 	ok = false
 	defer func() {
@@ -280,6 +309,9 @@ func OpenXDP(ifname string, opts XDPOptions) (*XDPLink, error) {
 	}()
 
 	if l.nbr, err = openKernelNeighbours(ifi.Index, opts.Clock); err != nil {
+		return nil, fmt.Errorf("open xdp %s: %w", ifname, err)
+	}
+	if err = l.openGroupSockets(); err != nil {
 		return nil, fmt.Errorf("open xdp %s: %w", ifname, err)
 	}
 	if err = l.setupSocket(opts); err != nil {
@@ -811,8 +843,103 @@ func (l *XDPLink) teardown() error {
 	if l.nbr != nil {
 		errs = append(errs, l.nbr.Close())
 	}
+	l.mcMu.Lock()
+	for _, fd := range []*int{&l.mcFD4, &l.mcFD6} {
+		if *fd >= 0 {
+			errs = append(errs, unix.Close(*fd))
+			*fd = -1
+		}
+	}
+	clear(l.groups)
+	l.mcMu.Unlock()
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("close xdp %s: %w", l.ifname, err)
 	}
 	return nil
+}
+
+// openGroupSockets opens the UDP sockets JoinGroup uses, in the namespace
+// of the calling thread. A family the namespace does not have (IPv6
+// disabled) leaves its socket at -1; JoinGroup then refuses its groups.
+func (l *XDPLink) openGroupSockets() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
+	if err != nil {
+		return fmt.Errorf("multicast socket: %w", err)
+	}
+	l.mcFD4 = fd
+	if fd, err = unix.Socket(unix.AF_INET6, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP); err == nil {
+		l.mcFD6 = fd
+	} else if !errors.Is(err, unix.EAFNOSUPPORT) {
+		return fmt.Errorf("multicast socket (ipv6): %w", err)
+	}
+	return nil
+}
+
+// JoinGroup makes the interface a member of IP multicast group (IPv4,
+// IPv6, or IPv4-mapped), so that its RoCEv2 traffic reaches the interface
+// and thus the XDP program: the kernel adds the group MAC to the
+// interface's filter and reports membership with IGMP or MLD. Joins are
+// counted; each needs a LeaveGroup.
+func (l *XDPLink) JoinGroup(group netip.Addr) error {
+	group = group.Unmap()
+	if !group.IsMulticast() {
+		return fmt.Errorf("xdp %s: join group %v: not a multicast address", l.ifname, group)
+	}
+	l.mcMu.Lock()
+	defer l.mcMu.Unlock()
+	if l.groups[group] == 0 {
+		if err := l.membershipLocked(group, true); err != nil {
+			return fmt.Errorf("xdp %s: join group %v: %w", l.ifname, group, err)
+		}
+	}
+	l.groups[group]++
+	return nil
+}
+
+// LeaveGroup undoes one JoinGroup; the last one drops the membership.
+func (l *XDPLink) LeaveGroup(group netip.Addr) error {
+	group = group.Unmap()
+	l.mcMu.Lock()
+	defer l.mcMu.Unlock()
+	n := l.groups[group]
+	if n == 0 {
+		return fmt.Errorf("xdp %s: leave group %v: not joined", l.ifname, group)
+	}
+	if n > 1 {
+		l.groups[group] = n - 1
+		return nil
+	}
+	delete(l.groups, group)
+	if err := l.membershipLocked(group, false); err != nil {
+		return fmt.Errorf("xdp %s: leave group %v: %w", l.ifname, group, err)
+	}
+	return nil
+}
+
+// membershipLocked adds or drops the kernel's membership of group on the
+// interface. The caller holds mcMu.
+func (l *XDPLink) membershipLocked(group netip.Addr, join bool) error {
+	if group.Is4() {
+		if l.mcFD4 < 0 {
+			return ErrClosed
+		}
+		opt := unix.IP_ADD_MEMBERSHIP
+		if !join {
+			opt = unix.IP_DROP_MEMBERSHIP
+		}
+		mreq := &unix.IPMreqn{Multiaddr: group.As4(), Ifindex: int32(l.ifindex)}
+		return unix.SetsockoptIPMreqn(l.mcFD4, unix.IPPROTO_IP, opt, mreq)
+	}
+	if l.mcFD6 < 0 {
+		if l.closing.Load() {
+			return ErrClosed
+		}
+		return fmt.Errorf("no IPv6 in the interface's namespace: %w", unix.EAFNOSUPPORT)
+	}
+	opt := unix.IPV6_JOIN_GROUP
+	if !join {
+		opt = unix.IPV6_LEAVE_GROUP
+	}
+	mreq := &unix.IPv6Mreq{Multiaddr: group.As16(), Interface: uint32(l.ifindex)}
+	return unix.SetsockoptIPv6Mreq(l.mcFD6, unix.IPPROTO_IPV6, opt, mreq)
 }

@@ -101,7 +101,7 @@ func newXDPWriteBench(b *testing.B, p *xdpPair, size int) *xdpWriteBench {
 	la := xdpOpen(b, p.a, netdev.XDPOptions{})
 	lb := xdpOpen(b, p.b, netdev.XDPOptions{})
 	na, nb := xdpNewNode(b, "benchA", la), xdpNewNode(b, "benchB", lb)
-	qa, qb := na.newQP(b), nb.newQP(b)
+	qa, qb := na.newQP(b, qp.RC), nb.newQP(b, qp.RC)
 	xdpBringUp(b, qa, qb, nb, 1)
 	xdpBringUp(b, qb, qa, na, 1)
 	xdpResolve(b, la, p.b.v4)

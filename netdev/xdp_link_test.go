@@ -238,3 +238,41 @@ func TestXDPOpenErrors(t *testing.T) {
 	require.NoError(t, err)
 	require.NotContains(t, string(out), "prog/xdp")
 }
+
+// TestXDPLinkGroups: JoinGroup makes the kernel a member of the group on
+// the interface (the group and its MAC show in ip maddr), joins are
+// counted, and Close drops the memberships.
+func TestXDPLinkGroups(t *testing.T) {
+	xdpRequireRoot(t)
+	p := xdpNewPair(t, 1500)
+	l := xdpOpen(t, p.a, netdev.XDPOptions{})
+	var _ netdev.GroupJoiner = l
+	g4 := netip.MustParseAddr("::ffff:239.20.2.9") // IPv4-mapped, as an MGID carries it
+	g6 := netip.MustParseAddr("ff15::20:2:9")
+	has := func(g netip.Addr) bool {
+		m, _ := netdev.MulticastMAC(g)
+		s := xdpMaddrs(t, p.a)
+		in, mac := strings.Contains(s, g.Unmap().String()), strings.Contains(s, m.String())
+		require.Equal(t, in, mac, "group and MAC together: %s", s)
+		return in
+	}
+	for _, g := range []netip.Addr{g4, g6} {
+		require.False(t, has(g))
+		require.NoError(t, l.JoinGroup(g))
+		require.NoError(t, l.JoinGroup(g))
+		require.True(t, has(g), "%v joined", g)
+		require.NoError(t, l.LeaveGroup(g))
+		require.True(t, has(g), "%v still joined once", g)
+		require.NoError(t, l.LeaveGroup(g))
+		require.False(t, has(g), "%v left", g)
+		require.Error(t, l.LeaveGroup(g), "not joined")
+	}
+	require.Error(t, l.JoinGroup(p.b.v4), "not a multicast address")
+	require.NoError(t, l.JoinGroup(g4))
+	require.NoError(t, l.JoinGroup(g6))
+	require.NoError(t, l.Close())
+	require.False(t, has(g4), "Close drops the memberships")
+	require.False(t, has(g6), "Close drops the memberships")
+	require.ErrorIs(t, l.JoinGroup(g4), netdev.ErrClosed)
+	require.ErrorIs(t, l.JoinGroup(g6), netdev.ErrClosed)
+}
