@@ -72,6 +72,7 @@ func (c *Conn) progressLocked(psn PSN) {
 	}
 	c.comp.psn = psn
 	c.req.retriedValid = false
+	c.req.limitOn = false
 	c.req.epoch++
 	a := c.qp.AttrLocked()
 	c.req.retryLeft = a.RetryCnt

@@ -32,10 +32,17 @@ type reqState struct {
 	// a send sequence number; ACKs set the limit sequence number to their
 	// MSN plus the credits they carry. A SEND or WRITE_WITH_IMM beyond the
 	// limit waits for an ACK, unless nothing is outstanding (a probe).
-	ssn        uint32 // last SSN assigned (24 bits)
-	lsn        uint32 // limit: SSNs up to here have a receive WQE waiting
-	unlimited  bool   // the peer advertises no credits (code 31, as rxe)
-	creditWait bool   // stopped for credits (counted once per wait)
+	ssn       uint32 // last SSN assigned (24 bits)
+	lsn       uint32 // limit: SSNs up to here have a receive WQE waiting
+	unlimited bool   // the peer advertises no credits (code 31, as rxe)
+
+	// After an RNR NAK only the NAKed message is sent again until the
+	// responder accepts it: resending the whole window behind it would
+	// only earn more RNR NAKs.
+	afterRNR   bool
+	limitOn    bool
+	limitPSN   PSN
+	creditWait bool // stopped for credits (counted once per wait)
 }
 
 // sendBatch bounds the packets one run of the send task emits.
@@ -76,6 +83,7 @@ func (c *Conn) requestLocked() bool {
 	if c.rnrFired.Swap(false) && c.req.rnrWait {
 		c.req.rnrWait = false
 		c.req.needRetry = true
+		c.req.afterRNR = true
 	}
 	if c.qp.AttrLocked().State == qp.Err {
 		c.flushSendLocked()
@@ -103,6 +111,9 @@ func (c *Conn) requestLocked() bool {
 			continue
 		}
 		if rc {
+			if c.req.limitOn && (!w.Assigned || c.req.limitPSN.Less(PSN(w.FirstPSN))) {
+				break // only the RNR-NAKed message until it is accepted
+			}
 			if fresh && op.ReadOrAtomic() && c.req.rdAtomic >= int(max(a.MaxRdAtomic, 1)) {
 				break
 			}
@@ -545,6 +556,10 @@ func (c *Conn) retryLocked() {
 			k = int32(w.Length / mtu)
 		}
 		w.Sent, psn = uint32(k)*mtu, first.Add(uint32(k))
+	}
+	if c.req.afterRNR {
+		c.req.afterRNR = false
+		c.req.limitOn, c.req.limitPSN = true, PSN(w.LastPSN)
 	}
 	w.State = qp.WQEPosted
 	for i := start + 1; i != sq.Next+1 && i != sq.Head(); i++ {
