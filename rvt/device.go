@@ -81,6 +81,15 @@ type Options struct {
 	Resolve func(netip.Addr) (netdev.MAC, bool)
 	MTU     int // Ethernet MTU; default: the link's, or 4096-byte IB MTU for loopback
 
+	// Interface, when set and Addrs is empty, is a kernel interface (in
+	// the network namespace of the thread calling Open) whose addresses
+	// make the GID table, in netdev.WatchAddrs order; the device follows
+	// them as they change (SetAddrs, EventGIDChange) until Close. With no
+	// usable address the table holds the EUI-64 link-local GID of MAC.
+	// The link is independent of it. Event handlers must not call Close
+	// (it waits for the watcher, which may be raising the event).
+	Interface string
+
 	// Credits makes RC requesters obey end-to-end credits.
 	Credits bool
 	// KeyBits sizes the lkey/rkey table (2^KeyBits entries, default 16).
@@ -131,6 +140,8 @@ type Device struct {
 	subs    map[int]func(Event)
 	nextSub int
 	nPD     atomic.Int32
+
+	stopWatch func() // stops following Options.Interface; nil if not
 }
 
 // Open creates a device.
@@ -167,12 +178,45 @@ func Open(o Options) (*Device, error) {
 		return nil, fmt.Errorf("open %s: %w", o.Name, err)
 	}
 	d.eng = eng
+	// Following an interface: the watcher's first call (inside WatchAddrs)
+	// gives the initial table; later ones wait for the port to be set up.
+	var watch struct {
+		sync.Mutex
+		live bool
+	}
+	if o.Interface != "" && len(o.Addrs) == 0 {
+		stop, err := netdev.WatchAddrs(o.Interface, d.clk, func(addrs []netip.Addr) {
+			if len(addrs) == 0 {
+				addrs = []netip.Addr{netdev.LinkLocalFromMAC(o.MAC)}
+			}
+			watch.Lock()
+			defer watch.Unlock()
+			if !watch.live {
+				o.Addrs = addrs
+				return
+			}
+			_ = d.SetAddrs(addrs)
+		})
+		if err != nil {
+			d.closePool()
+			return nil, fmt.Errorf("open %s: %w", o.Name, err)
+		}
+		d.stopWatch = stop
+	}
+	watch.Lock()
 	if len(o.Addrs) == 0 {
 		o.Addrs = []netip.Addr{netip.MustParseAddr("fe80::1"), netip.MustParseAddr("127.0.0.1")}
 	}
-	if err := eng.SetPort(transport.PortConfig{
+	err = eng.SetPort(transport.PortConfig{
 		Link: o.Link, MAC: o.MAC, Addrs: o.Addrs, Resolve: o.Resolve, MTU: o.MTU,
-	}); err != nil {
+	})
+	watch.live = err == nil
+	watch.Unlock()
+	if err != nil {
+		if d.stopWatch != nil {
+			d.stopWatch()
+		}
+		d.closePool()
 		return nil, fmt.Errorf("open %s: %w", o.Name, err)
 	}
 	d.limits = qp.Limits{
@@ -212,13 +256,20 @@ func (d *Device) Close() error {
 		qps = append(qps, q)
 	}
 	d.mu.Unlock()
+	if d.stopWatch != nil {
+		d.stopWatch()
+	}
 	for _, q := range qps {
 		d.eng.RemoveConn(q.conn)
 	}
+	d.closePool()
+	return nil
+}
+
+func (d *Device) closePool() {
 	if d.pool != nil {
 		d.pool.Close()
 	}
-	return nil
 }
 
 // Name returns the device name.
