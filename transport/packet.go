@@ -237,23 +237,7 @@ func Parse(b []byte, p *Packet) error {
 	case info.Flags&(FlagFirst|FlagMiddle|FlagLast) != 0 && payload == 0:
 		return DropBadLength.Err()
 	}
-	*p = Packet{
-		Buf:        b,
-		Info:       info,
-		Opcode:     info.Op,
-		PSN:        bth.PSN(),
-		DestQP:     bth.DestQP(),
-		PKey:       bth.PKey(),
-		AckReq:     bth.AckReq(),
-		SE:         bth.SE(),
-		MigReq:     bth.MigReq(),
-		FECN:       bth.FECN(),
-		BECN:       bth.BECN(),
-		PadCount:   uint8(pad),
-		TVer:       0,
-		HdrLen:     uint16(info.HdrLen),
-		PayloadLen: uint32(payload),
-	}
+	fill(p, b, info, uint8(pad), uint32(payload))
 	return nil
 }
 
@@ -278,8 +262,19 @@ func parseExternal(hdr, payload []byte, span uint32, p *Packet) error {
 	case info.Flags&(FlagFirst|FlagMiddle|FlagLast) != 0 && len(payload) == 0:
 		return DropBadLength.Err()
 	}
+	fill(p, hdr, info, bth.PadCount(), uint32(len(payload)))
+	if len(payload) != 0 {
+		p.ext = payload
+	}
+	p.span = span
+	return nil
+}
+
+// fill writes the descriptor of a validated packet whose headers start b.
+func fill(p *Packet, b []byte, info *OpInfo, pad uint8, payload uint32) {
+	bth := BTH(b)
 	*p = Packet{
-		Buf:        hdr,
+		Buf:        b,
 		Info:       info,
 		Opcode:     info.Op,
 		PSN:        bth.PSN(),
@@ -290,14 +285,8 @@ func parseExternal(hdr, payload []byte, span uint32, p *Packet) error {
 		MigReq:     bth.MigReq(),
 		FECN:       bth.FECN(),
 		BECN:       bth.BECN(),
-		PadCount:   bth.PadCount(),
+		PadCount:   pad,
 		HdrLen:     uint16(info.HdrLen),
-		PayloadLen: uint32(len(payload)),
-		ext:        payload,
-		span:       span,
+		PayloadLen: payload,
 	}
-	if len(payload) == 0 {
-		p.ext = nil
-	}
-	return nil
 }

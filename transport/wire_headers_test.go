@@ -170,29 +170,3 @@ func TestRNRTimerTable(t *testing.T) {
 	}
 	require.Equal(t, 61440*time.Microsecond, RNRTimerCode(0x19).Duration())
 }
-
-func TestMTU(t *testing.T) {
-	tests := []struct {
-		m     MTU
-		bytes int
-	}{
-		{MTU256, 256}, {MTU512, 512}, {MTU1024, 1024}, {MTU2048, 2048}, {MTU4096, 4096}, {0, 0}, {6, 0},
-	}
-	for _, tc := range tests {
-		require.Equal(t, tc.bytes, tc.m.Bytes(), "mtu %d", tc.m)
-		require.Equal(t, tc.bytes != 0, tc.m.Valid())
-		if tc.bytes != 0 {
-			m, ok := MTUForBytes(tc.bytes)
-			require.True(t, ok)
-			require.Equal(t, tc.m, m)
-			m, ok = MTUForBytes(tc.bytes*2 - 1)
-			require.True(t, ok)
-			require.Equal(t, tc.m, m)
-		}
-	}
-	_, ok := MTUForBytes(255)
-	require.False(t, ok)
-	m, _ := MTUForBytes(9000)
-	require.Equal(t, MTU4096, m)
-	require.Equal(t, "1024", MTU1024.String())
-}
