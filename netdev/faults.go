@@ -103,7 +103,6 @@ type FaultLink struct {
 
 type heldFrame struct {
 	buf []byte // from l.pool
-	gen uint64 // identifies the hold, so a stale hold timer does nothing
 }
 
 var (

@@ -28,14 +28,13 @@ const MaxMessage = 1 << 31
 // transport engines take it for short critical sections and never call out
 // (to CQ handlers or event subscribers) while holding it.
 type QP struct {
-	num    uint32
-	cfg    Config
-	mu     sync.Mutex
-	attr   Attr // guarded by mu
-	SQ     SendQueue
-	RQ     RecvQueue
-	hasRQ  bool
-	maxSGE uint32
+	num   uint32
+	cfg   Config
+	mu    sync.Mutex
+	attr  Attr // guarded by mu
+	SQ    SendQueue
+	RQ    RecvQueue
+	hasRQ bool
 }
 
 // New creates a QP in the RESET state. The caller (the device) owns the QP

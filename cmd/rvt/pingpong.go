@@ -174,9 +174,6 @@ func pingpongFlags(fs *flag.FlagSet, cfg *pingpongConfig) {
 	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "give up when the ping-pong takes longer (0: never)")
 }
 
-// ppTool is the rdma-core tool a mode stands in for.
-func (cfg *pingpongConfig) tool() string { return "ibv_" + cfg.Mode + "_pingpong" }
-
 // check validates the flags the way the tools do, and fills in defaults.
 func (cfg *pingpongConfig) check() (qp.MTU, error) {
 	switch cfg.Mode {

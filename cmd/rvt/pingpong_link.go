@@ -147,10 +147,3 @@ func hostMAC(s string) (netdev.MAC, error) {
 	m[0] = m[0]&^1 | 2
 	return m, nil
 }
-
-// gidSources is the GID table of a host with mac and ip: the EUI-64
-// link-local address at index 0 and ip at index 1, the order rxe uses, so
-// that -g 1 is the IPv4 GID on both sides.
-func gidSources(mac netdev.MAC, ip netip.Addr) []netip.Addr {
-	return []netip.Addr{linkLocal(mac), ip}
-}
