@@ -71,20 +71,28 @@ func (t *Table) RegMR(pd *PD, buf []byte, iova uint64, access Access) (*MR, erro
 		m.base = 0
 	}
 	mr.mem.Store(m)
+	if err := t.insertMR(mr); err != nil {
+		return nil, fmt.Errorf("reg mr: %w", err)
+	}
+	return mr, nil
+}
 
+// insertMR gives mr a slot and its keys (key byte 0, lkey == rkey) and takes
+// a reference on its PD.
+func (t *Table) insertMR(mr *MR) error {
 	t.mu.Lock()
 	t.epoch.Add(1) // readers that cached a lookup check again
 	defer t.mu.Unlock()
 	idx, err := t.allocLocked()
 	if err != nil {
-		return nil, fmt.Errorf("reg mr: %w", err)
+		return err
 	}
 	s := &t.slots[idx]
 	s.mr = mr
 	mr.Lkey = t.makeKey(idx, s.gen, 0)
 	mr.Rkey = mr.Lkey
-	pd.Ref()
-	return mr, nil
+	mr.PD.Ref()
+	return nil
 }
 
 // AllocMR allocates a fast-register MR of pd whose page list holds up to
@@ -102,19 +110,9 @@ func (t *Table) AllocMR(pd *PD, maxPages int) (*MR, error) {
 	}
 	mr := &MR{PD: pd, table: t, fast: true, maxPages: maxPages}
 	mr.mem.Store(emptyMapping)
-
-	t.mu.Lock()
-	t.epoch.Add(1) // readers that cached a lookup check again
-	defer t.mu.Unlock()
-	idx, err := t.allocLocked()
-	if err != nil {
+	if err := t.insertMR(mr); err != nil {
 		return nil, fmt.Errorf("alloc mr: %w", err)
 	}
-	s := &t.slots[idx]
-	s.mr = mr
-	mr.Lkey = t.makeKey(idx, s.gen, 0)
-	mr.Rkey = mr.Lkey
-	pd.Ref()
 	return mr, nil
 }
 

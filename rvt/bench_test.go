@@ -24,9 +24,9 @@ type benchPair struct {
 	inline bool
 }
 
-func newBenchPair(b *testing.B, size int, inline bool) *benchPair {
-	t := &testing.T{}
-	o := Options{Inline: inline}
+// benchNode opens a device (worker pool or inline) with a PD and a CQ.
+func benchNode(b *testing.B, o Options, inline bool) *node {
+	o.Inline = inline
 	if !inline {
 		o.Workers = 2
 	}
@@ -37,26 +37,39 @@ func newBenchPair(b *testing.B, size int, inline bool) *benchPair {
 	b.Cleanup(func() { d.Close() })
 	pd, _ := d.AllocPD()
 	c, _ := d.CreateCQ(1<<14, nil)
-	n := &node{d: d, pd: pd, cq: c}
-	mk := func() *QP {
-		q, err := pd.CreateQP(QPInitAttr{Type: qp.RC, SendCQ: c, RecvCQ: c,
-			Cap: QPCap{MaxSendWR: 1024, MaxRecvWR: 1024, MaxSendSGE: 1, MaxRecvSGE: 1}})
-		if err != nil {
-			b.Fatal(err)
-		}
-		return q
+	return &node{d: d, pd: pd, cq: c}
+}
+
+func benchQP(b *testing.B, n *node) *QP {
+	q, err := n.pd.CreateQP(QPInitAttr{Type: qp.RC, SendCQ: n.cq, RecvCQ: n.cq,
+		Cap: QPCap{MaxSendWR: 1024, MaxRecvWR: 1024, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		b.Fatal(err)
 	}
-	p := &benchPair{n: n, a: mk(), b: mk(), wcs: make([]WC, 256), inline: inline}
+	return q
+}
+
+// newPair connects an RC QP on na to one on nb (path MTU 4096) and
+// registers size-byte source and destination regions.
+func newPair(b *testing.B, na, nb *node, size int, inline bool) *benchPair {
+	p := &benchPair{n: na, a: benchQP(b, na), b: benchQP(b, nb), wcs: make([]WC, 256), inline: inline}
+	t := &testing.T{}
 	at := defaultAttrs()
 	at.mtu = qp.MTU4096
-	connect(t, p.a, d, p.b, d, at)
+	connect(t, p.a, na.d, p.b, nb.d, at)
 	if t.Failed() {
 		b.Fatal("connect failed")
 	}
 	access := keys.LocalWrite | keys.RemoteWrite | keys.RemoteRead
-	p.src, _ = pd.Reg(make([]byte, size), access)
-	p.dst, _ = pd.Reg(make([]byte, size), access)
+	p.src, _ = na.pd.Reg(make([]byte, size), access)
+	p.dst, _ = nb.pd.Reg(make([]byte, size), access)
 	return p
+}
+
+// newBenchPair is two connected RC QPs on one loopback device.
+func newBenchPair(b *testing.B, size int, inline bool) *benchPair {
+	n := benchNode(b, Options{}, inline)
+	return newPair(b, n, n, size, inline)
 }
 
 // reap polls until at least want completions arrived and returns how many
@@ -223,48 +236,17 @@ func benchSend8B(b *testing.B, inline bool, post int) {
 	b.ReportMetric(rate/base, "x_chan")
 }
 
-// fabricPair is two devices on the in-memory fabric, one RC QP each.
+// newFabricPair is two devices on the in-memory fabric, one RC QP each.
 func newFabricPair(b *testing.B, size int, inline bool) *benchPair {
 	fab := netdev.NewFabric(clock.Real(), 1)
 	open := func(i byte) *node {
 		mac := netdev.MAC{0x02, 0, 0, 0, 0, i}
 		ip := netip.AddrFrom4([4]byte{198, 18, 0, i})
 		fab.AddAddr(ip, mac)
-		o := Options{Inline: inline, Link: fab.NewPort(mac, 9000), MAC: mac,
-			Addrs: []netip.Addr{netip.MustParseAddr("fe80::1"), ip}, Resolve: fab.Resolve}
-		if !inline {
-			o.Workers = 2
-		}
-		d, err := Open(o)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { d.Close() })
-		pd, _ := d.AllocPD()
-		c, _ := d.CreateCQ(1<<14, nil)
-		return &node{d: d, pd: pd, cq: c}
+		return benchNode(b, Options{Link: fab.NewPort(mac, 9000), MAC: mac,
+			Addrs: []netip.Addr{netip.MustParseAddr("fe80::1"), ip}, Resolve: fab.Resolve}, inline)
 	}
-	na, nb := open(1), open(2)
-	mk := func(n *node) *QP {
-		q, err := n.pd.CreateQP(QPInitAttr{Type: qp.RC, SendCQ: n.cq, RecvCQ: n.cq,
-			Cap: QPCap{MaxSendWR: 1024, MaxRecvWR: 1024, MaxSendSGE: 1, MaxRecvSGE: 1}})
-		if err != nil {
-			b.Fatal(err)
-		}
-		return q
-	}
-	p := &benchPair{n: na, a: mk(na), b: mk(nb), wcs: make([]WC, 256), inline: inline}
-	t := &testing.T{}
-	at := defaultAttrs()
-	at.mtu = qp.MTU4096
-	connect(t, p.a, na.d, p.b, nb.d, at)
-	if t.Failed() {
-		b.Fatal("connect failed")
-	}
-	access := keys.LocalWrite | keys.RemoteWrite | keys.RemoteRead
-	p.src, _ = na.pd.Reg(make([]byte, size), access)
-	p.dst, _ = nb.pd.Reg(make([]byte, size), access)
-	return p
+	return newPair(b, open(1), open(2), size, inline)
 }
 
 // writeGBps streams size-byte RC WRITEs with 16 in flight and returns the
