@@ -1,8 +1,10 @@
 package rvt
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/softverbs/softverbs/cq"
 	"github.com/softverbs/softverbs/keys"
@@ -300,14 +302,6 @@ func (d *Device) QPs() []QPInfo {
 	for _, q := range qs {
 		out = append(out, QPInfo{Num: q.Num(), Type: q.Type(), State: q.State(), Snapshot: q.conn.Snapshot()})
 	}
-	sortQPInfo(out)
+	slices.SortFunc(out, func(a, b QPInfo) int { return cmp.Compare(a.Num, b.Num) })
 	return out
-}
-
-func sortQPInfo(s []QPInfo) {
-	for i := 1; i < len(s); i++ {
-		for j := i; j > 0 && s[j].Num < s[j-1].Num; j-- {
-			s[j], s[j-1] = s[j-1], s[j]
-		}
-	}
 }

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 
 	"github.com/softverbs/softverbs/cq"
-	"github.com/softverbs/softverbs/keys"
 	"github.com/softverbs/softverbs/qp"
 )
 
@@ -274,5 +273,3 @@ func (c *Conn) atomicAckLocked(p *Packet) {
 	c.req.rdAtomic--
 	c.progressLocked(p.PSN.Add(1))
 }
-
-var _ = keys.LocalWrite

@@ -121,8 +121,6 @@ func (pq *pktQueue) pop() *pktBuf {
 	return pb
 }
 
-func (pq *pktQueue) len() int { return len(pq.q) - pq.head }
-
 func (pq *pktQueue) drain(e *Engine) int {
 	n := 0
 	for pb := pq.pop(); pb != nil; pb = pq.pop() {
@@ -311,18 +309,6 @@ func (c *Conn) PostRecv(wrs []qp.RecvWR) error {
 func (c *Conn) Kick() {
 	c.sendTask.Schedule()
 	c.recvTask.Schedule()
-}
-
-// Idle reports whether the QP has nothing queued or outstanding: its send
-// queue is empty and no packets wait for it. Drains poll it.
-func (c *Conn) Idle() bool {
-	c.qp.Lock()
-	sqEmpty := c.qp.SQ.Tail() == c.qp.SQ.Head()
-	c.qp.Unlock()
-	c.inMu.Lock()
-	defer c.inMu.Unlock()
-	return sqEmpty && c.reqQ.len() == 0 && c.respQ.len() == 0 &&
-		c.reqIn.i == len(c.reqIn.b) && c.respIn.i == len(c.respIn.b)
 }
 
 // rto returns the retransmit timeout for IBTA timeout code t.

@@ -309,17 +309,6 @@ func (e *Engine) RemoveConn(c *Conn) {
 	}
 }
 
-// Conns returns a snapshot of the registered QPs.
-func (e *Engine) Conns() []*Conn {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	out := make([]*Conn, 0, len(e.conns))
-	for _, c := range e.conns {
-		out = append(out, c)
-	}
-	return out
-}
-
 func (e *Engine) lookup(qpn uint32) *Conn {
 	if m := e.byQPN.Load(); m != nil {
 		return (*m)[qpn]

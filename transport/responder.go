@@ -487,29 +487,36 @@ func (c *Conn) flushAckLocked() {
 	c.sendAckLocked(c.ackSyndrome(), c.resp.ackPSN)
 }
 
+// respHeaderLocked writes the BTH of response opcode o with PSN psn into
+// the response buffer, and its AETH (if o carries one) with syndrome syn and
+// the current MSN. It returns the buffer from the BTH on and o's entry.
+func (c *Conn) respHeaderLocked(o Opcode, psn PSN, syn Syndrome, a *qp.Attr) ([]byte, *OpInfo) {
+	info := o.Info()
+	b := c.respTx[netHeadroom:]
+	BTH(b).Init(o, DefaultPKey, a.DestQPN, psn)
+	if off := info.Offset(HdrAETH); off != 0 {
+		aeth := AETH(b[off:])
+		aeth.SetSyndrome(syn)
+		aeth.SetMSN(c.resp.msn)
+	}
+	return b, info
+}
+
 // sendAckLocked sends an ACK or NAK with the current MSN.
 func (c *Conn) sendAckLocked(syn Syndrome, psn PSN) {
 	if syn.Type() != AckTypeACK {
 		c.flushAckLocked()
 	}
 	a := c.qp.AttrLocked()
-	b := c.respTx[netHeadroom:]
-	BTH(b).Init(RCAck, DefaultPKey, a.DestQPN, psn)
-	aeth := AETH(b[BTHLen:])
-	aeth.SetSyndrome(syn)
-	aeth.SetMSN(c.resp.msn)
+	c.respHeaderLocked(RCAck, psn, syn, a)
 	c.e.xmit(c, &c.pathLocked(a).r, c.respTx, BTHLen+AETHLen, nil)
 }
 
 func (c *Conn) sendAtomicAckLocked(psn PSN, orig uint64) {
 	a := c.qp.AttrLocked()
-	b := c.respTx[netHeadroom:]
-	BTH(b).Init(RCAtomicAck, DefaultPKey, a.DestQPN, psn)
-	aeth := AETH(b[BTHLen:])
-	aeth.SetSyndrome(c.ackSyndrome())
-	aeth.SetMSN(c.resp.msn)
-	AtomicAckETH(b[BTHLen+AETHLen:]).SetOrigData(orig)
-	c.e.xmit(c, &c.pathLocked(a).r, c.respTx, BTHLen+AETHLen+AtomicAckETHLen, nil)
+	b, info := c.respHeaderLocked(RCAtomicAck, psn, c.ackSyndrome(), a)
+	AtomicAckETH(b[info.Offset(HdrAtomicAckETH):]).SetOrigData(orig)
+	c.e.xmit(c, &c.pathLocked(a).r, c.respTx, info.HdrLen, nil)
 }
 
 // sendReadResponsesLocked sends the responses to a READ of n bytes at va,
@@ -518,15 +525,11 @@ func (c *Conn) sendReadResponsesLocked(psn PSN, mr *keys.MR, va uint64, n uint32
 	mtu := c.pmtu(a)
 	r := &c.pathLocked(a).r
 	k := npkts(n, mtu)
+	syn := c.ackSyndrome()
 	if r.fast && k > 1 {
 		// Loopback: one burst covering all k response PSNs.
 		if ext, ok := mr.View(va, uint64(n)); ok {
-			b := c.respTx[netHeadroom:]
-			info := RCReadResponseOnly.Info()
-			BTH(b).Init(RCReadResponseOnly, DefaultPKey, a.DestQPN, psn)
-			aeth := AETH(b[info.Offset(HdrAETH):])
-			aeth.SetSyndrome(c.ackSyndrome())
-			aeth.SetMSN(c.resp.msn)
+			b, info := c.respHeaderLocked(RCReadResponseOnly, psn, syn, a)
 			BTH(b).SetPadCount(uint8((4 - n%4) % 4))
 			c.e.xmitSpan(c, r, c.respTx, info.HdrLen, ext, k)
 			return
@@ -545,15 +548,8 @@ func (c *Conn) sendReadResponsesLocked(psn PSN, mr *keys.MR, va uint64, n uint32
 		default:
 			o = RCReadResponseMiddle
 		}
-		info := o.Info()
-		b := c.respTx[netHeadroom:]
+		b, info := c.respHeaderLocked(o, psn.Add(i), syn, a)
 		hl := info.HdrLen
-		BTH(b).Init(o, DefaultPKey, a.DestQPN, psn.Add(i))
-		if off := info.Offset(HdrAETH); off != 0 {
-			aeth := AETH(b[off:])
-			aeth.SetSyndrome(c.ackSyndrome())
-			aeth.SetMSN(c.resp.msn)
-		}
 		m := min(mtu, n-off)
 		pad := (4 - m%4) % 4
 		BTH(b).SetPadCount(uint8(pad))
