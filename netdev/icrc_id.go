@@ -19,6 +19,8 @@ import (
 	"encoding/binary"
 	"hash/crc32"
 	"sync"
+
+	"github.com/softverbs/softverbs/internal/crc32x"
 )
 
 // icrcLRH is the CRC of the 8 bytes of ones that stand for the LRH.
@@ -64,8 +66,8 @@ func roceICRC(ip, scratch []byte) (crc uint32, ok bool) {
 	}
 	h[hl+6], h[hl+7] = 0xff, 0xff
 	h[hl+UDPHeaderLen+4] = 0xff
-	crc = crc32.Update(icrcLRH, crc32.IEEETable, h)
-	return crc32.Update(crc, crc32.IEEETable, ip[n:]), true
+	crc = crc32x.Slice8(icrcLRH, h)
+	return crc32x.Update(crc, ip[n:]), true
 }
 
 // idUnknowns is the number of header bits solved for: 16 of ID, DF.

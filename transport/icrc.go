@@ -3,6 +3,8 @@ package transport
 import (
 	"encoding/binary"
 	"hash/crc32"
+
+	"github.com/softverbs/softverbs/internal/crc32x"
 )
 
 // The invariant CRC of RoCEv2 (IBTA annex A17, as Linux rxe computes it) is
@@ -32,39 +34,32 @@ const icrcHdrMax = 60 + udpHdrLen + BTHLen
 // icrcSeed is the CRC of the 8 bytes of ones that stand for the LRH.
 var icrcSeed = crc32.ChecksumIEEE([]byte{0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF})
 
-// icrcTab8 holds slicing-by-8 tables for the IEEE CRC-32, for the masked
-// header copy. The copy lives in a stack array, and crc32.Update would move
-// it to the heap (it reaches its assembly through a function variable), so
-// the headers are folded in here and only the untouched rest of the packet
-// goes through crc32.Update.
-var icrcTab8 = func() (t [8][256]uint32) {
-	t[0] = *crc32.IEEETable
-	for i := range 256 {
-		c := t[0][i]
-		for k := 1; k < 8; k++ {
-			c = t[0][c&0xFF] ^ c>>8
-			t[k][i] = c
-		}
+// icrcOr holds the bytes ORed into the start of a packet to set its variant
+// fields to ones: index 0 for IPv6, index IHL (5 to 11) for IPv4 headers
+// whose masked fields all lie in the first 64 bytes.
+var icrcOr = func() (m [12][64]byte) {
+	set := func(o *[64]byte, ipLen int) {
+		o[ipLen+6] = 0xFF // UDP checksum
+		o[ipLen+7] = 0xFF
+		o[ipLen+udpHdrLen+bthResv8a] = 0xFF // BTH FECN, BECN, reserved
 	}
-	return t
+	v6 := &m[0]
+	v6[0] = 0x0F // traffic class, high nibble
+	v6[1] = 0xFF // traffic class, low nibble; flow label
+	v6[2] = 0xFF
+	v6[3] = 0xFF
+	v6[7] = 0xFF // hop limit
+	set(v6, ipv6HdrLen)
+	for ihl := 5; ihl < len(m); ihl++ {
+		v4 := &m[ihl]
+		v4[1] = 0xFF // TOS: DSCP and ECN
+		v4[8] = 0xFF // TTL
+		v4[10] = 0xFF
+		v4[11] = 0xFF // header checksum
+		set(v4, ihl*4)
+	}
+	return m
 }()
-
-// crcSlice8 folds p into crc (a finished CRC-32 value, as crc32.Update
-// takes) eight bytes at a time.
-func crcSlice8(crc uint32, p []byte) uint32 {
-	t := &icrcTab8
-	crc = ^crc
-	for len(p) >= 8 {
-		crc ^= binary.LittleEndian.Uint32(p)
-		crc = t[7][byte(crc)] ^ t[6][byte(crc>>8)] ^ t[5][byte(crc>>16)] ^ t[4][byte(crc>>24)] ^
-			t[3][p[4]] ^ t[2][p[5]] ^ t[1][p[6]] ^ t[0][p[7]]
-		p = p[8:]
-	}
-	for _, v := range p {
-		crc = t[0][byte(crc)^v] ^ crc>>8
-	}
-	return ^crc
-}
 
 // ICRC computes the invariant CRC of a RoCEv2 packet. ipPacket starts at the
 // IP header (IPv4 or IPv6) and ends before the 4 ICRC bytes. It returns an
@@ -99,6 +94,14 @@ func ICRC(ipPacket []byte) (uint32, error) {
 	if len(ip) < n {
 		return 0, DropTruncated.Err()
 	}
+	if n <= len(icrcOr[0]) {
+		i := 0 // IPv6
+		if !v6 {
+			i = ipLen / 4
+		}
+		return crc32x.UpdateOr(icrcSeed, ip, &icrcOr[i]), nil
+	}
+	// IPv4 with long options: mask a copy of the headers.
 	var buf [icrcHdrMax]byte
 	h := buf[:n]
 	copy(h, ip)
@@ -117,8 +120,8 @@ func ICRC(ipPacket []byte) (uint32, error) {
 	h[ipLen+6] = 0xFF // UDP checksum
 	h[ipLen+7] = 0xFF
 	h[ipLen+udpHdrLen+bthResv8a] = 0xFF // BTH FECN, BECN, reserved
-	crc := crcSlice8(icrcSeed, h)
-	return crc32.Update(crc, crc32.IEEETable, ip[n:]), nil
+	// The masked copy is on the stack: Slice8 keeps it there.
+	return crc32x.Update(crc32x.Slice8(icrcSeed, h), ip[n:]), nil
 }
 
 // CheckICRC reports whether the last 4 bytes of pkt, a RoCEv2 packet from

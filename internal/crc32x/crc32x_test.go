@@ -1,0 +1,147 @@
+package crc32x
+
+import (
+	"fmt"
+	"hash/crc32"
+	"math/bits"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestUpdateMatchesHashCRC32(t *testing.T) {
+	if !haveFold {
+		t.Log("no VPCLMULQDQ/AVX-512 here: testing the fallback only")
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	buf := make([]byte, 5000+64)
+	for i := range buf {
+		buf[i] = byte(rng.Uint32())
+	}
+	for n := 0; n <= 5000; n += 1 + n/64 {
+		for _, off := range []int{0, 1, 7, 33} {
+			p := buf[off : off+n]
+			init := rng.Uint32()
+			require.Equal(t, crc32.Update(init, crc32.IEEETable, p), Update(init, p), "n=%d off=%d", n, off)
+			require.Equal(t, crc32.ChecksumIEEE(p), Checksum(p), "n=%d off=%d", n, off)
+			require.Equal(t, crc32.Update(init, crc32.IEEETable, p), Slice8(init, p), "n=%d off=%d", n, off)
+		}
+	}
+}
+
+// Every length around each branch of the fold: 256-, 64- and 16-byte steps.
+func TestUpdateEveryLengthNearSteps(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	buf := make([]byte, 2048)
+	for i := range buf {
+		buf[i] = byte(rng.Uint32())
+	}
+	for n := minFast - 20; n <= 2048; n++ {
+		require.Equal(t, crc32.ChecksumIEEE(buf[:n]), Checksum(buf[:n]), "n=%d", n)
+	}
+}
+
+func TestUpdateSplitAnywhere(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	p := make([]byte, 3000)
+	for i := range p {
+		p[i] = byte(rng.Uint32())
+	}
+	want := crc32.ChecksumIEEE(p)
+	for _, cut := range []int{0, 1, 255, 256, 600, 1500, 2999, 3000} {
+		require.Equal(t, want, Update(Checksum(p[:cut]), p[cut:]), "cut=%d", cut)
+	}
+}
+
+// The constants in fold_amd64.s are x^(D+32) and x^(D-32) mod P,
+// bit-reflected and shifted left by one, for each fold distance D.
+func TestFoldConstants(t *testing.T) {
+	const poly = 0x104C11DB7
+	xpow := func(n int) uint64 {
+		r := uint64(1)
+		for range n {
+			r <<= 1
+			if r&(1<<32) != 0 {
+				r ^= poly
+			}
+		}
+		return r
+	}
+	refl := func(v uint64) uint64 { return uint64(bits.Reverse32(uint32(v))) << 1 }
+	for _, c := range []struct {
+		d      int
+		lo, hi uint64
+	}{
+		{2048, 0x011542778a, 0x01322d1430},
+		{512, 0x0154442bd4, 0x01c6e41596},
+		{384, 0x003db1ecdc, 0x0174359406},
+		{256, 0x00f1da05aa, 0x015a546366},
+		{128, 0x01751997d0, 0x00ccaa009e},
+	} {
+		require.Equal(t, c.lo, refl(xpow(c.d+32)), "D=%d lo", c.d)
+		require.Equal(t, c.hi, refl(xpow(c.d-32)), "D=%d hi", c.d)
+	}
+}
+
+func TestUpdateOr(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	var or [64]byte
+	for i := range or {
+		if rng.IntN(4) == 0 {
+			or[i] = byte(rng.Uint32())
+		}
+	}
+	buf := make([]byte, 3000)
+	for i := range buf {
+		buf[i] = byte(rng.Uint32())
+	}
+	for _, n := range []int{0, 1, 40, 63, 64, 65, 300, 511, 512, 513, 1024, 2047, 3000} {
+		p := buf[:n]
+		masked := append([]byte(nil), p...)
+		for i := 0; i < len(masked) && i < 64; i++ {
+			masked[i] |= or[i]
+		}
+		init := rng.Uint32()
+		before := slices.Clone(p)
+		require.Equal(t, crc32.Update(init, crc32.IEEETable, masked), UpdateOr(init, p, &or), "n=%d", n)
+		require.Equal(t, before, p, "input written, n=%d", n)
+	}
+}
+
+func TestUpdateDoesNotAllocate(t *testing.T) {
+	p := make([]byte, 4096+5)
+	require.Zero(t, testing.AllocsPerRun(100, func() { Update(1, p) }))
+	var small [40]byte
+	require.Zero(t, testing.AllocsPerRun(100, func() { Slice8(1, small[:]) }))
+	var or [64]byte
+	require.Zero(t, testing.AllocsPerRun(100, func() { UpdateOr(1, p, &or) }))
+}
+
+func FuzzUpdate(f *testing.F) {
+	f.Add(uint32(0), make([]byte, 600))
+	f.Add(uint32(0xFFFFFFFF), make([]byte, 1030))
+	f.Fuzz(func(t *testing.T, init uint32, p []byte) {
+		if got, want := Update(init, p), crc32.Update(init, crc32.IEEETable, p); got != want {
+			t.Fatalf("len %d: got %#x, want %#x", len(p), got, want)
+		}
+	})
+}
+
+func benchSizes(b *testing.B, f func([]byte) uint32) {
+	for _, n := range []int{1024, 4096, 65536} {
+		p := make([]byte, n)
+		b.Run(fmt.Sprintf("%dKiB", n/1024), func(b *testing.B) {
+			b.SetBytes(int64(n))
+			var s uint32
+			for range b.N {
+				s ^= f(p)
+			}
+			_ = s
+		})
+	}
+}
+
+func BenchmarkChecksum(b *testing.B)  { benchSizes(b, Checksum) }
+func BenchmarkHashCRC32(b *testing.B) { benchSizes(b, crc32.ChecksumIEEE) }

@@ -1,0 +1,191 @@
+#include "textflag.h"
+
+// Folding constants, each 128-bit pair (lo, hi) = bit-reflected
+// (x^(D+32) mod P, x^(D-32) mod P) << 1 for fold distance D bits.
+
+// D = 2048: four 512-bit accumulators, 256 bytes per step.
+DATA k2048<>+0(SB)/8, $0x011542778a
+DATA k2048<>+8(SB)/8, $0x01322d1430
+GLOBL k2048<>(SB), RODATA, $16
+
+// D = 4096: eight 512-bit accumulators, 512 bytes per step.
+DATA k4096<>+0(SB)/8, $0x001072db28
+DATA k4096<>+8(SB)/8, $0x01d741f35c
+GLOBL k4096<>(SB), RODATA, $16
+
+// D = 512: one accumulator into the next, or one 64-byte step.
+DATA k512<>+0(SB)/8, $0x0154442bd4
+DATA k512<>+8(SB)/8, $0x01c6e41596
+GLOBL k512<>(SB), RODATA, $16
+
+// Lanes 0, 1 and 2 of the last accumulator fold by 384, 256 and 128 bits
+// into lane 3, which stays as it is.
+DATA klanes<>+0(SB)/8, $0x003db1ecdc
+DATA klanes<>+8(SB)/8, $0x0174359406
+DATA klanes<>+16(SB)/8, $0x00f1da05aa
+DATA klanes<>+24(SB)/8, $0x015a546366
+DATA klanes<>+32(SB)/8, $0x01751997d0
+DATA klanes<>+40(SB)/8, $0x00ccaa009e
+DATA klanes<>+48(SB)/8, $0
+DATA klanes<>+56(SB)/8, $0
+GLOBL klanes<>(SB), RODATA, $64
+
+// D = 128: one 16-byte step.
+DATA k128<>+0(SB)/8, $0x01751997d0
+DATA k128<>+8(SB)/8, $0x00ccaa009e
+GLOBL k128<>(SB), RODATA, $16
+
+// func fold(reg uint32, p *byte, n int, rem *[16]byte, or *[64]byte)
+TEXT ·fold(SB), NOSPLIT, $0-40
+	MOVL reg+0(FP), AX
+	MOVQ p+8(FP), SI
+	MOVQ n+16(FP), CX
+	MOVQ rem+24(FP), DI
+	MOVQ or+32(FP), DX
+
+	VMOVD AX, X4
+	CMPQ  CX, $1024
+	JB    start4
+
+	// Eight accumulators while at least 512 bytes remain after the first 512.
+	VMOVDQU64 0(SI), Z0
+	VPORQ     0(DX), Z0, Z0
+	VMOVDQU64 64(SI), Z1
+	VMOVDQU64 128(SI), Z2
+	VMOVDQU64 192(SI), Z3
+	VPXORQ    Z4, Z0, Z0
+	VMOVDQU64 256(SI), Z4
+	VMOVDQU64 320(SI), Z5
+	VMOVDQU64 384(SI), Z6
+	VMOVDQU64 448(SI), Z7
+	ADDQ      $512, SI
+	SUBQ      $512, CX
+	VBROADCASTI32X4 k4096<>(SB), Z8
+
+loop512:
+	VPCLMULQDQ $0x00, Z8, Z0, Z16
+	VPCLMULQDQ $0x11, Z8, Z0, Z0
+	VPCLMULQDQ $0x00, Z8, Z1, Z17
+	VPCLMULQDQ $0x11, Z8, Z1, Z1
+	VPCLMULQDQ $0x00, Z8, Z2, Z18
+	VPCLMULQDQ $0x11, Z8, Z2, Z2
+	VPCLMULQDQ $0x00, Z8, Z3, Z19
+	VPCLMULQDQ $0x11, Z8, Z3, Z3
+	VPCLMULQDQ $0x00, Z8, Z4, Z20
+	VPCLMULQDQ $0x11, Z8, Z4, Z4
+	VPCLMULQDQ $0x00, Z8, Z5, Z21
+	VPCLMULQDQ $0x11, Z8, Z5, Z5
+	VPCLMULQDQ $0x00, Z8, Z6, Z22
+	VPCLMULQDQ $0x11, Z8, Z6, Z6
+	VPCLMULQDQ $0x00, Z8, Z7, Z23
+	VPCLMULQDQ $0x11, Z8, Z7, Z7
+	VPTERNLOGD $0x96, 0(SI), Z16, Z0
+	VPTERNLOGD $0x96, 64(SI), Z17, Z1
+	VPTERNLOGD $0x96, 128(SI), Z18, Z2
+	VPTERNLOGD $0x96, 192(SI), Z19, Z3
+	VPTERNLOGD $0x96, 256(SI), Z20, Z4
+	VPTERNLOGD $0x96, 320(SI), Z21, Z5
+	VPTERNLOGD $0x96, 384(SI), Z22, Z6
+	VPTERNLOGD $0x96, 448(SI), Z23, Z7
+	ADDQ       $512, SI
+	SUBQ       $512, CX
+	CMPQ       CX, $512
+	JAE        loop512
+
+	// Fold the first four accumulators 2048 bits on, into the last four.
+	VBROADCASTI32X4 k2048<>(SB), Z8
+	VPCLMULQDQ      $0x00, Z8, Z0, Z16
+	VPCLMULQDQ      $0x11, Z8, Z0, Z0
+	VPTERNLOGD      $0x96, Z16, Z4, Z0
+	VPCLMULQDQ      $0x00, Z8, Z1, Z17
+	VPCLMULQDQ      $0x11, Z8, Z1, Z1
+	VPTERNLOGD      $0x96, Z17, Z5, Z1
+	VPCLMULQDQ      $0x00, Z8, Z2, Z18
+	VPCLMULQDQ      $0x11, Z8, Z2, Z2
+	VPTERNLOGD      $0x96, Z18, Z6, Z2
+	VPCLMULQDQ      $0x00, Z8, Z3, Z19
+	VPCLMULQDQ      $0x11, Z8, Z3, Z3
+	VPTERNLOGD      $0x96, Z19, Z7, Z3
+	JMP             loop256
+
+start4:
+	VMOVDQU64 0(SI), Z0
+	VPORQ     0(DX), Z0, Z0
+	VMOVDQU64 64(SI), Z1
+	VMOVDQU64 128(SI), Z2
+	VMOVDQU64 192(SI), Z3
+	VPXORQ    Z4, Z0, Z0
+	ADDQ      $256, SI
+	SUBQ      $256, CX
+	VBROADCASTI32X4 k2048<>(SB), Z8
+
+loop256:
+	CMPQ CX, $256
+	JB   fold4
+	VPCLMULQDQ $0x00, Z8, Z0, Z4
+	VPCLMULQDQ $0x11, Z8, Z0, Z0
+	VPCLMULQDQ $0x00, Z8, Z1, Z5
+	VPCLMULQDQ $0x11, Z8, Z1, Z1
+	VPCLMULQDQ $0x00, Z8, Z2, Z6
+	VPCLMULQDQ $0x11, Z8, Z2, Z2
+	VPCLMULQDQ $0x00, Z8, Z3, Z7
+	VPCLMULQDQ $0x11, Z8, Z3, Z3
+	VPTERNLOGD $0x96, 0(SI), Z4, Z0
+	VPTERNLOGD $0x96, 64(SI), Z5, Z1
+	VPTERNLOGD $0x96, 128(SI), Z6, Z2
+	VPTERNLOGD $0x96, 192(SI), Z7, Z3
+	ADDQ       $256, SI
+	SUBQ       $256, CX
+	JMP        loop256
+
+fold4:
+	// Z0 into Z1, Z1 into Z2, Z2 into Z3: each 512 bits on.
+	VBROADCASTI32X4 k512<>(SB), Z8
+	VPCLMULQDQ      $0x00, Z8, Z0, Z4
+	VPCLMULQDQ      $0x11, Z8, Z0, Z5
+	VPTERNLOGD      $0x96, Z4, Z5, Z1
+	VPCLMULQDQ      $0x00, Z8, Z1, Z4
+	VPCLMULQDQ      $0x11, Z8, Z1, Z5
+	VPTERNLOGD      $0x96, Z4, Z5, Z2
+	VPCLMULQDQ      $0x00, Z8, Z2, Z4
+	VPCLMULQDQ      $0x11, Z8, Z2, Z5
+	VPTERNLOGD      $0x96, Z4, Z5, Z3
+
+loop64:
+	CMPQ CX, $64
+	JB   lanes
+	VPCLMULQDQ $0x00, Z8, Z3, Z4
+	VPCLMULQDQ $0x11, Z8, Z3, Z3
+	VPTERNLOGD $0x96, 0(SI), Z4, Z3
+	ADDQ       $64, SI
+	SUBQ       $64, CX
+	JMP        loop64
+
+lanes:
+	VMOVDQU64     klanes<>(SB), Z8
+	VPCLMULQDQ    $0x00, Z8, Z3, Z4
+	VPCLMULQDQ    $0x11, Z8, Z3, Z5
+	VPXORQ        Z4, Z5, Z4
+	VEXTRACTI64X4 $1, Z4, Y5
+	VPXORQ        Y5, Y4, Y4
+	VEXTRACTI32X4 $1, Y4, X5
+	VPXORQ        X5, X4, X4
+	VEXTRACTI32X4 $3, Z3, X5
+	VPXORQ        X5, X4, X4
+
+	VMOVDQU64 k128<>(SB), X8
+
+loop16:
+	CMPQ CX, $16
+	JB   done
+	VPCLMULQDQ $0x00, X8, X4, X5
+	VPCLMULQDQ $0x11, X8, X4, X4
+	VPTERNLOGD $0x96, 0(SI), X5, X4
+	ADDQ       $16, SI
+	SUBQ       $16, CX
+	JMP        loop16
+
+done:
+	VMOVDQU64 X4, 0(DI)
+	VZEROUPPER
+	RET
