@@ -32,11 +32,12 @@ type Fabric struct {
 	seed int64
 
 	mu    sync.RWMutex
-	fdb   map[MAC]*FabricPort           // forwarding database: static and learned
-	addrs map[netip.Addr]MAC            // Resolve table, keys unmapped
-	rng   *rand.Rand                    // MAC assignment and per-port fault seeds
-	ports atomic.Pointer[[]*FabricPort] // copy-on-write snapshot for flooding
-	count int                           // ports ever made
+	fdb   map[MAC]*FabricPort                 // forwarding database: static and learned
+	fwd   atomic.Pointer[map[MAC]*FabricPort] // read-only copy of fdb, for Send
+	addrs map[netip.Addr]MAC                  // Resolve table, keys unmapped
+	rng   *rand.Rand                          // MAC assignment and per-port fault seeds
+	ports atomic.Pointer[[]*FabricPort]       // copy-on-write snapshot for flooding
+	count int                                 // ports ever made
 }
 
 // NewFabric returns an empty fabric. clk (nil: the real clock) is the clock
@@ -51,6 +52,7 @@ func NewFabric(clk clock.Clock, seed int64) *Fabric {
 		rng:   rand.New(rand.NewPCG(uint64(seed), 0x6e65746465766661)),
 	}
 	f.ports.Store(new([]*FabricPort))
+	f.publishLocked()
 	return f
 }
 
@@ -87,6 +89,7 @@ func (f *Fabric) NewPort(mac MAC, mtu int) *FabricPort {
 	}
 	f.count++
 	f.fdb[mac] = p
+	f.publishLocked()
 	old := *f.ports.Load()
 	ports := make([]*FabricPort, len(old), len(old)+1)
 	copy(ports, old)
@@ -142,22 +145,32 @@ func (f *Fabric) Resolve(ip netip.Addr) (MAC, bool) {
 
 // lookup returns the port for dst, or nil to flood. It learns src on from.
 func (f *Fabric) lookup(from *FabricPort, src, dst MAC) *FabricPort {
-	f.mu.RLock()
-	known := f.fdb[src]
+	fwd := *f.fwd.Load()
+	known := fwd[src]
 	var to *FabricPort
 	if !dst.IsMulticast() {
-		to = f.fdb[dst]
+		to = fwd[dst]
 	}
-	f.mu.RUnlock()
 	if known != from && !src.IsMulticast() {
 		f.mu.Lock()
 		// A port's own MAC is static: never move it by learning.
 		if cur := f.fdb[src]; cur == nil || cur.mac != src {
 			f.fdb[src] = from
+			f.publishLocked()
 		}
 		f.mu.Unlock()
 	}
 	return to
+}
+
+// publishLocked gives Send a fresh copy of the forwarding database: every
+// frame reads it, and it changes only when a port comes, goes or moves.
+func (f *Fabric) publishLocked() {
+	m := make(map[MAC]*FabricPort, len(f.fdb))
+	for k, v := range f.fdb {
+		m[k] = v
+	}
+	f.fwd.Store(&m)
 }
 
 func (f *Fabric) detach(p *FabricPort) {
@@ -168,6 +181,7 @@ func (f *Fabric) detach(p *FabricPort) {
 			delete(f.fdb, m)
 		}
 	}
+	f.publishLocked()
 	old := *f.ports.Load()
 	ports := make([]*FabricPort, 0, len(old))
 	for _, q := range old {

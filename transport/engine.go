@@ -132,7 +132,9 @@ type Engine struct {
 	mu    sync.RWMutex
 	conns map[uint32]*Conn                 // guarded by mu
 	byQPN atomic.Pointer[map[uint32]*Conn] // read-only copy of conns
-	port  portState                        // guarded by mu for writes; read under RLock
+	// port is replaced whole (under mu) and never modified: every packet
+	// reads it, so the hot paths take no lock.
+	port atomic.Pointer[portState]
 
 	// portGen counts SetPort calls: QPs cache their route and MTU and
 	// recompute them when it moves. mtu is the active MTU in bytes.
@@ -175,7 +177,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 		conns: make(map[uint32]*Conn),
 	}
 	e.pool.New = func() any { return &pktBuf{own: make([]byte, 0, netHeadroom+maxIBHdr+4096+ICRCLen+4)} }
-	e.port.mtu = qp.MTU4096
+	e.port.Store(&portState{mtu: qp.MTU4096})
 	e.mtu.Store(4096)
 	return e, nil
 }
@@ -202,8 +204,9 @@ func (e *Engine) SetPort(pc PortConfig) error {
 		pc.TTL = 64
 	}
 	e.mu.Lock()
-	e.port = portState{link: pc.Link, mac: pc.MAC, gids: gids, resolve: pc.Resolve, mtu: m, ttl: pc.TTL}
-	e.port.rel, _ = pc.Link.(netdev.Releaser)
+	ps := &portState{link: pc.Link, mac: pc.MAC, gids: gids, resolve: pc.Resolve, mtu: m, ttl: pc.TTL}
+	ps.rel, _ = pc.Link.(netdev.Releaser)
+	e.port.Store(ps)
 	e.mtu.Store(uint32(m.Bytes()))
 	e.portGen.Add(1)
 	e.mu.Unlock()
@@ -222,7 +225,9 @@ func (e *Engine) SetAddrs(addrs []netip.Addr) {
 		gids[i] = netdev.GIDFromIP(a)
 	}
 	e.mu.Lock()
-	e.port.gids = gids
+	ps := *e.port.Load()
+	ps.gids = gids
+	e.port.Store(&ps)
 	e.portGen.Add(1)
 	e.mu.Unlock()
 }
@@ -232,9 +237,7 @@ func (e *Engine) ActiveMTU() qp.MTU { return qp.MTUFromBytes(int(e.mtu.Load())) 
 
 // GIDs returns a copy of the GID table.
 func (e *Engine) GIDs() []netdev.GID {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	return append([]netdev.GID(nil), e.port.gids...)
+	return append([]netdev.GID(nil), e.port.Load().gids...)
 }
 
 // Clock returns the engine's clock.
@@ -355,10 +358,7 @@ func (e *Engine) drop(c *Conn, r DropReason) {
 // ReceiveFrame is the link handler: it parses an Ethernet frame once,
 // checks the ICRC and hands the packet to its QP (or multicast group).
 func (e *Engine) ReceiveFrame(frame []byte) {
-	e.mu.RLock()
-	rel := e.port.rel
-	e.mu.RUnlock()
-	e.receiveFrame(frame, rel)
+	e.receiveFrame(frame, e.port.Load().rel)
 }
 
 // receiveFrame handles a frame; rel, if not nil, takes it back when done.
@@ -456,10 +456,7 @@ func (e *Engine) deliverMulticast(pb *pktBuf) {
 
 // isLocalIP reports whether ip is the address of one of the port's GIDs.
 func (e *Engine) isLocalIP(ip netip.Addr) bool {
-	g := netdev.GIDFromIP(ip)
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	return e.port.isLocal(g)
+	return e.port.Load().isLocal(netdev.GIDFromIP(ip))
 }
 
 // isLocal reports whether gid is one of the port's GIDs.
@@ -484,11 +481,9 @@ type route struct {
 
 // routeTo resolves a destination GID from a source GID index.
 func (e *Engine) routeTo(av *qp.AddressVector, srcPort uint16, datagram bool) route {
-	e.mu.RLock()
-	ps := &e.port
+	ps := e.port.Load()
 	var r route
 	if int(av.SGIDIndex) >= len(ps.gids) {
-		e.mu.RUnlock()
 		r.err = DropBadHeader
 		return r
 	}
@@ -526,7 +521,6 @@ func (e *Engine) routeTo(av *qp.AddressVector, srcPort uint16, datagram bool) ro
 		}
 		r.dst.MAC = mac
 	}
-	e.mu.RUnlock()
 	return r
 }
 
@@ -583,10 +577,7 @@ func (e *Engine) xmitSpan(c *Conn, r *route, buf []byte, ib int, ext []byte, spa
 		netdev.EncodeRoCEv2(frame, r.src, r.dst, r.ttl, r.tos, udpLen)
 	}
 	if r.wire {
-		e.mu.RLock()
-		l := e.port.link
-		e.mu.RUnlock()
-		if l != nil {
+		if l := e.port.Load().link; l != nil {
 			if err := l.Send(frame); err != nil {
 				e.counters.c[SendErr].Add(1)
 			}
