@@ -162,6 +162,13 @@ func unmapAll(addrs []netip.Addr) []netip.Addr {
 // Send transmits frame on the wrapped link.
 func (h *Host) Send(frame []byte) error { return h.l.Send(frame) }
 
+// ReceivesOnOwnGoroutine reports whether the wrapped link calls the handler
+// from its own goroutine (see OwnReceiver).
+func (h *Host) ReceivesOnOwnGoroutine() bool {
+	o, ok := h.l.(OwnReceiver)
+	return ok && o.ReceivesOnOwnGoroutine()
+}
+
 // SetHandler sets the handler for frames the host does not consume.
 func (h *Host) SetHandler(fn Handler) {
 	if fn == nil {

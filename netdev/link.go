@@ -45,6 +45,26 @@ type Releaser interface {
 	Release(frame []byte)
 }
 
+// Holder is implemented by links that can hand frames to the device in
+// batches (one system call for many). Between Hold and its Flush, Send may
+// queue a frame instead of transmitting it; Flush transmits what is
+// queued. Holds nest and may come from several goroutines at once: a queued
+// frame goes out at the latest when the last holder flushes. A holder must
+// not wait for anything (a reply, a timer) between Hold and Flush.
+type Holder interface {
+	Hold()
+	Flush()
+}
+
+// OwnReceiver is implemented by links that call their handler from a
+// receive goroutine of their own, never from inside Send, with no lock of
+// their caller held. The transport may then do a packet's work right there
+// instead of handing it to a worker. The in-memory fabric delivers inside
+// Send and does not implement it.
+type OwnReceiver interface {
+	ReceivesOnOwnGoroutine() bool
+}
+
 // MaxFrameLen returns the longest frame (without FCS) a link of the given MTU
 // carries: MTU plus the 14-byte Ethernet header plus room for one VLAN tag.
 func MaxFrameLen(mtu int) int { return mtu + EthernetHeaderLen + VLANTagLen }

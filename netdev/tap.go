@@ -190,6 +190,10 @@ func (t *TAP) Send(frame []byte) error {
 	return nil
 }
 
+// ReceivesOnOwnGoroutine reports true: the handler runs on the link's
+// receive goroutine.
+func (t *TAP) ReceivesOnOwnGoroutine() bool { return true }
+
 // SetHandler sets the receive handler; nil drops received frames.
 func (t *TAP) SetHandler(h Handler) {
 	if h == nil {

@@ -583,6 +583,10 @@ func (l *UDPLink) LeaveGroup(group netip.Addr) error {
 	return c.Close()
 }
 
+// ReceivesOnOwnGoroutine reports true: the handler runs on the link's
+// receive goroutine.
+func (l *UDPLink) ReceivesOnOwnGoroutine() bool { return true }
+
 // SetHandler sets the receive handler; nil drops received datagrams.
 func (l *UDPLink) SetHandler(h Handler) {
 	if h == nil {

@@ -214,6 +214,7 @@ type XDPLink struct {
 	comp       addrRing
 	txFree     []uint64 // free TX chunk offsets
 	kickers    atomic.Int32
+	holders    atomic.Int32 // Hold calls not yet flushed: Send leaves the kick to Flush
 	clk        clock.Clock
 	flushArmed atomic.Bool
 	txFrames   atomic.Uint64
@@ -237,6 +238,7 @@ type XDPLink struct {
 }
 
 var (
+	_ Holder      = (*XDPLink)(nil)
 	_ Link        = (*XDPLink)(nil)
 	_ GroupJoiner = (*XDPLink)(nil)
 )
@@ -519,6 +521,10 @@ func (l *XDPLink) MultiBuffer() bool { return l.sg }
 // interface's namespace (its Resolve fits rvt.Options.Resolve).
 func (l *XDPLink) Neighbours() *KernelNeighbours { return l.nbr }
 
+// ReceivesOnOwnGoroutine reports true: the handler runs on the link's
+// receive goroutine.
+func (l *XDPLink) ReceivesOnOwnGoroutine() bool { return true }
+
 // SetHandler sets the receive handler; nil drops received frames.
 func (l *XDPLink) SetHandler(h Handler) {
 	if h == nil {
@@ -673,10 +679,33 @@ func (l *XDPLink) Send(frame []byte) error {
 	l.txMu.Unlock()
 	l.txFrames.Add(1)
 	l.txBytes.Add(uint64(len(frame)))
-	if kick {
+	// While a holder is active its Flush kicks for every frame queued
+	// before it (Send's submit precedes this load; Flush decrements before
+	// it looks at the ring).
+	if kick && l.holders.Load() == 0 {
 		l.kickRLocked()
 	}
 	return nil
+}
+
+// Hold makes Send leave the transmit kick to Flush, so that a burst of
+// frames costs one sendto instead of one each. In copy mode the kernel
+// transmits up to 32 descriptors per sendto.
+func (l *XDPLink) Hold() { l.holders.Add(1) }
+
+// Flush ends a Hold; the last one kicks the kernel for the queued frames.
+func (l *XDPLink) Flush() {
+	if l.holders.Add(-1) != 0 {
+		return
+	}
+	l.closeMu.RLock()
+	defer l.closeMu.RUnlock()
+	if l.closing.Load() {
+		return
+	}
+	if l.tx.pending() > 0 && l.tx.needWakeup() {
+		l.kickRLocked()
+	}
 }
 
 // reapLocked moves completed TX chunks back to the free list.

@@ -184,6 +184,48 @@ func testXDPLinkFrames(t *testing.T, opts netdev.XDPOptions, mtu int) {
 	require.Zero(t, sa.TxDropped)
 }
 
+// TestXDPLinkHoldFlush checks that frames sent under Hold wait for the last
+// Flush, then all arrive in order for a handful of sendto calls.
+func TestXDPLinkHoldFlush(t *testing.T) {
+	xdpRequireRoot(t)
+	p := xdpNewPair(t, 9000)
+	la := xdpOpen(t, p.a, netdev.XDPOptions{})
+	lb := xdpOpen(t, p.b, netdev.XDPOptions{})
+	sink := newFrameSink()
+	lb.SetHandler(sink.handle)
+	macB := xdpResolve(t, la, p.b.v4)
+	src := netdev.Endpoint{MAC: la.HardwareAddr(), IP: p.a.v4, Port: 0xc002}
+	dst := netdev.Endpoint{MAC: macB, IP: p.b.v4, Port: netdev.RoCEv2Port}
+
+	const n = 300
+	var sent [][]byte
+	kicks := la.Stats().TxKicks
+	la.Hold()
+	la.Hold() // holds nest
+	for i := range n {
+		payload := bytes.Repeat([]byte{byte(i)}, 1000+i)
+		f := roceFrame(src, dst, payload)
+		sent = append(sent, f)
+		require.NoError(t, la.Send(f))
+	}
+	la.Flush()
+	require.Equal(t, kicks, la.Stats().TxKicks, "no sendto while a hold is open")
+	time.Sleep(20 * time.Millisecond)
+	sink.mu.Lock()
+	require.Empty(t, sink.frames, "copy mode transmits only from sendto")
+	sink.mu.Unlock()
+	la.Flush()
+	got := sink.wait(t, n, 5*time.Second)
+	require.Len(t, got, n)
+	for i := range sent {
+		require.True(t, bytes.Equal(sent[i], got[i]), "frame %d", i)
+	}
+	st := la.Stats()
+	t.Logf("%d frames for %d sendto calls", n, st.TxKicks-kicks)
+	require.Less(t, st.TxKicks-kicks, uint64(n/4), "a flush batches the kicks")
+	require.Zero(t, st.TxDropped)
+}
+
 // TestXDPLinkClose checks that Close detaches the program and frees the
 // queue (a second link can bind it), and that Send then fails.
 func TestXDPLinkClose(t *testing.T) {

@@ -130,8 +130,9 @@ func (pq *pktQueue) drain(e *Engine) int {
 	return n
 }
 
-// enqueue queues a packet for the QP's responder or completer.
-func (c *Conn) enqueue(pb *pktBuf) {
+// enqueue queues a packet for the QP's responder or completer and runs or
+// schedules its task (here: RunHere).
+func (c *Conn) enqueue(pb *pktBuf, here bool) {
 	if c.stopped.Load() {
 		c.e.putBuf(pb)
 		return
@@ -146,10 +147,14 @@ func (c *Conn) enqueue(pb *pktBuf) {
 	}
 	c.queued.Add(1)
 	c.inMu.Unlock()
+	t := c.recvTask
 	if resp {
-		c.sendTask.Schedule()
+		t = c.sendTask
+	}
+	if here {
+		t.RunHere()
 	} else {
-		c.recvTask.Schedule()
+		t.Schedule()
 	}
 }
 
@@ -288,7 +293,9 @@ func (c *Conn) PostSend(wrs []qp.SendWR) error {
 	err := c.qp.PostSendLocked(wrs)
 	c.qp.Unlock()
 	if err == nil {
-		c.sendTask.Schedule()
+		// As rxe's post_send: run the requester in the caller's context
+		// when it is idle, rather than waking a worker for it.
+		c.sendTask.RunHere()
 	}
 	return err
 }

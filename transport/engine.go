@@ -150,6 +150,8 @@ type Engine struct {
 type portState struct {
 	link    netdev.Link
 	rel     netdev.Releaser // the link takes frames back, if it can
+	hold    netdev.Holder   // the link batches transmits, if it can
+	here    bool            // the link's handler runs on its own goroutine
 	mac     netdev.MAC
 	gids    []netdev.GID
 	resolve func(netip.Addr) (netdev.MAC, bool)
@@ -206,6 +208,10 @@ func (e *Engine) SetPort(pc PortConfig) error {
 	e.mu.Lock()
 	ps := &portState{link: pc.Link, mac: pc.MAC, gids: gids, resolve: pc.Resolve, mtu: m, ttl: pc.TTL}
 	ps.rel, _ = pc.Link.(netdev.Releaser)
+	ps.hold, _ = pc.Link.(netdev.Holder)
+	if o, ok := pc.Link.(netdev.OwnReceiver); ok {
+		ps.here = o.ReceivesOnOwnGoroutine()
+	}
 	e.port.Store(ps)
 	e.mtu.Store(uint32(m.Bytes()))
 	e.portGen.Add(1)
@@ -230,6 +236,22 @@ func (e *Engine) SetAddrs(addrs []netip.Addr) {
 	e.port.Store(&ps)
 	e.portGen.Add(1)
 	e.mu.Unlock()
+}
+
+// hold opens a transmit batch on the link, if it batches; the caller
+// passes the result to flush when its run ends.
+func (e *Engine) hold() netdev.Holder {
+	h := e.port.Load().hold
+	if h != nil {
+		h.Hold()
+	}
+	return h
+}
+
+func flush(h netdev.Holder) {
+	if h != nil {
+		h.Flush()
+	}
 }
 
 // ActiveMTU returns the port's active path MTU.
@@ -357,12 +379,21 @@ func (e *Engine) drop(c *Conn, r DropReason) {
 
 // ReceiveFrame is the link handler: it parses an Ethernet frame once,
 // checks the ICRC and hands the packet to its QP (or multicast group).
+//
+// On a link that calls it from its own receive goroutine (OwnReceiver),
+// the QP's task runs there if it is idle, as rxe runs its responder in
+// the receive softirq: a hand-off to a worker costs a goroutine wake-up
+// per packet, most of a small message's latency. Elsewhere (the fabric
+// delivers inside the sender's Send, under the sender's QP lock) the task
+// is scheduled.
 func (e *Engine) ReceiveFrame(frame []byte) {
-	e.receiveFrame(frame, e.port.Load().rel)
+	ps := e.port.Load()
+	e.receiveFrame(frame, ps.rel, ps.here)
 }
 
-// receiveFrame handles a frame; rel, if not nil, takes it back when done.
-func (e *Engine) receiveFrame(frame []byte, rel netdev.Releaser) {
+// receiveFrame handles a frame; rel, if not nil, takes it back when done;
+// here runs the QP's task on this goroutine if it is idle.
+func (e *Engine) receiveFrame(frame []byte, rel netdev.Releaser, here bool) {
 	fi, err := netdev.ParseFrame(frame)
 	if err != nil {
 		return // not ours to count: the link carries other traffic too
@@ -398,12 +429,12 @@ func (e *Engine) receiveFrame(frame []byte, rel netdev.Releaser) {
 		e.putBuf(pb)
 		return
 	}
-	e.deliver(pb)
+	e.deliver(pb, here)
 }
 
 // deliver routes a parsed packet to its QP's queue, or to every member of
-// its multicast group.
-func (e *Engine) deliver(pb *pktBuf) {
+// its multicast group; here is as for receiveFrame.
+func (e *Engine) deliver(pb *pktBuf, here bool) {
 	p := &pb.pkt
 	if p.PKey&0x7FFF != DefaultPKey&0x7FFF {
 		e.drop(nil, DropBadPKey)
@@ -420,7 +451,7 @@ func (e *Engine) deliver(pb *pktBuf) {
 		e.putBuf(pb)
 		return
 	}
-	c.enqueue(pb)
+	c.enqueue(pb, here)
 }
 
 const multicastQPN = 0xFFFFFF
@@ -450,7 +481,7 @@ func (e *Engine) deliverMulticast(pb *pktBuf) {
 		cp.own = append(cp.own, pb.ipHdr...)
 		cp.ipHdr = cp.own[n:]
 		cp.src, cp.dst, cp.v6 = pb.src, pb.dst, pb.v6
-		c.enqueue(cp)
+		c.enqueue(cp, false)
 	}
 }
 
@@ -556,7 +587,7 @@ func (e *Engine) xmitSpan(c *Conn, r *route, buf []byte, ib int, ext []byte, spa
 			return
 		}
 		pb.src, pb.dst = r.src.IP, r.dst.IP
-		e.deliver(pb)
+		e.deliver(pb, false)
 		return
 	}
 	v6 := netdev.UsesIPv6(r.src.IP, r.dst.IP)
@@ -586,6 +617,6 @@ func (e *Engine) xmitSpan(c *Conn, r *route, buf []byte, ib int, ext []byte, spa
 	if r.local {
 		// Datagrams to ourselves take the whole receive path (the GRH
 		// needs the IP header); ReceiveFrame takes ownership, so copy.
-		e.receiveFrame(append([]byte(nil), frame...), nil)
+		e.receiveFrame(append([]byte(nil), frame...), nil, false)
 	}
 }

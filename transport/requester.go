@@ -50,6 +50,7 @@ const sendBatch = 64
 
 // runSend is the send task: completer first, then requester.
 func (c *Conn) runSend() bool {
+	defer flush(c.e.hold())
 	q := c.qp
 	q.Lock()
 	more := c.completeLocked()

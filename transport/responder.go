@@ -84,6 +84,7 @@ const recvBatch = 64
 
 // runRecv is the receive task: the responder.
 func (c *Conn) runRecv() bool {
+	defer flush(c.e.hold())
 	q := c.qp
 	q.Lock()
 	more := c.respondLocked()

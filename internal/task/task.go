@@ -78,6 +78,23 @@ func (t *Task) Schedule() {
 	}
 }
 
+// RunHere runs one batch of fn on the calling goroutine if the task is idle
+// and its executor is a Pool, the way rxe runs a task in the caller's
+// context when it is not already running: it saves handing the work to a
+// worker (a wake-up of a parked goroutine, microseconds in a VM). If fn
+// has more work, or was scheduled again meanwhile, the task then goes to
+// the pool as Schedule would put it. Otherwise, and with the Inline
+// executor (whose order must stay that of the Schedule calls), RunHere is
+// Schedule. Do not call RunHere from the task's own fn, or while holding a
+// lock that fn takes.
+func (t *Task) RunHere() {
+	if _, pool := t.ex.(*Pool); !pool || !t.state.CompareAndSwap(stateIdle, stateBusy) {
+		t.Schedule()
+		return
+	}
+	t.finish(t.fn())
+}
+
 // Stop waits until fn is not running and makes sure it never runs again;
 // later calls to Schedule do nothing. Stop may be called more than once and
 // from several goroutines. It must not be called from the task's own fn,
@@ -119,7 +136,12 @@ func (t *Task) run() {
 	if !t.state.CompareAndSwap(stateQueued, stateBusy) {
 		return // stopped while queued
 	}
-	more := t.fn()
+	t.finish(t.fn())
+}
+
+// finish leaves a task whose fn has just returned idle, requeues it, or
+// completes a Stop.
+func (t *Task) finish(more bool) {
 	t.runs.Add(1)
 	for {
 		switch t.state.Load() {

@@ -279,7 +279,11 @@ func TestPoolNeverConcurrentNoLostWakeups(t *testing.T) {
 			for r := range rounds {
 				s := states[(g+r)%nTasks]
 				s.produced.Add(1)
-				tasks[(g+r)%nTasks].Schedule()
+				if r%2 == 0 {
+					tasks[(g+r)%nTasks].Schedule()
+				} else {
+					tasks[(g+r)%nTasks].RunHere()
+				}
 			}
 		}()
 	}
@@ -289,6 +293,66 @@ func TestPoolNeverConcurrentNoLostWakeups(t *testing.T) {
 			waitFor, time.Millisecond, "task %d lost a wake-up", i)
 		require.False(t, s.overlap.Load(), "task %d ran concurrently with itself", i)
 	}
+}
+
+func TestPoolRunHereRunsOnCaller(t *testing.T) {
+	p := task.NewPool(1)
+	defer p.Close()
+	var onCaller atomic.Bool
+	inCall := false // set only by this goroutine around RunHere
+	tk := task.New(p, "t", func() bool {
+		onCaller.Store(inCall)
+		return false
+	})
+	inCall = true
+	tk.RunHere()
+	inCall = false
+	require.EqualValues(t, 1, tk.Runs(), "RunHere on an idle task returns after the run")
+	require.True(t, onCaller.Load())
+}
+
+func TestPoolRunHereWhileBusyRunsAgainOnPool(t *testing.T) {
+	p := task.NewPool(2)
+	defer p.Close()
+	b := newBlocker()
+	tk := task.New(p, "t", b.fn)
+	tk.Schedule()
+	<-b.entered
+	tk.RunHere() // busy: arms instead of running concurrently
+	require.EqualValues(t, 0, tk.Runs())
+	b.release <- struct{}{}
+	select {
+	case <-b.entered:
+	case <-time.After(waitFor):
+		t.Fatal("RunHere during a run was lost")
+	}
+	close(b.release)
+	require.Eventually(t, func() bool { return tk.Runs() == 2 }, waitFor, time.Millisecond)
+}
+
+func TestPoolRunHereMoreGoesToPool(t *testing.T) {
+	p := task.NewPool(1)
+	defer p.Close()
+	var n atomic.Int32
+	tk := task.New(p, "t", func() bool { return n.Add(1) < 3 })
+	tk.RunHere()
+	require.Eventually(t, func() bool { return tk.Runs() == 3 }, waitFor, time.Millisecond)
+	require.EqualValues(t, 3, n.Load())
+}
+
+func TestInlineRunHereIsSchedule(t *testing.T) {
+	ex := task.NewInline()
+	var order []string
+	var a, b *task.Task
+	a = task.New(ex, "a", func() bool {
+		order = append(order, "a")
+		b.RunHere() // queued behind a, not run inside it
+		order = append(order, "a-end")
+		return false
+	})
+	b = task.New(ex, "b", func() bool { order = append(order, "b"); return false })
+	a.RunHere()
+	require.Equal(t, []string{"a", "a-end", "b"}, order)
 }
 
 func TestPoolClose(t *testing.T) {
