@@ -49,6 +49,7 @@ type UDPStats struct {
 	// bad ICRC).
 	RxIDRecovered, RxIDFailed uint64
 	TxSockets                 uint64 // source-port sockets opened
+	TxBatches                 uint64 // sendmmsg calls for datagrams queued under Hold
 }
 
 // UDPLink adapts a kernel UDP socket to the Link contract, unprivileged:
@@ -94,6 +95,9 @@ type UDPLink struct {
 	txPackets, txBytes, txErrors             atomic.Uint64
 	rxPackets, rxBytes, rxErrors             atomic.Uint64
 	rxIDRecovered, rxIDFailed, txSocketsMade atomic.Uint64
+	txBatches                                atomic.Uint64
+
+	batch udpBatch // transmit batching under Hold
 }
 
 var (
@@ -477,7 +481,11 @@ func (l *UDPLink) Send(frame []byte) error {
 		dst = dst.WithZone(l.local.Addr().Zone())
 	}
 	payload := frame[fi.PayloadOff:fi.End()]
-	if _, err := c.WriteToUDPAddrPort(payload, netip.AddrPortFrom(dst, fi.DstPort)); err != nil {
+	to := netip.AddrPortFrom(dst, fi.DstPort)
+	if l.batch.active.Load() > 0 && dst.Zone() == "" && l.queue(c, to, payload) {
+		return nil
+	}
+	if _, err := c.WriteToUDPAddrPort(payload, to); err != nil {
 		l.txErrors.Add(1)
 		if l.closed.Load() {
 			return ErrClosed
@@ -644,6 +652,6 @@ func (l *UDPLink) Stats() UDPStats {
 		TxPackets: l.txPackets.Load(), TxBytes: l.txBytes.Load(), TxErrors: l.txErrors.Load(),
 		RxPackets: l.rxPackets.Load(), RxBytes: l.rxBytes.Load(), RxErrors: l.rxErrors.Load(),
 		RxIDRecovered: l.rxIDRecovered.Load(), RxIDFailed: l.rxIDFailed.Load(),
-		TxSockets: l.txSocketsMade.Load(),
+		TxSockets: l.txSocketsMade.Load(), TxBatches: l.txBatches.Load(),
 	}
 }

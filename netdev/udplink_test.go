@@ -95,6 +95,57 @@ func TestUDPLinkLoopback(t *testing.T) {
 	require.ErrorIs(t, a.Send(f), ErrClosed)
 }
 
+// TestUDPLinkHoldFlush checks that datagrams sent under Hold wait for the
+// last Flush, then arrive complete and in order from a few sendmmsg calls,
+// also when they alternate between source-port sockets.
+func TestUDPLinkHoldFlush(t *testing.T) {
+	a, err := OpenUDP(netip.MustParseAddrPort("127.0.0.1:0"))
+	if err != nil {
+		t.Skipf("cannot bind 127.0.0.1:4791 (rxe or another user holds it?): %v", err)
+	}
+	defer a.Close()
+	b, err := OpenUDP(netip.MustParseAddrPort("127.0.0.2:4791"))
+	require.NoError(t, err)
+	defer b.Close()
+	const n = 200
+	got := make(frameChan, n)
+	b.SetHandler(got.handler)
+	bMAC, _ := a.Resolve(netip.MustParseAddr("127.0.0.2"))
+	dst := Endpoint{MAC: bMAC, IP: netip.MustParseAddr("127.0.0.2"), Port: RoCEv2Port}
+
+	var sent [][]byte
+	a.Hold()
+	a.Hold() // holds nest
+	for i := range n {
+		// Runs of three datagrams per source port: several sockets.
+		src := Endpoint{MAC: a.HardwareAddr(), IP: netip.MustParseAddr("127.0.0.1"), Port: 0xC200 + uint16(i/3%4)}
+		f := roceFrame(t, src, dst, bytes.Repeat([]byte{byte(i)}, 100+i*7))
+		sent = append(sent, f)
+		require.NoError(t, a.Send(f))
+		if i == udpBatchMax/2 {
+			a.Flush() // the inner hold ends: still held
+		}
+	}
+	st := a.Stats()
+	require.Zero(t, st.TxPackets%udpBatchMax, "only full queues go out under a hold")
+	require.Less(t, st.TxPackets, uint64(n))
+	a.Flush()
+	for i := range sent {
+		require.Equal(t, sent[i], got.next(t), "datagram %d", i)
+	}
+	st = a.Stats()
+	t.Logf("%d datagrams, %d sendmmsg calls", st.TxPackets, st.TxBatches)
+	require.Equal(t, uint64(n), st.TxPackets)
+	require.Zero(t, st.TxErrors)
+	require.Less(t, st.TxBatches, uint64(n), "fewer system calls than datagrams")
+
+	// Without a hold, Send sends at once.
+	f := roceFrame(t, Endpoint{MAC: a.HardwareAddr(), IP: netip.MustParseAddr("127.0.0.1"), Port: 0xC200}, dst, []byte("now"))
+	require.NoError(t, a.Send(f))
+	require.Equal(t, f, got.next(t))
+	require.Equal(t, st.TxBatches, a.Stats().TxBatches)
+}
+
 // TestUDPLinkWireHeader checks on a real capture (AF_PACKET in a fresh
 // namespace) that the kernel puts ID 0 and DF on what the UDP link sends,
 // and that the header the receiving link synthesises equals the one on
