@@ -6,6 +6,7 @@ package netdev
 import (
 	"errors"
 	"sync"
+	"time"
 )
 
 // ErrClosed is returned by Send on a link that has been closed.
@@ -51,10 +52,19 @@ type Releaser interface {
 // queued. Holds nest and may come from several goroutines at once: a queued
 // frame goes out at the latest when the last holder flushes. A holder must
 // not wait for anything (a reply, a timer) between Hold and Flush.
+//
+// FlushLazy ends a hold like Flush, but lets the queued frames wait up to
+// LazyFlushDelay for another Flush to carry them: for frames nobody waits
+// on at once, like acknowledgements, so that they share a system call with
+// what follows (a reply) instead of delaying it.
 type Holder interface {
 	Hold()
 	Flush()
+	FlushLazy()
 }
+
+// LazyFlushDelay bounds how long FlushLazy leaves frames queued.
+const LazyFlushDelay = 20 * time.Microsecond
 
 // OwnReceiver is implemented by links that call their handler from a
 // receive goroutine of their own, never from inside Send, with no lock of
@@ -63,6 +73,13 @@ type Holder interface {
 // Send and does not implement it.
 type OwnReceiver interface {
 	ReceivesOnOwnGoroutine() bool
+}
+
+// Poller is implemented by links whose receive ring a spinning goroutine
+// can drain itself: PollReceive hands waiting frames to the handler on the
+// calling goroutine and reports whether there were any.
+type Poller interface {
+	PollReceive() bool
 }
 
 // MaxFrameLen returns the longest frame (without FCS) a link of the given MTU

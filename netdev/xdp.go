@@ -160,6 +160,9 @@ type XDPStats struct {
 	// TxFlushTimers counts kicks that gave up on a busy device and left
 	// the rest to a timer.
 	TxFlushTimers uint64
+	// TxLazyFlushes counts FlushLazy timers armed (acknowledgements left
+	// to ride with the next transmit).
+	TxLazyFlushes uint64
 	// FillWakeups counts recvfrom calls made because the fill ring asked.
 	FillWakeups uint64
 
@@ -215,6 +218,8 @@ type XDPLink struct {
 	txFree     []uint64 // free TX chunk offsets
 	kickers    atomic.Int32
 	holders    atomic.Int32 // Hold calls not yet flushed: Send leaves the kick to Flush
+	rxBusy     atomic.Bool  // a goroutine (rxLoop or PollReceive) is consuming the RX ring
+	lazyArmed  atomic.Bool  // a FlushLazy kick is pending on the clock
 	clk        clock.Clock
 	flushArmed atomic.Bool
 	txFrames   atomic.Uint64
@@ -224,6 +229,7 @@ type XDPLink struct {
 	txDropped, txFullWaits                      atomic.Uint64
 	txKicks, txKickBusy, txKickErrs, fillWakeup atomic.Uint64
 	flushTimers                                 atomic.Uint64
+	lazyFlushes                                 atomic.Uint64
 
 	// Multicast membership (see JoinGroup): one UDP socket per family,
 	// opened in the interface's namespace (-1: closed or the family is
@@ -239,6 +245,7 @@ type XDPLink struct {
 
 var (
 	_ Holder      = (*XDPLink)(nil)
+	_ Poller      = (*XDPLink)(nil)
 	_ Link        = (*XDPLink)(nil)
 	_ GroupJoiner = (*XDPLink)(nil)
 )
@@ -537,9 +544,18 @@ func (l *XDPLink) SetHandler(h Handler) {
 // rxLoop is the receive goroutine.
 func (l *XDPLink) rxLoop() {
 	defer close(l.rxDone)
-	ready := func(uintptr) bool { return l.rx.available() > 0 || l.closing.Load() }
+	// pending, not available: a busy poller may be consuming meanwhile,
+	// and only the shared indexes may be read without owning the ring.
+	ready := func(uintptr) bool { return l.rx.pending() > 0 || l.closing.Load() }
 	for !l.closing.Load() {
-		if l.rxBatch() {
+		if !l.rxBusy.CompareAndSwap(false, true) {
+			// A busy poller has the ring (PollReceive): let it work.
+			runtime.Gosched()
+			continue
+		}
+		got := l.rxBatch()
+		l.rxBusy.Store(false)
+		if got {
 			continue
 		}
 		// The RX ring is empty: park in the netpoller until the kernel
@@ -548,6 +564,21 @@ func (l *XDPLink) rxLoop() {
 			return // the file was closed
 		}
 	}
+}
+
+// PollReceive consumes received frames on the calling goroutine, handing
+// them to the handler there, if no other goroutine is consuming the RX
+// ring; it reports whether it handled any. A goroutine that spins waiting
+// for traffic (a busy-polling latency loop, like SO_BUSY_POLL for
+// sockets) calls it to take frames straight from the ring instead of
+// waiting for the receive goroutine's wake-up.
+func (l *XDPLink) PollReceive() bool {
+	if l.closing.Load() || !l.rxBusy.CompareAndSwap(false, true) {
+		return false
+	}
+	got := l.rxBatch()
+	l.rxBusy.Store(false)
+	return got
 }
 
 // rxBatch consumes up to rxBatchFrames whole frames from the RX ring,
@@ -693,6 +724,28 @@ func (l *XDPLink) Send(frame []byte) error {
 // transmits up to 32 descriptors per sendto.
 func (l *XDPLink) Hold() { l.holders.Add(1) }
 
+// FlushLazy ends a Hold; if it is the last, the queued frames go out with
+// the next kick, or from a timer after LazyFlushDelay at the latest.
+func (l *XDPLink) FlushLazy() {
+	if l.holders.Add(-1) != 0 {
+		return
+	}
+	l.closeMu.RLock()
+	defer l.closeMu.RUnlock()
+	if l.closing.Load() || l.tx.pending() == 0 || !l.lazyArmed.CompareAndSwap(false, true) {
+		return
+	}
+	l.lazyFlushes.Add(1)
+	l.clk.AfterFunc(LazyFlushDelay, func() {
+		l.lazyArmed.Store(false)
+		l.closeMu.RLock()
+		defer l.closeMu.RUnlock()
+		if !l.closing.Load() && l.holders.Load() == 0 && l.tx.pending() > 0 {
+			l.kickRLocked()
+		}
+	})
+}
+
 // Flush ends a Hold; the last one kicks the kernel for the queued frames.
 func (l *XDPLink) Flush() {
 	if l.holders.Add(-1) != 0 {
@@ -799,6 +852,7 @@ func (l *XDPLink) Stats() XDPStats {
 		TxFullWaits: l.txFullWaits.Load(), TxKicks: l.txKicks.Load(),
 		TxKickBusy: l.txKickBusy.Load(), TxKickErrors: l.txKickErrs.Load(),
 		FillWakeups: l.fillWakeup.Load(), TxFlushTimers: l.flushTimers.Load(),
+		TxLazyFlushes: l.lazyFlushes.Load(),
 	}
 	l.closeMu.RLock()
 	defer l.closeMu.RUnlock()
@@ -852,6 +906,10 @@ func (l *XDPLink) teardown() error {
 		l.closeMu.Unlock()
 		if l.rxStarted {
 			<-l.rxDone
+		}
+		// Wait out a PollReceive in progress and keep others out.
+		for !l.rxBusy.CompareAndSwap(false, true) {
+			runtime.Gosched()
 		}
 	} else {
 		if l.fd >= 0 {

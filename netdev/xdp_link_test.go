@@ -226,6 +226,105 @@ func TestXDPLinkHoldFlush(t *testing.T) {
 	require.Zero(t, st.TxDropped)
 }
 
+// TestXDPLinkFlushLazy checks that frames left by FlushLazy go out on
+// their own after LazyFlushDelay, and with the next Flush if it comes
+// first.
+func TestXDPLinkFlushLazy(t *testing.T) {
+	xdpRequireRoot(t)
+	p := xdpNewPair(t, 9000)
+	la := xdpOpen(t, p.a, netdev.XDPOptions{})
+	lb := xdpOpen(t, p.b, netdev.XDPOptions{})
+	sink := newFrameSink()
+	lb.SetHandler(sink.handle)
+	macB := xdpResolve(t, la, p.b.v4)
+	src := netdev.Endpoint{MAC: la.HardwareAddr(), IP: p.a.v4, Port: 0xc003}
+	dst := netdev.Endpoint{MAC: macB, IP: p.b.v4, Port: netdev.RoCEv2Port}
+	frame := func(i int) []byte { return roceFrame(src, dst, bytes.Repeat([]byte{byte(i)}, 64+i)) }
+
+	// Alone: the timer sends it.
+	f0 := frame(0)
+	la.Hold()
+	require.NoError(t, la.Send(f0))
+	la.FlushLazy()
+	require.EqualValues(t, 1, la.Stats().TxLazyFlushes)
+	got := sink.wait(t, 1, 5*time.Second)
+	require.Equal(t, f0, got[0])
+
+	// Followed by an eager flush: both go out together, in order.
+	f1, f2 := frame(1), frame(2)
+	la.Hold()
+	require.NoError(t, la.Send(f1))
+	la.FlushLazy()
+	la.Hold()
+	require.NoError(t, la.Send(f2))
+	la.Flush()
+	got = sink.wait(t, 2, 5*time.Second)
+	require.Equal(t, [][]byte{f1, f2}, got)
+	require.Zero(t, la.Stats().TxDropped)
+}
+
+// TestXDPLinkPollReceive checks that a busy poller and the receive
+// goroutine share the RX ring: every frame is handled exactly once, in
+// order, whoever takes it; and that PollReceive after Close is harmless.
+func TestXDPLinkPollReceive(t *testing.T) {
+	xdpRequireRoot(t)
+	p := xdpNewPair(t, 9000)
+	la := xdpOpen(t, p.a, netdev.XDPOptions{})
+	var lb *netdev.XDPLink
+	xdpInNetns(t, p.b.name, func() (err error) {
+		lb, err = netdev.OpenXDP(p.b.ifname, netdev.XDPOptions{})
+		return err
+	})
+	var mu sync.Mutex
+	var seen []byte
+	lb.SetHandler(func(f []byte) {
+		mu.Lock()
+		seen = append(seen, f[len(f)-1])
+		mu.Unlock()
+	})
+	macB := xdpResolve(t, la, p.b.v4)
+	src := netdev.Endpoint{MAC: la.HardwareAddr(), IP: p.a.v4, Port: 0xc004}
+	dst := netdev.Endpoint{MAC: macB, IP: p.b.v4, Port: netdev.RoCEv2Port}
+
+	const n = 1000
+	stop := make(chan struct{})
+	polled := make(chan int)
+	go func() {
+		k := 0
+		for {
+			select {
+			case <-stop:
+				polled <- k
+				return
+			default:
+			}
+			if lb.PollReceive() {
+				k++
+			}
+		}
+	}()
+	for i := range n {
+		require.NoError(t, la.Send(roceFrame(src, dst, []byte{byte(i)})))
+	}
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(seen) >= n
+	}, 10*time.Second, time.Millisecond)
+	close(stop)
+	k := <-polled
+	t.Logf("%d batches taken by the poller", k)
+	mu.Lock()
+	require.Len(t, seen, n)
+	for i, v := range seen {
+		require.Equal(t, byte(i), v, "frame %d", i)
+	}
+	mu.Unlock()
+	require.EqualValues(t, n, lb.Stats().RxFrames)
+	require.NoError(t, lb.Close())
+	require.False(t, lb.PollReceive())
+}
+
 // TestXDPLinkClose checks that Close detaches the program and frees the
 // queue (a second link can bind it), and that Send then fails.
 func TestXDPLinkClose(t *testing.T) {

@@ -254,6 +254,27 @@ func flush(h netdev.Holder) {
 	}
 }
 
+// flushMaybeLazy is flush, or FlushLazy if lazy.
+func flushMaybeLazy(h netdev.Holder, lazy bool) {
+	switch {
+	case h == nil:
+	case lazy:
+		h.FlushLazy()
+	default:
+		h.Flush()
+	}
+}
+
+// PollLink drives the link's receive path on the calling goroutine if the
+// link allows it (netdev.Poller): received packets are processed, and
+// their QPs' work done, right here. It reports whether anything arrived.
+// A goroutine that spins on a CQ calls it between polls (busy polling);
+// on other links it returns false at once.
+func (e *Engine) PollLink() bool {
+	p, ok := e.port.Load().link.(netdev.Poller)
+	return ok && p.PollReceive()
+}
+
 // ActiveMTU returns the port's active path MTU.
 func (e *Engine) ActiveMTU() qp.MTU { return qp.MTUFromBytes(int(e.mtu.Load())) }
 

@@ -29,6 +29,7 @@ type respState struct {
 	nakSent    bool // a sequence or RNR NAK is out; wait for the expected PSN
 	ackPending bool // coalesced ACK to send at the end of the batch
 	ackPSN     PSN
+	urgent     bool // this run sent more than ACKs: kick the link at its end
 
 	res     [maxResources]resource // READ and atomic results for duplicates
 	resNext int
@@ -84,11 +85,19 @@ const recvBatch = 64
 
 // runRecv is the receive task: the responder.
 func (c *Conn) runRecv() bool {
-	defer flush(c.e.hold())
+	h := c.e.hold()
 	q := c.qp
 	q.Lock()
+	c.resp.urgent = false
 	more := c.respondLocked()
+	urgent := c.resp.urgent
 	q.Unlock()
+	// A run that sent only ACKs lets them wait briefly for the next
+	// transmit (the reply the receive completion is about to prompt,
+	// typically): that saves a system call on the critical path of a
+	// request-response exchange. READ responses, atomic responses and
+	// NAKs go at once.
+	defer flushMaybeLazy(h, !urgent)
 	c.deliver(&c.rout)
 	c.signalRan()
 	return more
@@ -507,6 +516,7 @@ func (c *Conn) respHeaderLocked(o Opcode, psn PSN, syn Syndrome, a *qp.Attr) ([]
 func (c *Conn) sendAckLocked(syn Syndrome, psn PSN) {
 	if syn.Type() != AckTypeACK {
 		c.flushAckLocked()
+		c.resp.urgent = true
 	}
 	a := c.qp.AttrLocked()
 	c.respHeaderLocked(RCAck, psn, syn, a)
@@ -514,6 +524,7 @@ func (c *Conn) sendAckLocked(syn Syndrome, psn PSN) {
 }
 
 func (c *Conn) sendAtomicAckLocked(psn PSN, orig uint64) {
+	c.resp.urgent = true
 	a := c.qp.AttrLocked()
 	b, info := c.respHeaderLocked(RCAtomicAck, psn, c.ackSyndrome(), a)
 	AtomicAckETH(b[info.Offset(HdrAtomicAckETH):]).SetOrigData(orig)
@@ -523,6 +534,7 @@ func (c *Conn) sendAtomicAckLocked(psn PSN, orig uint64) {
 // sendReadResponsesLocked sends the responses to a READ of n bytes at va,
 // the first with PSN psn.
 func (c *Conn) sendReadResponsesLocked(psn PSN, mr *keys.MR, va uint64, n uint32, a *qp.Attr) {
+	c.resp.urgent = true
 	mtu := c.pmtu(a)
 	r := &c.pathLocked(a).r
 	k := npkts(n, mtu)

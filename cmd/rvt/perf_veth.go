@@ -24,6 +24,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -146,9 +147,15 @@ func runPerf(w io.Writer, cfg perfConfig) (err error) {
 		if err != nil {
 			return fmt.Errorf("kernel UDP throughput at MTU %d: %w", m.veth, err)
 		}
-		baseLat, err := udpPingpong(ctx, n, latDur)
+		baseLat, err := udpPingpong(ctx, n, latDur, false)
 		if err != nil {
 			return fmt.Errorf("kernel UDP ping-pong: %w", err)
+		}
+		var baseBusy latency
+		if slices.Contains(links, "xdp") {
+			if baseBusy, err = udpPingpong(ctx, n, latDur, true); err != nil {
+				return fmt.Errorf("kernel UDP busy-polling ping-pong: %w", err)
+			}
 		}
 		for _, kind := range links {
 			if err := ctx.Err(); err != nil {
@@ -163,7 +170,7 @@ func runPerf(w io.Writer, cfg perfConfig) (err error) {
 				failed = append(failed, fmt.Sprintf("%s at MTU %d", kind, m.size))
 				continue
 			}
-			writeRow(w, kind, m, res, base, baseLat)
+			writeRow(w, kind, m, res, base, baseLat, baseBusy)
 		}
 	}
 	if len(failed) > 0 {
@@ -173,7 +180,11 @@ func runPerf(w io.Writer, cfg perfConfig) (err error) {
 }
 
 // writeRow prints one line of the table.
-func writeRow(w io.Writer, kind string, m perfMTU, res perfLinkResult, base runResult, baseLat latency) {
+//
+// For xdp a second line, starting "busy", compares busy polling on both
+// sides: SEND with rvt.Device.PollLink in the CQ loop against UDP with
+// spinning non-blocking reads (median and p99 half round trips, ratio).
+func writeRow(w io.Writer, kind string, m perfMTU, res perfLinkResult, base runResult, baseLat, baseBusy latency) {
 	xUDP := 0.0
 	if base.gbps() > 0 {
 		xUDP = res.write.gbps() / base.gbps()
@@ -196,4 +207,15 @@ func writeRow(w io.Writer, kind string, m perfMTU, res perfLinkResult, base runR
 		kind, m.size, m.veth, res.write.gbps(), base.gbps(), xUDP,
 		res.lat.halfMicros(0.5), res.lat.halfMicros(0.99), baseLat.halfMicros(0.5), baseLat.halfMicros(0.99), latX,
 		targets)
+	if kind != "xdp" {
+		return
+	}
+	busyX := 0.0
+	if b := baseBusy.halfMicros(0.5); b > 0 {
+		busyX = res.busy.halfMicros(0.5) / b
+	}
+	fmt.Fprintf(w, "busy %-4s %5d %5d %8.1f %8.1f %8.1f %8.1f %6.2f  busy polling both sides: latency %s\n",
+		kind, m.size, m.veth,
+		res.busy.halfMicros(0.5), res.busy.halfMicros(0.99), baseBusy.halfMicros(0.5), baseBusy.halfMicros(0.99), busyX,
+		verdict(busyX > 0 && busyX <= 1))
 }

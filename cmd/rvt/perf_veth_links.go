@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"runtime"
 	"slices"
 	"time"
 
@@ -128,6 +129,7 @@ func (p *perfPeer) warm(peer netip.Addr) error {
 type perfLinkResult struct {
 	write runResult
 	lat   latency
+	busy  latency // busy-polling ping-pong, on links with a ring to poll
 }
 
 // runPerfLink opens a device in each namespace on link kind, connects RC
@@ -183,6 +185,16 @@ func runPerfLink(ctx context.Context, net *perfNet, kind string, mtu rvt.MTU, si
 	if err := ctx.Err(); err != nil {
 		return res, err
 	}
+	if kind == "xdp" {
+		// The same ping-pong with both sides spinning on their CQ and
+		// draining the AF_XDP ring themselves (rvt.Device.PollLink), as
+		// ib_send_lat polls.
+		busy, err := sendPingpong(ctx, ep[0], ep[1], busyWaiter{peers[0].dev}, busyWaiter{peers[1].dev}, latDur)
+		if err != nil {
+			return res, fmt.Errorf("busy-polling SEND ping-pong: %w", err)
+		}
+		res.busy = busy
+	}
 
 	a, err := peers[0].newEndpoint(qp.RC, qpOpts{sendWR: 256, recvWR: 16})
 	if err != nil {
@@ -201,6 +213,40 @@ func runPerfLink(ctx context.Context, net *perfNet, kind string, mtu rvt.MTU, si
 	}
 	res.write = wr
 	return res, nil
+}
+
+// cqPoller waits for completions of a CQ.
+type cqPoller interface {
+	poll(c *rvt.CQ, buf []rvt.WC, deadline time.Time, stop <-chan struct{}) (int, error)
+}
+
+// busyWaiter waits by spinning: it polls the CQ and, while it is empty,
+// drains the device's link itself (PollLink), yielding the processor now
+// and then.
+type busyWaiter struct{ dev *rvt.Device }
+
+func (w busyWaiter) poll(c *rvt.CQ, buf []rvt.WC, deadline time.Time, stop <-chan struct{}) (int, error) {
+	for i := 1; ; i++ {
+		if k := c.Poll(buf); k > 0 {
+			return k, nil
+		}
+		if w.dev.PollLink() {
+			continue
+		}
+		if i%256 == 0 {
+			// Both peers spin in this one process, on two CPUs, beside
+			// the links' goroutines and timers: yield now and then.
+			runtime.Gosched()
+			if time.Now().After(deadline) {
+				return 0, errTimeout
+			}
+			select {
+			case <-stop:
+				return 0, context.Canceled
+			default:
+			}
+		}
+	}
 }
 
 // cqWaiter turns a CQ's completion handler into something to wait on.
@@ -279,10 +325,14 @@ func (l latency) halfMicros(q float64) float64 {
 
 // Ping-pong parameters shared by softverbs and the kernel UDP baseline.
 const (
-	pingSize    = 8
-	pingWarmup  = 100
-	pingMaxIter = 1 << 20
-	pingRecvs   = 16
+	pingSize   = 8
+	pingWarmup = 100
+	// pingMinSamples round trips are recorded however long they take
+	// (until the hard timeout): a short run on a busy machine still
+	// measures something.
+	pingMinSamples = 50
+	pingMaxIter    = 1 << 20
+	pingRecvs      = 16
 )
 
 // sendPingpong bounces an 8-byte RC SEND between a and b, like
@@ -290,7 +340,7 @@ const (
 // an iteration ends when a has both its send completion and the reply.
 // Each iteration's round trip (post to reply received) is recorded, after
 // pingWarmup unrecorded ones, for dur.
-func sendPingpong(ctx context.Context, a, b *endpoint, wa, wb *cqWaiter, dur time.Duration) (latency, error) {
+func sendPingpong(ctx context.Context, a, b *endpoint, wa, wb cqPoller, dur time.Duration) (latency, error) {
 	var lat latency
 	rbuf := [2]*rvt.MR{}
 	for i, e := range []*endpoint{a, b} {
@@ -357,7 +407,7 @@ func sendPingpong(ctx context.Context, a, b *endpoint, wa, wb *cqWaiter, dur tim
 	buf := make([]rvt.WC, 16)
 	deadline := time.Now().Add(dur)
 	for it := 0; it < pingMaxIter; it++ {
-		if it >= pingWarmup && (time.Now().After(deadline) || ctx.Err() != nil) {
+		if it >= pingWarmup+pingMinSamples && (time.Now().After(deadline) || ctx.Err() != nil) {
 			break
 		}
 		msg[0] = byte(it)

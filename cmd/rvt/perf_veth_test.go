@@ -29,6 +29,17 @@ func TestPerfVeth(t *testing.T) {
 	rows := map[string]int{}
 	for _, line := range strings.Split(out.String(), "\n") {
 		f := strings.Fields(line)
+		if len(f) >= 9 && f[0] == "busy" {
+			// busy xdp mtu veth: SEND med/p99, UDP med/p99, lat_x.
+			rows["busy "+f[1]+" "+f[2]]++
+			for i, s := range f[4:9] {
+				v, err := strconv.ParseFloat(s, 64)
+				if err != nil || !(v > 0) {
+					t.Errorf("%s: column %d is %q, want a positive number", line, i+5, s)
+				}
+			}
+			continue
+		}
 		if len(f) < 12 || !slices.Contains(perfLinkKinds, f[0]) {
 			continue
 		}
@@ -41,7 +52,7 @@ func TestPerfVeth(t *testing.T) {
 			}
 		}
 	}
-	for _, kind := range perfLinkKinds {
+	for _, kind := range append([]string{"busy xdp"}, perfLinkKinds...) {
 		for _, mtu := range []string{"4096", "1024"} {
 			if rows[kind+" "+mtu] != 1 {
 				t.Errorf("%d rows for link %s at MTU %s, want 1", rows[kind+" "+mtu], kind, mtu)

@@ -8,8 +8,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"golang.org/x/sys/unix"
 	"net"
 	"net/netip"
+	"os"
+	"runtime"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -139,7 +142,11 @@ func udpStream(ctx context.Context, n *perfNet, size int, dur time.Duration) (ru
 
 // udpPingpong bounces an 8-byte datagram between the namespaces for dur,
 // after pingWarmup unrecorded round trips, like sendPingpong.
-func udpPingpong(ctx context.Context, n *perfNet, dur time.Duration) (latency, error) {
+//
+// With busy set both sides read by spinning on non-blocking recv calls
+// instead of sleeping in the netpoller: the socket counterpart of a
+// busy-polling RDMA ping-pong.
+func udpPingpong(ctx context.Context, n *perfNet, dur time.Duration, busy bool) (latency, error) {
 	var lat latency
 	tx, rx, err := udpPair(n, perfUDPPingPort)
 	if err != nil {
@@ -153,7 +160,7 @@ func udpPingpong(ctx context.Context, n *perfNet, dur time.Duration) (latency, e
 		buf := make([]byte, 2048)
 		_ = rx.SetReadDeadline(hard)
 		for {
-			k, from, err := rx.ReadFromUDPAddrPort(buf)
+			k, from, err := readUDP(rx, buf, busy, hard)
 			if err != nil {
 				if errors.Is(err, net.ErrClosed) {
 					err = nil
@@ -182,7 +189,7 @@ func udpPingpong(ctx context.Context, n *perfNet, dur time.Duration) (latency, e
 	buf := make([]byte, 2048)
 	deadline := time.Now().Add(dur)
 	for it := 0; it < pingMaxIter; it++ {
-		if it >= pingWarmup && (time.Now().After(deadline) || ctx.Err() != nil) {
+		if it >= pingWarmup+pingMinSamples && (time.Now().After(deadline) || ctx.Err() != nil) {
 			break
 		}
 		msg[0] = byte(it)
@@ -190,7 +197,7 @@ func udpPingpong(ctx context.Context, n *perfNet, dur time.Duration) (latency, e
 		if _, err := tx.Write(msg); err != nil {
 			return finish(fmt.Errorf("udp ping-pong: %w", err))
 		}
-		k, err := tx.Read(buf)
+		k, _, err := readUDP(tx, buf, busy, hard)
 		if err != nil {
 			return finish(fmt.Errorf("udp ping-pong iteration %d: %w", it, err))
 		}
@@ -202,4 +209,45 @@ func udpPingpong(ctx context.Context, n *perfNet, dur time.Duration) (latency, e
 		}
 	}
 	return finish(nil)
+}
+
+// readUDP reads one datagram: from the netpoller, or with busy set by
+// spinning on non-blocking recvfrom (yielding now and then) until deadline.
+func readUDP(c *net.UDPConn, buf []byte, busy bool, deadline time.Time) (int, netip.AddrPort, error) {
+	if !busy {
+		return c.ReadFromUDPAddrPort(buf)
+	}
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return 0, netip.AddrPort{}, err
+	}
+	for i := 1; ; i++ {
+		var n int
+		var from unix.Sockaddr
+		var rerr error
+		if err := rc.Read(func(fd uintptr) bool {
+			n, from, rerr = unix.Recvfrom(int(fd), buf, unix.MSG_DONTWAIT)
+			return true // never park: spin
+		}); err != nil {
+			return 0, netip.AddrPort{}, err
+		}
+		if rerr == nil {
+			var ap netip.AddrPort
+			if sa, ok := from.(*unix.SockaddrInet4); ok {
+				ap = netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(sa.Port))
+			}
+			return n, ap, nil
+		}
+		if !errors.Is(rerr, unix.EAGAIN) {
+			return 0, netip.AddrPort{}, rerr
+		}
+		if i%256 == 0 {
+			// Both peers spin in this one process, on two CPUs, beside
+			// the links' goroutines and timers: yield now and then.
+			runtime.Gosched()
+			if time.Now().After(deadline) {
+				return 0, netip.AddrPort{}, os.ErrDeadlineExceeded
+			}
+		}
+	}
 }
