@@ -19,56 +19,7 @@ import (
 	"encoding/binary"
 	"hash/crc32"
 	"sync"
-
-	"github.com/softverbs/softverbs/internal/crc32x"
 )
-
-// icrcLRH is the CRC of the 8 bytes of ones that stand for the LRH.
-var icrcLRH = crc32.ChecksumIEEE([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
-
-// roceICRC computes the RoCEv2 invariant CRC of ip, a packet from the IP
-// header to the end of the payload (ICRC excluded), masking the variant
-// fields: IPv4 TOS, TTL and checksum; IPv6 traffic class, flow label and
-// hop limit; the UDP checksum; the BTH FECN/BECN/reserved byte. scratch
-// (at least 80 bytes) holds the masked header copy so that nothing is
-// allocated. ok is false if ip is too short or not IPv4/IPv6.
-func roceICRC(ip, scratch []byte) (crc uint32, ok bool) {
-	if len(ip) < 1 {
-		return 0, false
-	}
-	var hl int
-	v6 := false
-	switch ip[0] >> 4 {
-	case 4:
-		hl = int(ip[0]&0x0f) * 4
-		if hl < IPv4HeaderLen {
-			return 0, false
-		}
-	case 6:
-		hl, v6 = IPv6HeaderLen, true
-	default:
-		return 0, false
-	}
-	n := hl + UDPHeaderLen + 12 // through the BTH
-	if len(ip) < n || len(scratch) < n {
-		return 0, false
-	}
-	h := scratch[:n]
-	copy(h, ip)
-	if v6 {
-		h[0] |= 0x0f
-		h[1], h[2], h[3] = 0xff, 0xff, 0xff
-		h[7] = 0xff
-	} else {
-		h[1] = 0xff
-		h[8] = 0xff
-		h[10], h[11] = 0xff, 0xff
-	}
-	h[hl+6], h[hl+7] = 0xff, 0xff
-	h[hl+UDPHeaderLen+4] = 0xff
-	crc = crc32x.Slice8(icrcLRH, h)
-	return crc32x.Update(crc, ip[n:]), true
-}
 
 // idUnknowns is the number of header bits solved for: 16 of ID, DF.
 const idUnknowns = 17
@@ -164,13 +115,13 @@ func (b *idBasis) solve(delta uint32) (uint32, bool) {
 // used and, if there is a solution, writes them, updates the header
 // checksum and returns recovered. It returns failed if the packet is
 // malformed or no ID explains the ICRC (corrupt).
-func fixIPv4ID(pkt, scratch []byte) idFix {
-	if len(pkt) < IPv4HeaderLen+UDPHeaderLen+12+4 {
+func fixIPv4ID(pkt []byte) idFix {
+	if len(pkt) < IPv4HeaderLen+UDPHeaderLen+bthLen+4 {
 		return idFailed
 	}
 	n := len(pkt) - 4
-	c0, ok := roceICRC(pkt[:n], scratch)
-	if !ok {
+	c0, err := ICRC(pkt[:n])
+	if err != nil {
 		return idFailed
 	}
 	got := binary.LittleEndian.Uint32(pkt[n:])

@@ -365,7 +365,6 @@ func (l *UDPLink) readLoop(c *net.UDPConn) {
 	defer l.wg.Done()
 	hl := HeaderLen(l.v6)
 	var oob [256]byte
-	scratch := make([]byte, 128)
 	for {
 		b := l.pool.Get()
 		n, oobn, _, from, err := c.ReadMsgUDPAddrPort(b[hl:], oob[:])
@@ -394,7 +393,7 @@ func (l *UDPLink) readLoop(c *net.UDPConn) {
 			continue
 		}
 		if !l.v6 && !l.cfg.StrictICRC {
-			switch fixIPv4ID(frame[EthernetHeaderLen:], scratch) {
+			switch fixIPv4ID(frame[EthernetHeaderLen:]) {
 			case idRecovered:
 				l.rxIDRecovered.Add(1)
 			case idFailed:

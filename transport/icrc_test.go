@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/softverbs/softverbs/netdev"
 )
 
 // Two packets from the golden captures, IP header through ICRC, so that the
@@ -42,7 +44,7 @@ func TestICRCVectors(t *testing.T) {
 func refICRC(ip []byte) uint32 {
 	data := append([]byte{0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF}, ip...)
 	m := data[8:]
-	ipLen := ipv6HdrLen
+	ipLen := netdev.IPv6HeaderLen
 	if m[0]>>4 == 4 {
 		ipLen = int(m[0]&0xF) * 4
 		m[1], m[8], m[10], m[11] = 0xFF, 0xFF, 0xFF, 0xFF
@@ -58,20 +60,20 @@ func refICRC(ip []byte) uint32 {
 // synthPacket builds a RoCEv2 packet (IP header through ICRC room) with
 // random contents: IPv4 with ipv4Opts bytes of options, or IPv6.
 func synthPacket(r *rand.Rand, v6 bool, ipv4Opts, ibLen int) []byte {
-	ipLen := ipv6HdrLen
+	ipLen := netdev.IPv6HeaderLen
 	if !v6 {
-		ipLen = ipv4MinHdrLen + ipv4Opts
+		ipLen = netdev.IPv4HeaderLen + ipv4Opts
 	}
-	pkt := make([]byte, ipLen+udpHdrLen+ibLen+ICRCLen)
+	pkt := make([]byte, ipLen+netdev.UDPHeaderLen+ibLen+ICRCLen)
 	for i := range pkt {
 		pkt[i] = byte(r.Uint32())
 	}
 	if v6 {
 		pkt[0] = 0x60 | pkt[0]&0x0F
-		pkt[6] = ipProtoUDP
+		pkt[6] = netdev.ProtocolUDP
 	} else {
 		pkt[0] = 0x40 | byte(ipLen/4)
-		pkt[9] = ipProtoUDP
+		pkt[9] = netdev.ProtocolUDP
 	}
 	binary.BigEndian.PutUint16(pkt[ipLen+2:], RoCEv2Port)
 	return pkt
@@ -124,7 +126,7 @@ func TestICRCMalformed(t *testing.T) {
 		{"IPv4 IHL 15 too long", append([]byte{0x4F}, v4[1:n]...), DropTruncated},
 		{"short BTH", v4[:n-1], DropTruncated},
 		{"not UDP", func() []byte { b := append([]byte(nil), v4[:n]...); b[9] = 6; return b }(), DropBadHeader},
-		{"IPv6 short", append([]byte{0x60, 0, 0, 0, 0, 0, ipProtoUDP}, make([]byte, 52)...), DropTruncated},
+		{"IPv6 short", append([]byte{0x60, 0, 0, 0, 0, 0, netdev.ProtocolUDP}, make([]byte, 52)...), DropTruncated},
 		{"IPv6 not UDP", append([]byte{0x60, 0, 0, 0, 0, 0, 6}, make([]byte, 60)...), DropBadHeader},
 	}
 	for _, tc := range tests {

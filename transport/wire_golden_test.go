@@ -17,6 +17,8 @@ import (
 	"github.com/google/gopacket/layers"
 	"github.com/google/gopacket/pcapgo"
 	"github.com/stretchr/testify/require"
+
+	"github.com/softverbs/softverbs/netdev"
 )
 
 // Golden packets: RoCEv2 captures made by Linux Soft-RoCE (rxe) and
@@ -35,7 +37,7 @@ type capturedPacket struct {
 }
 
 // ib returns the bytes from the BTH through the ICRC.
-func (c capturedPacket) ib() []byte { return c.ip[c.ipHdr+udpHdrLen:] }
+func (c capturedPacket) ib() []byte { return c.ip[c.ipHdr+netdev.UDPHeaderLen:] }
 
 // ibNoICRC returns the bytes Parse takes: BTH .. pad.
 func (c capturedPacket) ibNoICRC() []byte { ib := c.ib(); return ib[:len(ib)-ICRCLen] }
@@ -95,7 +97,7 @@ func readPcap(tb testing.TB, path string) []capturedPacket {
 				break
 			}
 			if v6, ok := l.(*layers.IPv6); ok {
-				ipHdr, ipLen = ipv6HdrLen, ipv6HdrLen+int(v6.Length)
+				ipHdr, ipLen = netdev.IPv6HeaderLen, netdev.IPv6HeaderLen+int(v6.Length)
 				break
 			}
 			start += len(l.LayerContents())
@@ -316,7 +318,7 @@ func TestGoldenICRCMasks(t *testing.T) {
 		{"IPv4 TTL", func(capturedPacket) int { return 8 }},
 		{"IPv4 checksum", func(capturedPacket) int { return 10 }},
 		{"UDP checksum", func(c capturedPacket) int { return c.ipHdr + 6 }},
-		{"BTH FECN/BECN/resv", func(c capturedPacket) int { return c.ipHdr + udpHdrLen + 4 }},
+		{"BTH FECN/BECN/resv", func(c capturedPacket) int { return c.ipHdr + netdev.UDPHeaderLen + 4 }},
 	}
 	covered := []struct {
 		name string
@@ -326,9 +328,9 @@ func TestGoldenICRCMasks(t *testing.T) {
 		{"IPv4 source", func(capturedPacket) int { return 12 }},
 		{"UDP source port", func(c capturedPacket) int { return c.ipHdr }},
 		{"UDP length", func(c capturedPacket) int { return c.ipHdr + 5 }},
-		{"BTH opcode", func(c capturedPacket) int { return c.ipHdr + udpHdrLen }},
-		{"BTH dest QP", func(c capturedPacket) int { return c.ipHdr + udpHdrLen + 7 }},
-		{"BTH AckReq/resv", func(c capturedPacket) int { return c.ipHdr + udpHdrLen + 8 }},
+		{"BTH opcode", func(c capturedPacket) int { return c.ipHdr + netdev.UDPHeaderLen }},
+		{"BTH dest QP", func(c capturedPacket) int { return c.ipHdr + netdev.UDPHeaderLen + 7 }},
+		{"BTH AckReq/resv", func(c capturedPacket) int { return c.ipHdr + netdev.UDPHeaderLen + 8 }},
 		{"last byte before ICRC", func(c capturedPacket) int { return len(c.ip) - ICRCLen - 1 }},
 	}
 	for _, c := range pkts {

@@ -1,0 +1,111 @@
+package netdev
+
+import (
+	"hash/crc32"
+
+	"github.com/softverbs/softverbs/internal/crc32x"
+)
+
+// The invariant CRC of RoCEv2 (IBTA annex A17, as Linux rxe computes it) is
+// the Ethernet CRC-32 (IEEE polynomial, reflected, initial value and final
+// XOR all ones: crc32.ChecksumIEEE) over
+//
+//	8 bytes of 0xFF                 in place of the InfiniBand LRH
+//	the IP header                   IPv4: TOS, TTL and header checksum set to 1s;
+//	                                IPv6: traffic class, flow label and hop limit set to 1s
+//	the UDP header                  checksum set to 1s
+//	the BTH                         byte 4 (FECN, BECN, reserved) set to 1s
+//	everything after the BTH        extension headers, payload, pad
+//
+// and it is carried after the pad as the CRC value in little-endian byte
+// order (the CRC's low byte first), unlike every other RoCE field.
+
+// bthLen and bthResv8a are the BTH's length and its FECN/BECN/reserved byte.
+const (
+	bthLen    = 12
+	bthResv8a = 4
+)
+
+// icrcSeed is the CRC of the 8 bytes of ones that stand for the LRH.
+var icrcSeed = crc32.ChecksumIEEE([]byte{0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF})
+
+// maskVariant sets to ones, in h (a packet from its IP header, at least
+// through the BTH), the fields the ICRC does not cover. ipLen is the IP
+// header's length. Setting a byte to ones is ORing it with 0xFF, so on a
+// zeroed array it writes the mask to OR in.
+func maskVariant(h []byte, ipLen int, v6 bool) {
+	if v6 {
+		h[0] |= 0x0F // traffic class, high nibble
+		h[1] = 0xFF  // traffic class, low nibble; flow label
+		h[2] = 0xFF
+		h[3] = 0xFF
+		h[7] = 0xFF // hop limit
+	} else {
+		h[1] = 0xFF // TOS: DSCP and ECN
+		h[8] = 0xFF // TTL
+		h[10] = 0xFF
+		h[11] = 0xFF // header checksum
+	}
+	h[ipLen+6] = 0xFF // UDP checksum
+	h[ipLen+7] = 0xFF
+	h[ipLen+UDPHeaderLen+bthResv8a] = 0xFF // BTH FECN, BECN, reserved
+}
+
+// icrcOr holds the masks crc32x.UpdateOr ORs into the first 64 bytes:
+// index 0 for IPv6, index IHL for IPv4 headers of IHL 5 to 11 (whose
+// headers through the BTH fit in 64 bytes).
+var icrcOr = func() (m [12][64]byte) {
+	maskVariant(m[0][:], IPv6HeaderLen, true)
+	for ihl := 5; ihl < len(m); ihl++ {
+		maskVariant(m[ihl][:], ihl*4, false)
+	}
+	return m
+}()
+
+// ICRC computes the invariant CRC of a RoCEv2 packet. ip starts at the IP
+// header (IPv4 or IPv6) and ends before the 4 ICRC bytes. Errors:
+// ErrIPVersion or ErrIPHeaderLen for a header that is not IPv4/IPv6,
+// ErrNotUDP if the IP payload is not UDP, ErrTruncated if ip is too short
+// to hold a BTH. The UDP port is not checked. ICRC does not allocate or
+// modify ip.
+func ICRC(ip []byte) (uint32, error) {
+	if len(ip) < 1 {
+		return 0, ErrTruncated
+	}
+	var ipLen int
+	v6 := false
+	switch ip[0] >> 4 {
+	case 4:
+		ipLen = int(ip[0]&0x0F) * 4
+		if ipLen < IPv4HeaderLen {
+			return 0, ErrIPHeaderLen
+		}
+		if len(ip) > ipv4Protocol && ip[ipv4Protocol] != ProtocolUDP {
+			return 0, ErrNotUDP
+		}
+	case 6:
+		ipLen, v6 = IPv6HeaderLen, true
+		if len(ip) > ipv6NextHeader && ip[ipv6NextHeader] != ProtocolUDP {
+			return 0, ErrNotUDP
+		}
+	default:
+		return 0, ErrIPVersion
+	}
+	n := ipLen + UDPHeaderLen + bthLen
+	if len(ip) < n {
+		return 0, ErrTruncated
+	}
+	if v6 {
+		return crc32x.UpdateOr(icrcSeed, ip, &icrcOr[0]), nil
+	}
+	if ihl := ipLen / 4; ihl < len(icrcOr) {
+		return crc32x.UpdateOr(icrcSeed, ip, &icrcOr[ihl]), nil
+	}
+	// IPv4 with long options: mask a copy of the headers (on the stack:
+	// Slice8 keeps it there).
+	var buf [60 + UDPHeaderLen + bthLen]byte
+	h := buf[:n]
+	copy(h, ip)
+	maskVariant(h, ipLen, false)
+	return crc32x.Update(crc32x.Slice8(icrcSeed, h), ip[n:]), nil
+}
