@@ -196,7 +196,8 @@ type XDPLink struct {
 	blnk link.Link
 	nbr  *KernelNeighbours
 
-	maxFrame int // longest frame received (MaxFrameLen(mtu))
+	maxFrame int        // longest frame received (MaxFrameLen(mtu))
+	pool     *FramePool // received frames' buffers, back through Release
 	handler  atomic.Pointer[Handler]
 
 	// Receive side: owned by the receive goroutine.
@@ -246,6 +247,7 @@ type XDPLink struct {
 var (
 	_ Holder      = (*XDPLink)(nil)
 	_ Poller      = (*XDPLink)(nil)
+	_ Releaser    = (*XDPLink)(nil)
 	_ Link        = (*XDPLink)(nil)
 	_ GroupJoiner = (*XDPLink)(nil)
 )
@@ -338,6 +340,7 @@ func OpenXDP(ifname string, opts XDPOptions) (*XDPLink, error) {
 		}
 	}
 	l.maxFrame = MaxFrameLen(l.mtu)
+	l.pool = NewFramePool(l.maxFrame)
 	l.frames = make([][]byte, 0, rxBatchFrames)
 
 	f := os.NewFile(uintptr(l.fd), "xsk:"+ifname)
@@ -528,6 +531,9 @@ func (l *XDPLink) MultiBuffer() bool { return l.sg }
 // interface's namespace (its Resolve fits rvt.Options.Resolve).
 func (l *XDPLink) Neighbours() *KernelNeighbours { return l.nbr }
 
+// Release takes back a frame the handler is done with.
+func (l *XDPLink) Release(frame []byte) { l.pool.Put(frame) }
+
 // ReceivesOnOwnGoroutine reports true: the handler runs on the link's
 // receive goroutine.
 func (l *XDPLink) ReceivesOnOwnGoroutine() bool { return true }
@@ -612,9 +618,9 @@ func (l *XDPLink) rxBatch() bool {
 		ok = ok && total <= l.maxFrame
 		var buf []byte
 		if ok {
-			// The handler keeps the frame, so it gets a buffer of its own,
-			// exactly as long as the frame.
-			buf = make([]byte, total)
+			// The handler owns the frame: it gets a pool buffer of its
+			// own, which it may hand back through Release.
+			buf = l.pool.Get()[:total]
 		}
 		n := 0
 		for i := used; i <= end; i++ {
