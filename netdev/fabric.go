@@ -5,6 +5,7 @@ package netdev
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/netip"
 	"sync"
@@ -166,10 +167,7 @@ func (f *Fabric) lookup(from *FabricPort, src, dst MAC) *FabricPort {
 // publishLocked gives Send a fresh copy of the forwarding database: every
 // frame reads it, and it changes only when a port comes, goes or moves.
 func (f *Fabric) publishLocked() {
-	m := make(map[MAC]*FabricPort, len(f.fdb))
-	for k, v := range f.fdb {
-		m[k] = v
-	}
+	m := maps.Clone(f.fdb)
 	f.fwd.Store(&m)
 }
 

@@ -481,7 +481,7 @@ func (l *UDPLink) Send(frame []byte) error {
 	}
 	payload := frame[fi.PayloadOff:fi.End()]
 	to := netip.AddrPortFrom(dst, fi.DstPort)
-	if l.batch.active.Load() > 0 && dst.Zone() == "" && l.queue(c, to, payload) {
+	if l.batch.holders.Load() > 0 && dst.Zone() == "" && l.queue(c, to, payload) {
 		return nil
 	}
 	if _, err := c.WriteToUDPAddrPort(payload, to); err != nil {

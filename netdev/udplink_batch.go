@@ -3,7 +3,6 @@
 package netdev
 
 import (
-	"errors"
 	"net"
 	"net/netip"
 	"sync"
@@ -29,11 +28,10 @@ type udpQueued struct {
 }
 
 type udpBatch struct {
-	active atomic.Int32 // holders, for Send's check without the lock
-
 	mu      sync.Mutex
-	holders int32
-	q       []udpQueued
+	holders atomic.Int32  // written under mu; Send reads it without
+	q       []udpQueued   // guarded by mu
+	free    [][]udpQueued // guarded by mu: emptied queues, for reuse
 
 	sendMu sync.Mutex // guards the scratch below, used while sending
 	hdrs   []mmsghdr
@@ -53,8 +51,7 @@ var _ Holder = (*UDPLink)(nil)
 func (l *UDPLink) Hold() {
 	b := &l.batch
 	b.mu.Lock()
-	b.holders++
-	b.active.Store(b.holders)
+	b.holders.Add(1)
 	b.mu.Unlock()
 }
 
@@ -62,16 +59,26 @@ func (l *UDPLink) Hold() {
 func (l *UDPLink) Flush() {
 	b := &l.batch
 	b.mu.Lock()
-	b.holders--
-	b.active.Store(b.holders)
 	var q []udpQueued
-	if b.holders == 0 && len(b.q) > 0 {
-		q, b.q = b.q, make([]udpQueued, 0, udpBatchMax)
+	if b.holders.Add(-1) == 0 {
+		q = b.takeLocked()
 	}
 	b.mu.Unlock()
-	if q != nil {
-		l.sendQueued(q)
+	l.sendQueued(q)
+}
+
+// takeLocked returns the queue, if not empty, and starts an empty one.
+func (b *udpBatch) takeLocked() []udpQueued {
+	q := b.q
+	if len(q) == 0 {
+		return nil
 	}
+	if n := len(b.free); n > 0 {
+		b.q, b.free = b.free[n-1], b.free[:n-1]
+	} else {
+		b.q = make([]udpQueued, 0, udpBatchMax)
+	}
+	return q
 }
 
 // FlushLazy is Flush: the UDP link sends at once.
@@ -88,7 +95,7 @@ func (l *UDPLink) queue(c *net.UDPConn, to netip.AddrPort, payload []byte) bool 
 	}
 	buf = buf[:copy(buf, payload)]
 	b.mu.Lock()
-	if b.holders == 0 {
+	if b.holders.Load() == 0 {
 		b.mu.Unlock()
 		l.pool.Put(buf)
 		return false
@@ -96,18 +103,19 @@ func (l *UDPLink) queue(c *net.UDPConn, to netip.AddrPort, payload []byte) bool 
 	b.q = append(b.q, udpQueued{c: c, to: to, buf: buf})
 	var q []udpQueued
 	if len(b.q) >= udpBatchMax {
-		q, b.q = b.q, make([]udpQueued, 0, udpBatchMax)
+		q = b.takeLocked()
 	}
 	b.mu.Unlock()
-	if q != nil {
-		l.sendQueued(q)
-	}
+	l.sendQueued(q)
 	return true
 }
 
 // sendQueued sends q in order, one sendmmsg per run of one socket's
-// datagrams, and returns the buffers to the pool.
+// datagrams, and returns the buffers to the pool and q to the free list.
 func (l *UDPLink) sendQueued(q []udpQueued) {
+	if len(q) == 0 {
+		return
+	}
 	b := &l.batch
 	b.sendMu.Lock()
 	defer b.sendMu.Unlock()
@@ -123,6 +131,9 @@ func (l *UDPLink) sendQueued(q []udpQueued) {
 		l.pool.Put(q[i].buf)
 		q[i] = udpQueued{}
 	}
+	b.mu.Lock()
+	b.free = append(b.free, q[:0])
+	b.mu.Unlock()
 }
 
 // sendRun sends datagrams that share a socket. A datagram the kernel
@@ -149,37 +160,33 @@ func (l *UDPLink) sendRun(q []udpQueued) {
 		l.txErrors.Add(uint64(n))
 		return
 	}
-	for done := 0; done < n; {
-		var sent int
-		var errno error
-		werr := rc.Write(func(fd uintptr) bool {
-			r, _, e := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&hdrs[done])), uintptr(n-done), 0, 0, 0)
-			if e == unix.EAGAIN {
-				return false // wait until the socket is writable
-			}
-			if e != 0 {
-				errno = e
-				return true
-			}
-			sent = int(r)
-			return true
-		})
+	var done, sent int
+	var errno unix.Errno
+	send := func(fd uintptr) bool {
+		r, _, e := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&hdrs[done])), uintptr(n-done), 0, 0, 0)
+		sent, errno = int(r), e
+		return e != unix.EAGAIN // on EAGAIN, wait until the socket is writable
+	}
+	for done < n {
+		werr := rc.Write(send)
 		l.txBatches.Add(1)
-		if werr != nil || (errno != nil && !errors.Is(errno, unix.EINTR)) {
-			if werr != nil {
-				// The socket is closed: nothing more goes out.
-				l.txErrors.Add(uint64(n - done))
-				return
-			}
+		switch {
+		case werr != nil: // the socket is closed: nothing more goes out
+			l.txErrors.Add(uint64(n - done))
+			return
+		case errno == unix.EINTR:
+		case errno != 0: // the kernel refused the first datagram: skip it
 			l.txErrors.Add(1)
 			done++
-			continue
+		default:
+			var bytes uint64
+			for _, d := range q[done : done+sent] {
+				bytes += uint64(len(d.buf))
+			}
+			l.txPackets.Add(uint64(sent))
+			l.txBytes.Add(bytes)
+			done += sent
 		}
-		for _, d := range q[done : done+sent] {
-			l.txPackets.Add(1)
-			l.txBytes.Add(uint64(len(d.buf)))
-		}
-		done += sent
 	}
 }
 

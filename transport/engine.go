@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -248,14 +249,9 @@ func (e *Engine) hold() netdev.Holder {
 	return h
 }
 
-func flush(h netdev.Holder) {
-	if h != nil {
-		h.Flush()
-	}
-}
-
-// flushMaybeLazy is flush, or FlushLazy if lazy.
-func flushMaybeLazy(h netdev.Holder, lazy bool) {
+// flush ends a batch hold opened: with FlushLazy if lazy (the run sent
+// nothing anyone waits on at once), else with Flush.
+func flush(h netdev.Holder, lazy bool) {
 	switch {
 	case h == nil:
 	case lazy:
@@ -330,10 +326,7 @@ func (e *Engine) NewConn(q *qp.QP) (*Conn, error) {
 // publishLocked gives the receive path a fresh copy of the QP table: it
 // looks QPs up on every packet without a lock, and QPs come and go rarely.
 func (e *Engine) publishLocked() {
-	m := make(map[uint32]*Conn, len(e.conns))
-	for k, v := range e.conns {
-		m[k] = v
-	}
+	m := maps.Clone(e.conns)
 	e.byQPN.Store(&m)
 }
 

@@ -50,7 +50,8 @@ const sendBatch = 64
 
 // runSend is the send task: completer first, then requester.
 func (c *Conn) runSend() bool {
-	defer flush(c.e.hold())
+	h := c.e.hold()
+	defer flush(h, false)
 	q := c.qp
 	q.Lock()
 	more := c.completeLocked()

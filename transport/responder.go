@@ -97,7 +97,7 @@ func (c *Conn) runRecv() bool {
 	// typically): that saves a system call on the critical path of a
 	// request-response exchange. READ responses, atomic responses and
 	// NAKs go at once.
-	defer flushMaybeLazy(h, !urgent)
+	defer flush(h, !urgent)
 	c.deliver(&c.rout)
 	c.signalRan()
 	return more
