@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -184,18 +185,26 @@ func testXDPLinkFrames(t *testing.T, opts netdev.XDPOptions, mtu int) {
 	require.Zero(t, sa.TxDropped)
 }
 
+// xdpLinkPair opens AF_XDP links with default options on both ends of a
+// fresh veth pair and returns them with endpoints from a (source port
+// srcPort) to b's RoCEv2 port, b's address already resolved.
+func xdpLinkPair(t *testing.T, srcPort uint16) (la, lb *netdev.XDPLink, src, dst netdev.Endpoint) {
+	t.Helper()
+	xdpRequireRoot(t)
+	p := xdpNewPair(t, 9000)
+	la = xdpOpen(t, p.a, netdev.XDPOptions{})
+	lb = xdpOpen(t, p.b, netdev.XDPOptions{})
+	src = netdev.Endpoint{MAC: la.HardwareAddr(), IP: p.a.v4, Port: srcPort}
+	dst = netdev.Endpoint{MAC: xdpResolve(t, la, p.b.v4), IP: p.b.v4, Port: netdev.RoCEv2Port}
+	return la, lb, src, dst
+}
+
 // TestXDPLinkHoldFlush checks that frames sent under Hold wait for the last
 // Flush, then all arrive in order for a handful of sendto calls.
 func TestXDPLinkHoldFlush(t *testing.T) {
-	xdpRequireRoot(t)
-	p := xdpNewPair(t, 9000)
-	la := xdpOpen(t, p.a, netdev.XDPOptions{})
-	lb := xdpOpen(t, p.b, netdev.XDPOptions{})
+	la, lb, src, dst := xdpLinkPair(t, 0xc002)
 	sink := newFrameSink()
 	lb.SetHandler(sink.handle)
-	macB := xdpResolve(t, la, p.b.v4)
-	src := netdev.Endpoint{MAC: la.HardwareAddr(), IP: p.a.v4, Port: 0xc002}
-	dst := netdev.Endpoint{MAC: macB, IP: p.b.v4, Port: netdev.RoCEv2Port}
 
 	const n = 300
 	var sent [][]byte
@@ -230,15 +239,9 @@ func TestXDPLinkHoldFlush(t *testing.T) {
 // their own after LazyFlushDelay, and with the next Flush if it comes
 // first.
 func TestXDPLinkFlushLazy(t *testing.T) {
-	xdpRequireRoot(t)
-	p := xdpNewPair(t, 9000)
-	la := xdpOpen(t, p.a, netdev.XDPOptions{})
-	lb := xdpOpen(t, p.b, netdev.XDPOptions{})
+	la, lb, src, dst := xdpLinkPair(t, 0xc003)
 	sink := newFrameSink()
 	lb.SetHandler(sink.handle)
-	macB := xdpResolve(t, la, p.b.v4)
-	src := netdev.Endpoint{MAC: la.HardwareAddr(), IP: p.a.v4, Port: 0xc003}
-	dst := netdev.Endpoint{MAC: macB, IP: p.b.v4, Port: netdev.RoCEv2Port}
 	frame := func(i int) []byte { return roceFrame(src, dst, bytes.Repeat([]byte{byte(i)}, 64+i)) }
 
 	// Alone: the timer sends it.
@@ -267,14 +270,7 @@ func TestXDPLinkFlushLazy(t *testing.T) {
 // goroutine share the RX ring: every frame is handled exactly once, in
 // order, whoever takes it; and that PollReceive after Close is harmless.
 func TestXDPLinkPollReceive(t *testing.T) {
-	xdpRequireRoot(t)
-	p := xdpNewPair(t, 9000)
-	la := xdpOpen(t, p.a, netdev.XDPOptions{})
-	var lb *netdev.XDPLink
-	xdpInNetns(t, p.b.name, func() (err error) {
-		lb, err = netdev.OpenXDP(p.b.ifname, netdev.XDPOptions{})
-		return err
-	})
+	la, lb, src, dst := xdpLinkPair(t, 0xc004)
 	var mu sync.Mutex
 	var seen []byte
 	lb.SetHandler(func(f []byte) {
@@ -282,38 +278,43 @@ func TestXDPLinkPollReceive(t *testing.T) {
 		seen = append(seen, f[len(f)-1])
 		mu.Unlock()
 	})
-	macB := xdpResolve(t, la, p.b.v4)
-	src := netdev.Endpoint{MAC: la.HardwareAddr(), IP: p.a.v4, Port: 0xc004}
-	dst := netdev.Endpoint{MAC: macB, IP: p.b.v4, Port: netdev.RoCEv2Port}
 
-	const n = 1000
+	// Send in bursts until the poller has taken frames at least once
+	// (which goroutine wins the ring is up to the scheduler) and at
+	// least 1000 frames went out.
+	const burst, most = 100, 20000
 	stop := make(chan struct{})
-	polled := make(chan int)
+	var polled atomic.Int64
+	done := make(chan struct{})
 	go func() {
-		k := 0
+		defer close(done)
 		for {
 			select {
 			case <-stop:
-				polled <- k
 				return
 			default:
 			}
 			if lb.PollReceive() {
-				k++
+				polled.Add(1)
 			}
 		}
 	}()
-	for i := range n {
-		require.NoError(t, la.Send(roceFrame(src, dst, []byte{byte(i)})))
+	n := 0
+	for n < 1000 || polled.Load() == 0 {
+		require.Less(t, n, most, "the spinning poller never got the ring")
+		for range burst {
+			require.NoError(t, la.Send(roceFrame(src, dst, []byte{byte(n)})))
+			n++
+		}
+		require.Eventually(t, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(seen) >= n
+		}, 10*time.Second, time.Millisecond)
 	}
-	require.Eventually(t, func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(seen) >= n
-	}, 10*time.Second, time.Millisecond)
 	close(stop)
-	k := <-polled
-	t.Logf("%d batches taken by the poller", k)
+	<-done
+	t.Logf("%d frames, %d batches taken by the poller", n, polled.Load())
 	mu.Lock()
 	require.Len(t, seen, n)
 	for i, v := range seen {
