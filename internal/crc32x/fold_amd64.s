@@ -35,6 +35,14 @@ DATA k128<>+0(SB)/8, $0x01751997d0
 DATA k128<>+8(SB)/8, $0x00ccaa009e
 GLOBL k128<>(SB), RODATA, $16
 
+// FOLD folds acc forward by the distance of the constant pair in k and
+// XORs in src (memory or a register): acc = lo(acc)*k.lo ^ hi(acc)*k.hi ^ src.
+// tmp is clobbered. The same for xmm, ymm and zmm operands.
+#define FOLD(k, acc, tmp, src) \
+	VPCLMULQDQ $0x00, k, acc, tmp; \
+	VPCLMULQDQ $0x11, k, acc, acc; \
+	VPTERNLOGD $0x96, src, tmp, acc
+
 // func fold(reg uint32, p *byte, n int, rem *[16]byte, or *[64]byte)
 TEXT ·fold(SB), NOSPLIT, $0-40
 	MOVL reg+0(FP), AX
@@ -63,50 +71,26 @@ TEXT ·fold(SB), NOSPLIT, $0-40
 	VBROADCASTI32X4 k4096<>(SB), Z8
 
 loop512:
-	VPCLMULQDQ $0x00, Z8, Z0, Z16
-	VPCLMULQDQ $0x11, Z8, Z0, Z0
-	VPCLMULQDQ $0x00, Z8, Z1, Z17
-	VPCLMULQDQ $0x11, Z8, Z1, Z1
-	VPCLMULQDQ $0x00, Z8, Z2, Z18
-	VPCLMULQDQ $0x11, Z8, Z2, Z2
-	VPCLMULQDQ $0x00, Z8, Z3, Z19
-	VPCLMULQDQ $0x11, Z8, Z3, Z3
-	VPCLMULQDQ $0x00, Z8, Z4, Z20
-	VPCLMULQDQ $0x11, Z8, Z4, Z4
-	VPCLMULQDQ $0x00, Z8, Z5, Z21
-	VPCLMULQDQ $0x11, Z8, Z5, Z5
-	VPCLMULQDQ $0x00, Z8, Z6, Z22
-	VPCLMULQDQ $0x11, Z8, Z6, Z6
-	VPCLMULQDQ $0x00, Z8, Z7, Z23
-	VPCLMULQDQ $0x11, Z8, Z7, Z7
-	VPTERNLOGD $0x96, 0(SI), Z16, Z0
-	VPTERNLOGD $0x96, 64(SI), Z17, Z1
-	VPTERNLOGD $0x96, 128(SI), Z18, Z2
-	VPTERNLOGD $0x96, 192(SI), Z19, Z3
-	VPTERNLOGD $0x96, 256(SI), Z20, Z4
-	VPTERNLOGD $0x96, 320(SI), Z21, Z5
-	VPTERNLOGD $0x96, 384(SI), Z22, Z6
-	VPTERNLOGD $0x96, 448(SI), Z23, Z7
-	ADDQ       $512, SI
-	SUBQ       $512, CX
-	CMPQ       CX, $512
-	JAE        loop512
+	FOLD(Z8, Z0, Z16, 0(SI))
+	FOLD(Z8, Z1, Z17, 64(SI))
+	FOLD(Z8, Z2, Z18, 128(SI))
+	FOLD(Z8, Z3, Z19, 192(SI))
+	FOLD(Z8, Z4, Z20, 256(SI))
+	FOLD(Z8, Z5, Z21, 320(SI))
+	FOLD(Z8, Z6, Z22, 384(SI))
+	FOLD(Z8, Z7, Z23, 448(SI))
+	ADDQ $512, SI
+	SUBQ $512, CX
+	CMPQ CX, $512
+	JAE  loop512
 
 	// Fold the first four accumulators 2048 bits on, into the last four.
 	VBROADCASTI32X4 k2048<>(SB), Z8
-	VPCLMULQDQ      $0x00, Z8, Z0, Z16
-	VPCLMULQDQ      $0x11, Z8, Z0, Z0
-	VPTERNLOGD      $0x96, Z16, Z4, Z0
-	VPCLMULQDQ      $0x00, Z8, Z1, Z17
-	VPCLMULQDQ      $0x11, Z8, Z1, Z1
-	VPTERNLOGD      $0x96, Z17, Z5, Z1
-	VPCLMULQDQ      $0x00, Z8, Z2, Z18
-	VPCLMULQDQ      $0x11, Z8, Z2, Z2
-	VPTERNLOGD      $0x96, Z18, Z6, Z2
-	VPCLMULQDQ      $0x00, Z8, Z3, Z19
-	VPCLMULQDQ      $0x11, Z8, Z3, Z3
-	VPTERNLOGD      $0x96, Z19, Z7, Z3
-	JMP             loop256
+	FOLD(Z8, Z0, Z16, Z4)
+	FOLD(Z8, Z1, Z17, Z5)
+	FOLD(Z8, Z2, Z18, Z6)
+	FOLD(Z8, Z3, Z19, Z7)
+	JMP loop256
 
 start4:
 	VMOVDQU64 0(SI), Z0
@@ -122,55 +106,41 @@ start4:
 loop256:
 	CMPQ CX, $256
 	JB   fold4
-	VPCLMULQDQ $0x00, Z8, Z0, Z4
-	VPCLMULQDQ $0x11, Z8, Z0, Z0
-	VPCLMULQDQ $0x00, Z8, Z1, Z5
-	VPCLMULQDQ $0x11, Z8, Z1, Z1
-	VPCLMULQDQ $0x00, Z8, Z2, Z6
-	VPCLMULQDQ $0x11, Z8, Z2, Z2
-	VPCLMULQDQ $0x00, Z8, Z3, Z7
-	VPCLMULQDQ $0x11, Z8, Z3, Z3
-	VPTERNLOGD $0x96, 0(SI), Z4, Z0
-	VPTERNLOGD $0x96, 64(SI), Z5, Z1
-	VPTERNLOGD $0x96, 128(SI), Z6, Z2
-	VPTERNLOGD $0x96, 192(SI), Z7, Z3
-	ADDQ       $256, SI
-	SUBQ       $256, CX
-	JMP        loop256
+	FOLD(Z8, Z0, Z4, 0(SI))
+	FOLD(Z8, Z1, Z5, 64(SI))
+	FOLD(Z8, Z2, Z6, 128(SI))
+	FOLD(Z8, Z3, Z7, 192(SI))
+	ADDQ $256, SI
+	SUBQ $256, CX
+	JMP  loop256
 
 fold4:
-	// Z0 into Z1, Z1 into Z2, Z2 into Z3: each 512 bits on.
+	// Z0 on into Z1, that into Z2, that into Z3: each 512 bits on; the
+	// sum stays in Z0.
 	VBROADCASTI32X4 k512<>(SB), Z8
-	VPCLMULQDQ      $0x00, Z8, Z0, Z4
-	VPCLMULQDQ      $0x11, Z8, Z0, Z5
-	VPTERNLOGD      $0x96, Z4, Z5, Z1
-	VPCLMULQDQ      $0x00, Z8, Z1, Z4
-	VPCLMULQDQ      $0x11, Z8, Z1, Z5
-	VPTERNLOGD      $0x96, Z4, Z5, Z2
-	VPCLMULQDQ      $0x00, Z8, Z2, Z4
-	VPCLMULQDQ      $0x11, Z8, Z2, Z5
-	VPTERNLOGD      $0x96, Z4, Z5, Z3
+	FOLD(Z8, Z0, Z4, Z1)
+	FOLD(Z8, Z0, Z4, Z2)
+	FOLD(Z8, Z0, Z4, Z3)
 
 loop64:
 	CMPQ CX, $64
 	JB   lanes
-	VPCLMULQDQ $0x00, Z8, Z3, Z4
-	VPCLMULQDQ $0x11, Z8, Z3, Z3
-	VPTERNLOGD $0x96, 0(SI), Z4, Z3
-	ADDQ       $64, SI
-	SUBQ       $64, CX
-	JMP        loop64
+	FOLD(Z8, Z0, Z4, 0(SI))
+	ADDQ $64, SI
+	SUBQ $64, CX
+	JMP  loop64
 
 lanes:
+	// Lanes 0-2 fold by 384, 256 and 128 bits into lane 3 (constant 0).
 	VMOVDQU64     klanes<>(SB), Z8
-	VPCLMULQDQ    $0x00, Z8, Z3, Z4
-	VPCLMULQDQ    $0x11, Z8, Z3, Z5
+	VPCLMULQDQ    $0x00, Z8, Z0, Z4
+	VPCLMULQDQ    $0x11, Z8, Z0, Z5
 	VPXORQ        Z4, Z5, Z4
 	VEXTRACTI64X4 $1, Z4, Y5
 	VPXORQ        Y5, Y4, Y4
 	VEXTRACTI32X4 $1, Y4, X5
 	VPXORQ        X5, X4, X4
-	VEXTRACTI32X4 $3, Z3, X5
+	VEXTRACTI32X4 $3, Z0, X5
 	VPXORQ        X5, X4, X4
 
 	VMOVDQU64 k128<>(SB), X8
@@ -178,12 +148,10 @@ lanes:
 loop16:
 	CMPQ CX, $16
 	JB   done
-	VPCLMULQDQ $0x00, X8, X4, X5
-	VPCLMULQDQ $0x11, X8, X4, X4
-	VPTERNLOGD $0x96, 0(SI), X5, X4
-	ADDQ       $16, SI
-	SUBQ       $16, CX
-	JMP        loop16
+	FOLD(X8, X4, X5, 0(SI))
+	ADDQ $16, SI
+	SUBQ $16, CX
+	JMP  loop16
 
 done:
 	VMOVDQU64 X4, 0(DI)
