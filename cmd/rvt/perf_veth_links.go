@@ -335,6 +335,16 @@ const (
 	pingRecvs      = 16
 )
 
+// pingMore reports whether a ping-pong goes on to iteration it: always
+// through the warm-up and the minimum samples, then until deadline or
+// cancellation, and never past pingMaxIter.
+func pingMore(ctx context.Context, it int, deadline time.Time) bool {
+	if it >= pingMaxIter {
+		return false
+	}
+	return it < pingWarmup+pingMinSamples || (time.Now().Before(deadline) && ctx.Err() == nil)
+}
+
 // sendPingpong bounces an 8-byte RC SEND between a and b, like
 // ibv_rc_pingpong: a sends, b's receive completion triggers b's reply, and
 // an iteration ends when a has both its send completion and the reply.
@@ -406,10 +416,7 @@ func sendPingpong(ctx context.Context, a, b *endpoint, wa, wb cqPoller, dur time
 
 	buf := make([]rvt.WC, 16)
 	deadline := time.Now().Add(dur)
-	for it := 0; it < pingMaxIter; it++ {
-		if it >= pingWarmup+pingMinSamples && (time.Now().After(deadline) || ctx.Err() != nil) {
-			break
-		}
+	for it := 0; pingMore(ctx, it, deadline); it++ {
 		msg[0] = byte(it)
 		start := time.Now()
 		if err := a.PostSend(rvt.SendWR{WRID: uint64(it), Opcode: qp.OpSend,

@@ -188,10 +188,7 @@ func udpPingpong(ctx context.Context, n *perfNet, dur time.Duration, busy bool) 
 	msg := make([]byte, pingSize)
 	buf := make([]byte, 2048)
 	deadline := time.Now().Add(dur)
-	for it := 0; it < pingMaxIter; it++ {
-		if it >= pingWarmup+pingMinSamples && (time.Now().After(deadline) || ctx.Err() != nil) {
-			break
-		}
+	for it := 0; pingMore(ctx, it, deadline); it++ {
 		msg[0] = byte(it)
 		start := time.Now()
 		if _, err := tx.Write(msg); err != nil {
