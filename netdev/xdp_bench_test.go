@@ -40,7 +40,7 @@ func BenchmarkXDPGoodput(b *testing.B) {
 // the receiver's goodput.
 func benchKernelUDP(b *testing.B, p *xdpPair, size int) {
 	var tx, rx int
-	xdpInNetns(b, p.b.name, func() (err error) {
+	xdpInNetns(b, p.b, func() (err error) {
 		rx, err = unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
 			return err
@@ -51,7 +51,7 @@ func benchKernelUDP(b *testing.B, p *xdpPair, size int) {
 		return unix.Bind(rx, &unix.SockaddrInet4{Addr: p.b.v4.As4(), Port: 5999})
 	})
 	defer unix.Close(rx)
-	xdpInNetns(b, p.a.name, func() (err error) {
+	xdpInNetns(b, p.a, func() (err error) {
 		tx, err = unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
 			return err

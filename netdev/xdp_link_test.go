@@ -22,7 +22,7 @@ import (
 func xdpOpen(t testing.TB, ns xdpNetns, opts netdev.XDPOptions) *netdev.XDPLink {
 	t.Helper()
 	var l *netdev.XDPLink
-	xdpInNetns(t, ns.name, func() error {
+	xdpInNetns(t, ns, func() error {
 		var err error
 		l, err = netdev.OpenXDP(ns.ifname, opts)
 		return err
@@ -332,14 +332,14 @@ func TestXDPLinkClose(t *testing.T) {
 	xdpRequireRoot(t)
 	p := xdpNewPair(t, 1500)
 	attached := func() bool {
-		out, err := exec.Command("ip", "-n", p.a.name, "link", "show", "dev", p.a.ifname).CombinedOutput()
+		out, err := exec.Command("ip", "-n", p.a.Name, "link", "show", "dev", p.a.ifname).CombinedOutput()
 		require.NoError(t, err, "%s", out)
 		return strings.Contains(string(out), "prog/xdp")
 	}
 	require.False(t, attached())
 	for range 2 { // the second round shows the first left nothing behind
 		var l *netdev.XDPLink
-		xdpInNetns(t, p.a.name, func() (err error) {
+		xdpInNetns(t, p.a, func() (err error) {
 			l, err = netdev.OpenXDP(p.a.ifname, netdev.XDPOptions{})
 			return err
 		})
@@ -351,7 +351,7 @@ func TestXDPLinkClose(t *testing.T) {
 		require.ErrorIs(t, l.Send(make([]byte, 60)), netdev.ErrClosed)
 	}
 	// The kernel has the interface back: ping works.
-	require.NoError(t, xdpPing(p.a.name, p.b.v4, 7, 3*time.Second))
+	require.NoError(t, xdpPing(p.a, p.b.v4, 7, 3*time.Second))
 }
 
 func TestXDPOpenErrors(t *testing.T) {
@@ -368,7 +368,7 @@ func TestXDPOpenErrors(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var err error
-			xdpInNetns(t, p.a.name, func() error {
+			xdpInNetns(t, p.a, func() error {
 				_, err = netdev.OpenXDP(c.ifname, c.opts)
 				return nil
 			})
@@ -376,7 +376,7 @@ func TestXDPOpenErrors(t *testing.T) {
 		})
 	}
 	// Failed opens leave nothing attached.
-	out, err := exec.Command("ip", "-n", p.a.name, "link", "show", "dev", p.a.ifname).CombinedOutput()
+	out, err := exec.Command("ip", "-n", p.a.Name, "link", "show", "dev", p.a.ifname).CombinedOutput()
 	require.NoError(t, err)
 	require.NotContains(t, string(out), "prog/xdp")
 }

@@ -13,13 +13,14 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/softverbs/softverbs/netdev/nettest"
 )
 
 // xdpRequireRoot skips the test unless it runs as root. As root (CI) it
@@ -35,7 +36,7 @@ func xdpRequireRoot(t testing.TB) {
 
 // xdpNetns is one end of the test topology.
 type xdpNetns struct {
-	name   string
+	*nettest.Netns
 	ifname string
 	v4     netip.Addr
 	v6     netip.Addr // a ULA address
@@ -44,53 +45,42 @@ type xdpNetns struct {
 // xdpPair is two namespaces joined by a veth pair.
 type xdpPair struct{ a, b xdpNetns }
 
-func xdpRun(t testing.TB, args ...string) {
-	t.Helper()
-	out, err := exec.Command("ip", args...).CombinedOutput()
-	require.NoError(t, err, "ip %s: %s", strings.Join(args, " "), out)
-}
-
 // xdpNewPair creates the namespaces and the veth pair with the given MTU.
 // Both are removed by t.Cleanup, also when the test fails.
 func xdpNewPair(t testing.TB, mtu int) *xdpPair {
 	t.Helper()
-	tag := fmt.Sprintf("%d-%06x", os.Getpid()%100000, rand.Uint32()&0xffffff)
-	net := rand.IntN(200) + 1
-	p := &xdpPair{
-		a: xdpNetns{name: "svx-a-" + tag, ifname: "svxa0",
-			v4: netip.AddrFrom4([4]byte{10, 199, byte(net), 1}), v6: netip.MustParseAddr(fmt.Sprintf("fd00:199:%x::1", net))},
-		b: xdpNetns{name: "svx-b-" + tag, ifname: "svxb0",
-			v4: netip.AddrFrom4([4]byte{10, 199, byte(net), 2}), v6: netip.MustParseAddr(fmt.Sprintf("fd00:199:%x::2", net))},
-	}
-	for _, ns := range []xdpNetns{p.a, p.b} {
-		xdpRun(t, "netns", "add", ns.name)
-		name := ns.name
-		t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
-	}
-	xdpRun(t, "-n", p.a.name, "link", "add", p.a.ifname, "mtu", fmt.Sprint(mtu), "type", "veth",
-		"peer", "name", p.b.ifname, "mtu", fmt.Sprint(mtu), "netns", p.b.name)
-	for _, ns := range []xdpNetns{p.a, p.b} {
-		// No duplicate address detection: the addresses are usable at once.
-		xdpInNetns(t, ns.name, func() error {
-			for _, f := range []string{"all", "default", ns.ifname} {
+	na, nb := nettest.New(t), nettest.New(t)
+	for _, n := range []*nettest.Netns{na, nb} {
+		// No duplicate address detection on the veth ends made next: the
+		// addresses are usable at once.
+		require.NoError(t, n.Do(func() error {
+			for _, f := range []string{"all", "default"} {
 				if err := os.WriteFile("/proc/sys/net/ipv6/conf/"+f+"/accept_dad", []byte("0"), 0); err != nil {
 					return err
 				}
 			}
 			return nil
-		})
-		xdpRun(t, "-n", ns.name, "addr", "add", ns.v4.String()+"/24", "dev", ns.ifname)
-		xdpRun(t, "-n", ns.name, "addr", "add", ns.v6.String()+"/64", "dev", ns.ifname, "nodad")
-		xdpRun(t, "-n", ns.name, "link", "set", "lo", "up")
-		xdpRun(t, "-n", ns.name, "link", "set", ns.ifname, "up")
+		}))
+	}
+	ea, eb := nettest.Veth(t, na, nb)
+	net := rand.IntN(200) + 1
+	p := &xdpPair{
+		a: xdpNetns{Netns: na, ifname: ea,
+			v4: netip.AddrFrom4([4]byte{10, 199, byte(net), 1}), v6: netip.MustParseAddr(fmt.Sprintf("fd00:199:%x::1", net))},
+		b: xdpNetns{Netns: nb, ifname: eb,
+			v4: netip.AddrFrom4([4]byte{10, 199, byte(net), 2}), v6: netip.MustParseAddr(fmt.Sprintf("fd00:199:%x::2", net))},
+	}
+	for _, ns := range []xdpNetns{p.a, p.b} {
+		ns.Run("ip", "link", "set", ns.ifname, "mtu", fmt.Sprint(mtu))
+		ns.Run("ip", "addr", "add", ns.v4.String()+"/24", "dev", ns.ifname)
+		ns.Run("ip", "addr", "add", ns.v6.String()+"/64", "dev", ns.ifname, "nodad")
 	}
 	// Wait for the kernel to give each end its link-local address.
 	for _, ns := range []xdpNetns{p.a, p.b} {
 		deadline := time.Now().Add(10 * time.Second)
 		for {
-			out, err := exec.Command("ip", "-n", ns.name, "-6", "addr", "show", "dev", ns.ifname, "scope", "link").CombinedOutput()
-			require.NoError(t, err, "%s", out)
-			if strings.Contains(string(out), "fe80::") && !strings.Contains(string(out), "tentative") {
+			out := ns.Run("ip", "-6", "addr", "show", "dev", ns.ifname, "scope", "link")
+			if strings.Contains(out, "fe80::") && !strings.Contains(out, "tentative") {
 				break
 			}
 			require.True(t, time.Now().Before(deadline), "no link-local address on %s: %s", ns.ifname, out)
@@ -100,50 +90,18 @@ func xdpNewPair(t testing.TB, mtu int) *xdpPair {
 	return p
 }
 
-// xdpInNetns runs fn on a fresh OS thread inside namespace name and waits
-// for it. The thread is never given back to the scheduler (the goroutine
-// exits locked), so no other goroutine runs in the namespace by accident.
-func xdpInNetns(t testing.TB, name string, fn func() error) {
+// xdpInNetns runs fn on a thread inside ns (nettest.Netns.Do) and fails
+// t if it fails.
+func xdpInNetns(t testing.TB, ns xdpNetns, fn func() error) {
 	t.Helper()
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		// No UnlockOSThread: the thread ends with the goroutine.
-		f, err := os.Open("/var/run/netns/" + name)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer f.Close()
-		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("setns %s: %w", name, err)
-			return
-		}
-		errc <- fn()
-	}()
-	require.NoError(t, <-errc)
+	require.NoError(t, ns.Do(fn), "in namespace %s", ns.Name)
 }
 
 // xdpPing sends ICMP echo requests from namespace ns to dst with a raw
 // socket (no ping binary needed) and returns once a matching reply came,
 // or an error after timeout.
-func xdpPing(ns string, dst netip.Addr, id uint16, timeout time.Duration) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		f, err := os.Open("/var/run/netns/" + ns)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer f.Close()
-		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-			errc <- err
-			return
-		}
-		errc <- xdpPingHere(dst, id, timeout)
-	}()
-	return <-errc
+func xdpPing(ns xdpNetns, dst netip.Addr, id uint16, timeout time.Duration) error {
+	return ns.Do(func() error { return xdpPingHere(dst, id, timeout) })
 }
 
 func xdpPingHere(dst netip.Addr, id uint16, timeout time.Duration) error {

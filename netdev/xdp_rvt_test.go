@@ -311,7 +311,7 @@ func xdpUD(t testing.TB, na, nb *xdpNode, qa, qb *rvt.QP, gid, size, seed int) {
 // (ip maddr: group MACs and IP groups).
 func xdpMaddrs(t testing.TB, ns xdpNetns) string {
 	t.Helper()
-	out, err := exec.Command("ip", "-n", ns.name, "maddr", "show", "dev", ns.ifname).CombinedOutput()
+	out, err := exec.Command("ip", "-n", ns.Name, "maddr", "show", "dev", ns.ifname).CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	return string(out)
 }
@@ -389,8 +389,8 @@ func TestXDPRvt(t *testing.T) {
 	na, nb := xdpNewNode(t, "xdpA", la), xdpNewNode(t, "xdpB", lb)
 
 	// The kernel still answers ping on the interfaces before any RoCE.
-	require.NoError(t, xdpPing(p.a.name, p.b.v4, 1, 3*time.Second))
-	require.NoError(t, xdpPing(p.b.name, p.a.v6, 2, 3*time.Second))
+	require.NoError(t, xdpPing(p.a, p.b.v4, 1, 3*time.Second))
+	require.NoError(t, xdpPing(p.b, p.a.v6, 2, 3*time.Second))
 
 	// Keep pinging both ways over both families while RoCEv2 flows.
 	ctx, cancel := context.WithCancel(context.Background())
@@ -405,14 +405,14 @@ func TestXDPRvt(t *testing.T) {
 		defer wg.Done()
 		for id := uint16(100); ctx.Err() == nil; id++ {
 			for _, c := range []struct {
-				ns  string
+				ns  xdpNetns
 				dst netip.Addr
-			}{{p.a.name, p.b.v4}, {p.b.name, p.a.v4}, {p.a.name, p.b.v6}, {p.b.name, p.a.v6}} {
+			}{{p.a, p.b.v4}, {p.b, p.a.v4}, {p.a, p.b.v6}, {p.b, p.a.v6}} {
 				err := xdpPing(c.ns, c.dst, id, 3*time.Second)
 				pingMu.Lock()
 				pings++
 				if err != nil {
-					pingErrs = append(pingErrs, fmt.Errorf("ping %s from %s: %w", c.dst, c.ns, err))
+					pingErrs = append(pingErrs, fmt.Errorf("ping %s from %s: %w", c.dst, c.ns.Name, err))
 				}
 				pingMu.Unlock()
 			}
