@@ -19,6 +19,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/softverbs/softverbs/internal/netns"
 )
 
 // udpRcvBuf is the receive buffer the link asks for.
@@ -193,16 +195,10 @@ func (l *UDPLink) inNetns(f func() error) error {
 		return f()
 	}
 	runtime.UnlockOSThread()
-	done := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		if err := unix.Setns(int(l.ns.Fd()), unix.CLONE_NEWNET); err != nil {
-			done <- fmt.Errorf("enter the link's network namespace: %w", err)
-			return
-		}
-		done <- f()
-	}()
-	return <-done
+	if err := netns.DoFD(int(l.ns.Fd()), f); err != nil {
+		return fmt.Errorf("in the link's network namespace: %w", err)
+	}
+	return nil
 }
 
 // currentNS returns the inode of the calling thread's network namespace

@@ -7,9 +7,9 @@ package main
 // it. Nothing is configured outside the two namespaces: the veth is
 // created inside the first one and its peer moved into the second.
 //
-// Code enters a namespace on an OS thread of its own that never returns to
-// the scheduler (its goroutine exits locked), so no other goroutine ever
-// runs there by accident. File descriptors opened on it (sockets, TAPs,
+// Code enters a namespace with internal/netns: on an OS thread of its own
+// that never returns to the scheduler (its goroutine exits locked), so no
+// other goroutine ever runs there by accident. File descriptors opened on it (sockets, TAPs,
 // AF_XDP sockets) stay in the namespace and are usable from any goroutine.
 
 import (
@@ -18,10 +18,10 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"sync/atomic"
-	"syscall"
+
+	"github.com/softverbs/softverbs/internal/netns"
 )
 
 // perfSeq numbers the networks of one process.
@@ -38,35 +38,7 @@ func (n perfNetns) ip(args ...string) error {
 // do runs f on a fresh OS thread inside the namespace and returns its
 // error.
 func (n perfNetns) do(f func() error) error {
-	done := make(chan error, 1)
-	go func() {
-		// No UnlockOSThread: the thread ends with the goroutine.
-		runtime.LockOSThread()
-		fd, err := syscall.Open("/run/netns/"+string(n), syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
-		if err != nil {
-			done <- fmt.Errorf("open netns %s: %w", n, err)
-			return
-		}
-		defer syscall.Close(fd)
-		trap, ok := setnsTrap[runtime.GOARCH]
-		if !ok {
-			done <- fmt.Errorf("setns: system call number unknown on %s", runtime.GOARCH)
-			return
-		}
-		if _, _, e := syscall.RawSyscall(trap, uintptr(fd), syscall.CLONE_NEWNET, 0); e != 0 {
-			done <- fmt.Errorf("setns %s: %w", n, e)
-			return
-		}
-		done <- f()
-	}()
-	return <-done
-}
-
-// setnsTrap is setns(2)'s system call number by architecture: the frozen
-// syscall package lacks it, and golang.org/x/sys/unix stays in netdev.
-var setnsTrap = map[string]uintptr{
-	"amd64": 308, "386": 346, "arm": 375, "arm64": 268, "riscv64": 268, "loong64": 268,
-	"ppc64": 350, "ppc64le": 350, "s390x": 339, "mips64": 5303, "mips64le": 5303,
+	return netns.Do("/run/netns/"+string(n), f)
 }
 
 func runIP(args ...string) error {

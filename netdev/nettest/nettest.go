@@ -14,11 +14,10 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"testing"
 
-	"golang.org/x/sys/unix"
+	"github.com/softverbs/softverbs/internal/netns"
 )
 
 // RequireRoot skips t unless it runs as root with the ip command.
@@ -82,22 +81,7 @@ func (n *Netns) Run(name string, args ...string) string {
 // (its goroutine exits while locked), so no other goroutine ever runs in
 // the namespace by accident.
 func (n *Netns) Do(f func() error) error {
-	done := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		fd, err := unix.Open("/run/netns/"+n.Name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			done <- fmt.Errorf("open netns %s: %w", n.Name, err)
-			return
-		}
-		defer unix.Close(fd)
-		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
-			done <- fmt.Errorf("setns %s: %w", n.Name, err)
-			return
-		}
-		done <- f()
-	}()
-	return <-done
+	return netns.Do("/run/netns/"+n.Name, f)
 }
 
 // Veth joins a and b with a veth pair and returns the two interface
