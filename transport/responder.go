@@ -334,15 +334,9 @@ func (c *Conn) sendLocked(p *Packet) respResult {
 func (c *Conn) writeLocked(p *Packet) respResult {
 	info := p.Info
 	if info.Has(FlagStart) {
-		reth := p.RETH()
-		va, rkey, n := reth.VA(), reth.RKey(), reth.DMALen()
-		var mr *keys.MR
-		if n > 0 {
-			var err error
-			mr, err = c.qp.Keys().CheckRemote(c.qp.PD(), rkey, va, n, keys.RemoteWrite)
-			if err != nil {
-				return respAccess
-			}
+		mr, va, n, ok := c.rethMRLocked(p, keys.RemoteWrite)
+		if !ok {
+			return respAccess
 		}
 		c.resp.wmr, c.resp.wva, c.resp.wresid, c.resp.wlen = mr, va, n, n
 	}
@@ -383,20 +377,27 @@ func (c *Conn) newResource() *resource {
 	return r
 }
 
-func (c *Conn) readLocked(p *Packet, a *qp.Attr) respResult {
+// rethMRLocked checks the R_Key and range of p's RETH for access and
+// returns the MR (nil for a zero-length request, which touches no memory),
+// the address and the length; ok is false if the check fails.
+func (c *Conn) rethMRLocked(p *Packet, access keys.Access) (mr *keys.MR, va uint64, n uint32, ok bool) {
 	reth := p.RETH()
-	va, rkey, n := reth.VA(), reth.RKey(), reth.DMALen()
-	var mr *keys.MR
-	if n > 0 {
-		var err error
-		mr, err = c.qp.Keys().CheckRemote(c.qp.PD(), rkey, va, n, keys.RemoteRead)
-		if err != nil {
-			return respAccess
-		}
+	va, n = reth.VA(), reth.DMALen()
+	if n == 0 {
+		return nil, va, 0, true
+	}
+	mr, err := c.qp.Keys().CheckRemote(c.qp.PD(), reth.RKey(), va, n, access)
+	return mr, va, n, err == nil
+}
+
+func (c *Conn) readLocked(p *Packet, a *qp.Attr) respResult {
+	mr, va, n, ok := c.rethMRLocked(p, keys.RemoteRead)
+	if !ok {
+		return respAccess
 	}
 	k := npkts(n, c.pmtu(a))
 	res := c.newResource()
-	*res = resource{valid: true, first: p.PSN, last: p.PSN.Add(k - 1), va: va, rkey: rkey, length: n}
+	*res = resource{valid: true, first: p.PSN, last: p.PSN.Add(k - 1), va: va, rkey: p.RETH().RKey(), length: n}
 	c.resp.epsn = p.PSN.Add(k)
 	c.resp.msn = (c.resp.msn + 1) & 0xFFFFFF
 	c.flushAckLocked()
