@@ -502,6 +502,11 @@ func (c *Conn) flushAckLocked() {
 // the response buffer, and its AETH (if o carries one) with syndrome syn and
 // the current MSN. It returns the buffer from the BTH on and o's entry.
 func (c *Conn) respHeaderLocked(o Opcode, psn PSN, syn Syndrome, a *qp.Attr) ([]byte, *OpInfo) {
+	if o != RCAck || syn.Type() != AckTypeACK {
+		// A READ or atomic response or a NAK: the requester waits on it,
+		// so this run's batch is flushed at once (see runRecv).
+		c.resp.urgent = true
+	}
 	info := o.Info()
 	b := c.respTx[netHeadroom:]
 	BTH(b).Init(o, DefaultPKey, a.DestQPN, psn)
@@ -517,7 +522,6 @@ func (c *Conn) respHeaderLocked(o Opcode, psn PSN, syn Syndrome, a *qp.Attr) ([]
 func (c *Conn) sendAckLocked(syn Syndrome, psn PSN) {
 	if syn.Type() != AckTypeACK {
 		c.flushAckLocked()
-		c.resp.urgent = true
 	}
 	a := c.qp.AttrLocked()
 	c.respHeaderLocked(RCAck, psn, syn, a)
@@ -525,7 +529,6 @@ func (c *Conn) sendAckLocked(syn Syndrome, psn PSN) {
 }
 
 func (c *Conn) sendAtomicAckLocked(psn PSN, orig uint64) {
-	c.resp.urgent = true
 	a := c.qp.AttrLocked()
 	b, info := c.respHeaderLocked(RCAtomicAck, psn, c.ackSyndrome(), a)
 	AtomicAckETH(b[info.Offset(HdrAtomicAckETH):]).SetOrigData(orig)
@@ -535,7 +538,6 @@ func (c *Conn) sendAtomicAckLocked(psn PSN, orig uint64) {
 // sendReadResponsesLocked sends the responses to a READ of n bytes at va,
 // the first with PSN psn.
 func (c *Conn) sendReadResponsesLocked(psn PSN, mr *keys.MR, va uint64, n uint32, a *qp.Attr) {
-	c.resp.urgent = true
 	mtu := c.pmtu(a)
 	r := &c.pathLocked(a).r
 	k := npkts(n, mtu)
