@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,12 +27,10 @@ type Conn struct {
 	srcPort  uint16
 	counters Counters
 
-	inMu  sync.Mutex
-	reqQ  pktQueue // requests, for the responder; guarded by inMu
-	respQ pktQueue // ACKs and responses, for the completer; guarded by inMu
+	reqQ  pktQueue // requests, for the responder
+	respQ pktQueue // ACKs and responses, for the completer
 
-	// Task-local batches taken from reqQ and respQ under one lock, under
-	// the QP lock.
+	// Task-local batches taken from reqQ and respQ, under the QP lock.
 	reqIn, respIn inbox
 
 	// Send task state, under the QP lock.
@@ -56,7 +55,6 @@ type Conn struct {
 	stopped    atomic.Bool
 	ran        chan struct{} // signalled after each task run while someone drains
 	waiters    atomic.Int32  // goroutines in WaitFlushed
-	queued     atomic.Int32  // packets in reqQ and respQ, read without inMu
 }
 
 func newConn(e *Engine, q *qp.QP) *Conn {
@@ -94,40 +92,54 @@ func (c *Conn) stop() {
 		c.rnrTimer.Stop()
 	}
 	c.timerMu.Unlock()
-	c.inMu.Lock()
-	c.queued.Add(-int32(c.reqQ.drain(c.e)))
-	c.queued.Add(-int32(c.respQ.drain(c.e)))
-	c.inMu.Unlock()
+	c.reqQ.drain(c.e)
+	c.respQ.drain(c.e)
 }
 
-// pktQueue is a FIFO of received packets.
+// pktQueue is a FIFO of received packets that many goroutines push to and
+// one task takes from: a Treiber stack that the task empties with one swap
+// and reverses into its inbox. A push is one compare-and-swap and a take
+// one swap, where a mutex-guarded queue cost three atomic operations on
+// each side; a packet is pushed and taken once per hop. There is no ABA
+// hazard: the consumer never pops one node, it takes the whole stack.
 type pktQueue struct {
-	q    []*pktBuf
-	head int
+	top atomic.Pointer[pktBuf]
 }
 
-func (pq *pktQueue) push(pb *pktBuf) { pq.q = append(pq.q, pb) }
-
-func (pq *pktQueue) pop() *pktBuf {
-	if pq.head == len(pq.q) {
-		return nil
+func (pq *pktQueue) push(pb *pktBuf) {
+	for {
+		old := pq.top.Load()
+		pb.next = old
+		if pq.top.CompareAndSwap(old, pb) {
+			return
+		}
 	}
-	pb := pq.q[pq.head]
-	pq.q[pq.head] = nil
-	pq.head++
-	if pq.head == len(pq.q) {
-		pq.q, pq.head = pq.q[:0], 0
-	}
-	return pb
 }
 
-func (pq *pktQueue) drain(e *Engine) int {
-	n := 0
-	for pb := pq.pop(); pb != nil; pb = pq.pop() {
+// empty reports whether nothing is queued, without a write.
+func (pq *pktQueue) empty() bool { return pq.top.Load() == nil }
+
+// takeAll appends every queued packet to b, oldest first.
+func (pq *pktQueue) takeAll(b []*pktBuf) []*pktBuf {
+	pb := pq.top.Swap(nil)
+	n := len(b)
+	for ; pb != nil; pb = pb.next {
+		b = append(b, pb)
+	}
+	slices.Reverse(b[n:])
+	for _, pb := range b[n:] {
+		pb.next = nil
+	}
+	return b
+}
+
+func (pq *pktQueue) drain(e *Engine) {
+	for pb := pq.top.Swap(nil); pb != nil; {
+		next := pb.next
+		pb.next = nil
 		e.putBuf(pb)
-		n++
+		pb = next
 	}
-	return n
 }
 
 // enqueue queues a packet for the QP's responder or completer and runs or
@@ -138,18 +150,14 @@ func (c *Conn) enqueue(pb *pktBuf, here bool) {
 		return
 	}
 	c.counters.inc(RcvdPkts)
-	resp := pb.pkt.Info.Has(FlagResponse)
-	c.inMu.Lock()
-	if resp {
-		c.respQ.push(pb)
-	} else {
-		c.reqQ.push(pb)
+	t, q := c.recvTask, &c.reqQ
+	if pb.pkt.Info.Has(FlagResponse) {
+		t, q = c.sendTask, &c.respQ
 	}
-	c.queued.Add(1)
-	c.inMu.Unlock()
-	t := c.recvTask
-	if resp {
-		t = c.sendTask
+	q.push(pb)
+	if c.stopped.Load() {
+		q.drain(c.e) // stop ran meanwhile: nothing will take it
+		return
 	}
 	if here {
 		t.RunHere()
@@ -158,34 +166,19 @@ func (c *Conn) enqueue(pb *pktBuf, here bool) {
 	}
 }
 
-// inbox is a task's batch of packets taken from a queue under one lock.
+// inbox is a task's batch of packets taken from its queue at once.
 type inbox struct {
 	b []*pktBuf
 	i int
 }
 
-// inboxBatch bounds how many packets one lock hands over.
-const inboxBatch = 64
-
 func (c *Conn) next(in *inbox, q *pktQueue) *pktBuf {
 	if in.i == len(in.b) {
 		in.b, in.i = in.b[:0], 0
-		if c.queued.Load() == 0 {
-			return nil // nothing queued: no need for the lock
-		}
-		c.inMu.Lock()
-		for len(in.b) < inboxBatch {
-			pb := q.pop()
-			if pb == nil {
-				break
-			}
-			in.b = append(in.b, pb)
-		}
-		c.queued.Add(-int32(len(in.b)))
-		c.inMu.Unlock()
-		if len(in.b) == 0 {
+		if q.empty() {
 			return nil
 		}
+		in.b = q.takeAll(in.b)
 	}
 	pb := in.b[in.i]
 	in.b[in.i] = nil
@@ -279,10 +272,8 @@ func (c *Conn) resetLocked() {
 	c.resp = respState{mrs: mrs}
 	c.reqIn.drain(c.e)
 	c.respIn.drain(c.e)
-	c.inMu.Lock()
-	c.queued.Add(-int32(c.reqQ.drain(c.e)))
-	c.queued.Add(-int32(c.respQ.drain(c.e)))
-	c.inMu.Unlock()
+	c.reqQ.drain(c.e)
+	c.respQ.drain(c.e)
 	c.timerFired.Store(false)
 	c.rnrFired.Store(false)
 }

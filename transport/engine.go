@@ -6,7 +6,7 @@ package transport
 // send task runs the completer and requester and whose receive task runs
 // the responder.
 //
-// Lock order: Engine.mu (QP table) -> qp.QP lock -> Conn.inMu. Nothing calls
+// Lock order: Engine.mu (QP table) -> qp.QP lock. Nothing calls
 // a CQ handler, an event subscriber or a link while holding Engine.mu; CQ
 // pushes and events are issued after the QP lock is released.
 
@@ -367,6 +367,7 @@ type pktBuf struct {
 	src   netip.Addr
 	dst   netip.Addr
 	v6    bool
+	next  *pktBuf // in a Conn's pktQueue
 }
 
 func (e *Engine) getBuf() *pktBuf { return e.pool.Get().(*pktBuf) }

@@ -79,10 +79,12 @@ func (c *Conn) requestLocked() bool {
 	if !st.Allows(qp.ProcessSendOK) {
 		return false
 	}
-	if c.timerFired.Swap(false) {
+	// Loads first: a swap is a locked instruction, and the flags are
+	// almost always clear.
+	if c.timerFired.Load() && c.timerFired.Swap(false) {
 		c.onTimeoutLocked()
 	}
-	if c.rnrFired.Swap(false) && c.req.rnrWait {
+	if c.rnrFired.Load() && c.rnrFired.Swap(false) && c.req.rnrWait {
 		c.req.rnrWait = false
 		c.req.needRetry = true
 		c.req.afterRNR = true

@@ -158,9 +158,7 @@ func (c *Conn) flushRecvLocked() {
 	}
 	c.qp.FlushRecvLocked(func(wc *cq.WC) { c.rout.wc(c.qp.RecvCQ(), *wc) })
 	c.reqIn.drain(c.e)
-	c.inMu.Lock()
-	c.queued.Add(-int32(c.reqQ.drain(c.e)))
-	c.inMu.Unlock()
+	c.reqQ.drain(c.e)
 	if c.qp.SRQ() != nil && !c.resp.lastWQE {
 		c.resp.lastWQE = true
 		c.rout.event(Event{Type: EventQPLastWQEReached, QPN: c.qp.Num()})

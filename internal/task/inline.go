@@ -1,6 +1,6 @@
 package task
 
-import "sync"
+import "sync/atomic"
 
 // Inline is an executor that runs tasks on the goroutine that schedules them.
 //
@@ -12,40 +12,54 @@ import "sync"
 // run is fully determined by the order of the calls, which is what a
 // reproducible simulation needs.
 //
+// The queue is a lock-free stack that the drainer empties with one swap and
+// runs oldest first: a packet's hop costs a task run, and a mutex around the
+// queue cost four atomic operations per run where this costs two.
+//
 // An Inline is safe for concurrent use; the zero value is ready to use.
 type Inline struct {
-	mu       sync.Mutex // guards the fields below
-	q        queue
-	draining bool
+	top      atomic.Pointer[Task] // newest queued task, linked by Task.next
+	draining atomic.Bool          // a goroutine is running queued tasks
 }
 
 // NewInline returns an inline executor with an empty run queue.
 func NewInline() *Inline { return &Inline{} }
 
-// Len returns the number of tasks waiting in the run queue.
-func (e *Inline) Len() int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.q.len()
-}
+// Idle reports whether no task is queued and none is being run.
+func (e *Inline) Idle() bool { return e.top.Load() == nil && !e.draining.Load() }
 
 func (e *Inline) enqueue(t *Task) {
-	e.mu.Lock()
-	e.q.push(t)
-	if e.draining {
-		e.mu.Unlock()
-		return
-	}
-	e.draining = true
 	for {
-		next := e.q.pop()
-		if next == nil {
-			e.draining = false
-			e.mu.Unlock()
+		old := e.top.Load()
+		t.next = old
+		if e.top.CompareAndSwap(old, t) {
+			break
+		}
+	}
+	for {
+		// A load first: inside a running task the drainer is us, and a
+		// failed compare-and-swap costs as much as one that succeeds.
+		if e.draining.Load() || !e.draining.CompareAndSwap(false, true) {
+			return // the drainer will take t
+		}
+		for batch := e.top.Swap(nil); batch != nil; batch = e.top.Swap(nil) {
+			var fifo *Task
+			for batch != nil { // reverse: oldest first
+				n := batch.next
+				batch.next = fifo
+				fifo, batch = batch, n
+			}
+			for fifo != nil {
+				n := fifo.next
+				fifo.next = nil // run may queue the task again
+				fifo.run()
+				fifo = n
+			}
+		}
+		e.draining.Store(false)
+		if e.top.Load() == nil {
 			return
 		}
-		e.mu.Unlock()
-		next.run()
-		e.mu.Lock()
+		// Queued after our last swap by a goroutine that saw us draining.
 	}
 }

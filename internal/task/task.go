@@ -34,6 +34,7 @@ type Task struct {
 	ex    Executor
 	fn    Func
 	name  string
+	next  *Task // in an Inline run queue
 
 	// stopMu and stopped let Stop wait for a running fn; only used by Stop.
 	stopMu  sync.Mutex

@@ -31,7 +31,7 @@ func TestInlineRunsBeforeScheduleReturns(t *testing.T) {
 		tk.Schedule()
 		require.Equal(t, i, ran)
 	}
-	require.Zero(t, ex.Len())
+	require.True(t, ex.Idle())
 }
 
 func TestInlineScheduleWhileBusyRunsAgain(t *testing.T) {
@@ -87,7 +87,7 @@ func TestInlineOrder(t *testing.T) {
 			})
 			s.Schedule()
 			require.Equal(t, tc.want, string(order))
-			require.Zero(t, ex.Len())
+			require.True(t, ex.Idle())
 		})
 	}
 }
@@ -124,7 +124,7 @@ func TestInlineConcurrentSchedulers(t *testing.T) {
 	wg.Wait()
 	// Every Schedule has returned, and the drainer empties the queue before
 	// it stops draining, so all work must have been seen.
-	require.Zero(t, ex.Len())
+	require.True(t, ex.Idle())
 	require.False(t, overlap.Load(), "two tasks ran at once on an Inline executor")
 	for i := range tasks {
 		require.Equal(t, produced[i].Load(), consumed[i].Load(), "task %d", i)
@@ -152,7 +152,7 @@ func TestStop(t *testing.T) {
 		})
 		killer.Schedule()
 		require.Zero(t, runs)
-		require.Zero(t, ex.Len())
+		require.True(t, ex.Idle())
 		victim.Schedule()
 		require.Zero(t, runs)
 	})
