@@ -104,19 +104,47 @@ func (c *CQ) Attach(ch *Channel) {
 // delivered to its channel and the completion handler is called.
 func (c *CQ) Push(wc *WC) bool {
 	c.mu.Lock()
+	comp, fail, ok := c.pushLocked(wc)
+	c.mu.Unlock()
+	c.notifyHandlers(comp, fail)
+	return ok
+}
+
+// PushBatch is Push for each of wcs in order under one lock, as a device
+// writes several CQEs before it raises one interrupt: the completion
+// handler is called at most once, after all of them are queued. It returns
+// how many were queued; the rest are lost, as with Push.
+func (c *CQ) PushBatch(wcs []WC) int {
+	var comp, fail func(*CQ)
+	n := 0
+	c.mu.Lock()
+	for i := range wcs {
+		h, f, ok := c.pushLocked(&wcs[i])
+		if h != nil {
+			comp = h
+		}
+		if !ok {
+			fail = f
+			break
+		}
+		n++
+	}
+	c.mu.Unlock()
+	c.notifyHandlers(comp, fail)
+	return n
+}
+
+// pushLocked queues *wc. It returns the completion handler to call if wc
+// met the arm condition, the error handler to call if it overflowed the
+// CQ, and whether wc was queued.
+func (c *CQ) pushLocked(wc *WC) (comp, fail func(*CQ), ok bool) {
 	if c.destroyed || c.overflowed {
-		c.mu.Unlock()
-		return false
+		return nil, nil, false
 	}
 	if c.count == len(c.buf) {
 		c.overflowed = true
 		c.notify = armNone
-		h := c.onError
-		c.mu.Unlock()
-		if h != nil {
-			h(c)
-		}
-		return false
+		return nil, c.onError, false
 	}
 	tail := c.head + c.count
 	if tail >= len(c.buf) {
@@ -124,18 +152,22 @@ func (c *CQ) Push(wc *WC) bool {
 	}
 	c.buf[tail] = *wc
 	c.count++
-
-	var h func(*CQ)
 	if c.notify == armNext || (c.notify == armSolicited && (wc.Solicited || wc.Status != Success)) {
 		c.notify = armNone
-		h = c.onComp
+		comp = c.onComp
 		c.deliverLocked()
 	}
-	c.mu.Unlock()
-	if h != nil {
-		h(c)
+	return comp, nil, true
+}
+
+// notifyHandlers calls the handlers pushLocked returned, without the lock.
+func (c *CQ) notifyHandlers(comp, fail func(*CQ)) {
+	if comp != nil {
+		comp(c)
 	}
-	return true
+	if fail != nil {
+		fail(c)
+	}
 }
 
 // deliverLocked queues c on its channel unless an event for c is already

@@ -121,6 +121,50 @@ func TestOverflow(t *testing.T) {
 	require.NoError(t, c.Destroy())
 }
 
+func TestPushBatch(t *testing.T) {
+	tests := []struct {
+		name      string
+		depth     int
+		solicited bool // arm for solicited completions only
+		batch     []WC
+		queued    int
+		comp      int32 // completion handler calls
+		fail      int32 // error handler calls
+	}{
+		{"armed next: one call for the batch", 8, false, []WC{{WRID: 1}, {WRID: 2}, {WRID: 3}}, 3, 1, 0},
+		{"armed solicited: fires on the solicited one", 8, true, []WC{{WRID: 1}, {WRID: 2, Solicited: true}, {WRID: 3}}, 3, 1, 0},
+		{"armed solicited: plain ones do not fire", 8, true, []WC{{WRID: 1}, {WRID: 2}}, 2, 0, 0},
+		{"overflow in the middle: the rest is lost", 2, false, []WC{{WRID: 1}, {WRID: 2}, {WRID: 3}, {WRID: 4}}, 2, 1, 1},
+		{"empty", 2, false, nil, 0, 0, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := New(tc.depth)
+			require.NoError(t, err)
+			var comp, fail atomic.Int32
+			c.SetHandlers(func(got *CQ) {
+				require.Same(t, c, got)
+				require.Equal(t, tc.queued, c.Len(), "the handler runs after the whole batch is queued")
+				comp.Add(1)
+			}, func(*CQ) { fail.Add(1) })
+			require.NoError(t, c.Arm(tc.solicited))
+			require.Equal(t, tc.queued, c.PushBatch(tc.batch))
+			require.Equal(t, tc.comp, comp.Load())
+			require.Equal(t, tc.fail, fail.Load())
+			got := pollAll(c)
+			require.Equal(t, wrids(tc.batch[:tc.queued]), wrids(got), "queued in order")
+		})
+	}
+	t.Run("after overflow nothing is queued", func(t *testing.T) {
+		c, err := New(1)
+		require.NoError(t, err)
+		require.Equal(t, 1, c.PushBatch([]WC{{WRID: 1}, {WRID: 2}}))
+		require.Zero(t, c.PushBatch([]WC{{WRID: 3}}))
+		require.NoError(t, c.Destroy())
+		require.Zero(t, c.PushBatch([]WC{{WRID: 4}}), "destroyed")
+	})
+}
+
 func TestArm(t *testing.T) {
 	tests := []struct {
 		name          string

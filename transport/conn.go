@@ -200,26 +200,32 @@ func (c *Conn) popResp() *pktBuf { return c.next(&c.respIn, &c.respQ) }
 
 // outbox collects completions and events produced under the QP lock; they
 // are delivered after it is released, so CQ handlers and event subscribers
-// may call back into the QP.
+// may call back into the QP. Completions for the same CQ in a row go in one
+// push.
 type outbox struct {
-	wcs []outWC
+	cqs []*cq.CQ // cqs[i] is the CQ of wcs[i]
+	wcs []cq.WC
 	evs []Event
 }
 
-type outWC struct {
-	cq *cq.CQ
-	wc cq.WC
+func (o *outbox) wc(q *cq.CQ, wc cq.WC) {
+	o.cqs = append(o.cqs, q)
+	o.wcs = append(o.wcs, wc)
 }
-
-func (o *outbox) wc(q *cq.CQ, wc cq.WC) { o.wcs = append(o.wcs, outWC{q, wc}) }
 
 func (o *outbox) event(ev Event) { o.evs = append(o.evs, ev) }
 
 func (c *Conn) deliver(o *outbox) {
-	for i := range o.wcs {
-		o.wcs[i].cq.Push(&o.wcs[i].wc)
+	for i := 0; i < len(o.wcs); {
+		j := i + 1
+		for j < len(o.wcs) && o.cqs[j] == o.cqs[i] {
+			j++
+		}
+		o.cqs[i].PushBatch(o.wcs[i:j])
+		i = j
 	}
-	o.wcs = o.wcs[:0]
+	clear(o.cqs)
+	o.cqs, o.wcs = o.cqs[:0], o.wcs[:0]
 	for _, ev := range o.evs {
 		c.e.event(ev)
 	}
