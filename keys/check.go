@@ -12,6 +12,16 @@ func (t *Table) CheckLocal(pd *PD, lkey uint32, iova uint64, length uint32, acce
 	if length == 0 {
 		return nil, nil
 	}
+	if g := t.grantOf(lkey); g != nil && g.key == lkey && g.pd == pd && access&^g.access == 0 &&
+		g.mr.mem.Load().contains(iova, uint64(length)) == nil {
+		return g.mr, nil
+	}
+	return t.checkLocalSlow(pd, lkey, iova, length, access)
+}
+
+// checkLocalSlow is CheckLocal under the lock, which also finds the exact
+// error of a failed check.
+func (t *Table) checkLocalSlow(pd *PD, lkey uint32, iova uint64, length uint32, access Access) (*MR, error) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	s, err := t.lookupLocked(lkey)
@@ -50,6 +60,15 @@ func (t *Table) CheckRemote(pd *PD, rkey uint32, va uint64, length uint32, acces
 	if access&RemoteAccess == 0 {
 		return nil, errNoRemote
 	}
+	if g := t.grantOf(rkey); g != nil && g.key == rkey && g.pd == pd && access&^g.access == 0 &&
+		g.mr.mem.Load().contains(va, uint64(length)) == nil {
+		return g.mr, nil
+	}
+	return t.checkRemoteSlow(pd, rkey, va, length, access)
+}
+
+// checkRemoteSlow is CheckRemote under the lock: MWs, and the exact error.
+func (t *Table) checkRemoteSlow(pd *PD, rkey uint32, va uint64, length uint32, access Access) (*MR, error) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	s, err := t.lookupLocked(rkey)

@@ -92,6 +92,7 @@ func (t *Table) insertMR(mr *MR) error {
 	mr.Lkey = t.makeKey(idx, s.gen, 0)
 	mr.Rkey = mr.Lkey
 	mr.PD.Ref()
+	t.publishLocked(idx)
 	return nil
 }
 
@@ -234,6 +235,7 @@ func (t *Table) FastReg(pd *PD, mr *MR, key uint8, access Access) error {
 	mr.Rkey = mr.Lkey
 	mr.Access = access
 	mr.valid = true
+	t.publishLocked(t.Index(mr.Lkey))
 	return nil
 }
 
@@ -273,6 +275,7 @@ func (t *Table) Invalidate(pd *PD, key uint32) error {
 			return fmt.Errorf("invalidate %#x: %d windows bound: %w", key, mr.windows, ErrBusy)
 		}
 		mr.valid = false
+		t.publishLocked(t.Index(key))
 		return nil
 	}
 	mw := s.mw

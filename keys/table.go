@@ -27,12 +27,68 @@ type Table struct {
 	// checked a key and kept the MR may reuse it while Epoch is unchanged.
 	epoch atomic.Uint64
 
+	// grants is the read side of the MR slots, for CheckLocal and
+	// CheckRemote without a lock (rdmavt reads its lkey table under RCU):
+	// entry i is the grant of the valid MR in slot i, or nil. Writers
+	// replace entries, and the array when it grows, under mu.
+	grants atomic.Pointer[[]atomic.Pointer[grant]]
+
 	mu sync.RWMutex
 	// guarded by mu
 	slots    []slot   // slots[0] is reserved; grows on demand up to size
 	free     []uint32 // FIFO of freed indices, from freeHead on
 	freeHead int
 	live     int
+}
+
+// grant is an immutable copy of what a valid MR allows: its key, PD and
+// access flags (its memory is MR.mem).
+type grant struct {
+	mr     *MR
+	key    uint32
+	pd     *PD
+	access Access
+}
+
+// publishLocked updates the grant of slot idx after a change to it.
+func (t *Table) publishLocked(idx uint32) {
+	var g *grant
+	if mr := t.slots[idx].mr; mr != nil && mr.valid {
+		g = &grant{mr: mr, key: mr.Lkey, pd: mr.PD, access: mr.Access}
+	}
+	gs := t.grants.Load()
+	if gs == nil || int(idx) >= len(*gs) {
+		if g == nil {
+			return // nothing to clear
+		}
+		n := 64
+		if gs != nil {
+			n = 2 * len(*gs)
+		}
+		grown := make([]atomic.Pointer[grant], min(max(n, int(idx)+1), t.size))
+		if gs != nil {
+			for i := range *gs {
+				grown[i].Store((*gs)[i].Load())
+			}
+		}
+		t.grants.Store(&grown)
+		gs = &grown
+	}
+	(*gs)[idx].Store(g)
+}
+
+// grantOf returns the grant of the valid MR in the slot key indexes, if any.
+// It does not compare the key.
+func (t *Table) grantOf(key uint32) *grant {
+	gs := t.grants.Load()
+	if gs == nil {
+		return nil
+	}
+	idx := key >> t.shift
+	if int(idx) >= len(*gs) {
+		return nil
+	}
+	return (*gs)[idx].Load()
 }
 
 // slot is one table entry: at most one of mr and mw is set.
@@ -114,6 +170,7 @@ func (t *Table) freeLocked(idx uint32) {
 	s.gen++
 	t.free = append(t.free, idx)
 	t.live--
+	t.publishLocked(idx)
 }
 
 // lookupLocked returns the slot that key indexes, if it holds an object. It

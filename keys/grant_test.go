@@ -1,0 +1,112 @@
+package keys
+
+import (
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestGrantsMatchLockedChecks drives a small table through random
+// registrations, fast registrations, invalidations and deregistrations
+// (so slots are reused with new generations and the grant array grows),
+// and after each step checks every key ever handed out: the lock-free
+// path of CheckLocal and CheckRemote must succeed exactly when the locked
+// path does, with the same MR.
+func TestGrantsMatchLockedChecks(t *testing.T) {
+	for seed := range uint64(20) {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		tb := NewTable(7)
+		pds := []*PD{NewPD(1), NewPD(2)}
+		var live []*MR
+		var seen []uint32
+		all := LocalWrite | RemoteAccess
+		for step := 0; step < 300; step++ {
+			switch op := rng.IntN(5); {
+			case op == 0 || len(live) == 0:
+				mr, err := tb.RegMR(pds[rng.IntN(2)], make([]byte, 64), 0x1000, Access(rng.IntN(16))&all|LocalWrite)
+				require.NoError(t, err)
+				live = append(live, mr)
+			case op == 1:
+				mr, err := tb.AllocMR(pds[0], 1)
+				require.NoError(t, err)
+				require.NoError(t, mr.MapPages(makePages(1, 64), 64, 0x2000, 64))
+				require.NoError(t, tb.FastReg(pds[0], mr, uint8(rng.IntN(256)), all))
+				live = append(live, mr)
+			case op == 2:
+				mr := live[rng.IntN(len(live))]
+				if mr.FastRegister() {
+					if mr.Valid() {
+						require.NoError(t, tb.Invalidate(pds[0], mr.Lkey))
+					} else {
+						require.NoError(t, tb.FastReg(pds[0], mr, uint8(rng.IntN(256)), all))
+					}
+				}
+			default:
+				i := rng.IntN(len(live))
+				require.NoError(t, tb.DeregMR(live[i]))
+				live = append(live[:i], live[i+1:]...)
+			}
+			for _, mr := range live {
+				seen = append(seen, mr.Lkey)
+			}
+			for _, key := range seen {
+				pd := pds[rng.IntN(2)]
+				addr := 0x1000 + uint64(rng.IntN(3))*0x1000 + uint64(rng.IntN(80))
+				n := uint32(1 + rng.IntN(16))
+				acc := Access(rng.IntN(16)) & all
+				gotL, errL := tb.CheckLocal(pd, key, addr, n, acc&LocalWrite)
+				wantL, werrL := tb.checkLocalSlow(pd, key, addr, n, acc&LocalWrite)
+				require.Equal(t, werrL == nil, errL == nil, "seed %d step %d key %#x", seed, step, key)
+				require.Same(t, wantL, gotL)
+				if acc&RemoteAccess == 0 {
+					acc |= RemoteRead
+				}
+				gotR, errR := tb.CheckRemote(pd, key, addr, n, acc)
+				wantR, werrR := tb.checkRemoteSlow(pd, key, addr, n, acc)
+				require.Equal(t, werrR == nil, errR == nil, "seed %d step %d key %#x", seed, step, key)
+				require.Same(t, wantR, gotR)
+				if werrL == nil {
+					require.NotNil(t, tb.grantOf(key), "a valid MR has a grant: the fast path serves it")
+				}
+			}
+			if len(seen) > 200 {
+				seen = seen[len(seen)-200:]
+			}
+		}
+	}
+}
+
+// TestInvalidateVisibleAtOnce checks, with checkers running on other
+// goroutines, that a key fails on the goroutine that invalidated it as soon
+// as Invalidate returns, and passes again as soon as FastReg returns.
+func TestInvalidateVisibleAtOnce(t *testing.T) {
+	tb := NewTable(6)
+	pd := NewPD(1)
+	mr, _ := fastMR(t, tb, pd, 1, 64, 0x3000, 1, LocalWrite|RemoteWrite)
+	other := mr.Lkey&^0xff | 1 // read before the checkers start: FastReg writes Lkey
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !stop.Load() {
+				tb.CheckLocal(pd, other, 0x3000, 8, LocalWrite)
+			}
+		}()
+	}
+	defer func() { stop.Store(true); wg.Wait() }()
+	for i := range 2000 {
+		key := mr.Lkey
+		require.NoError(t, tb.Invalidate(pd, key))
+		_, err := tb.CheckLocal(pd, key, 0x3000, 8, LocalWrite)
+		require.ErrorIs(t, err, ErrInvalidKey, "round %d", i)
+		require.NoError(t, tb.FastReg(pd, mr, uint8(i), LocalWrite|RemoteWrite))
+		got, err := tb.CheckRemote(pd, mr.Rkey, 0x3000, 8, RemoteWrite)
+		require.NoError(t, err, "round %d", i)
+		require.Same(t, mr, got)
+	}
+}
