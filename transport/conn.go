@@ -42,6 +42,10 @@ type Conn struct {
 	// The cached route and MTU, under the QP lock.
 	path path
 
+	// Packets sent and taken in the current task run, under the QP lock:
+	// added to the counters once per run rather than once per packet.
+	sent, taken uint64
+
 	// Receive task state, under the QP lock.
 	resp   respState
 	respTx []byte
@@ -149,7 +153,6 @@ func (c *Conn) enqueue(pb *pktBuf, here bool) {
 		c.e.putBuf(pb)
 		return
 	}
-	c.counters.inc(RcvdPkts)
 	t, q := c.recvTask, &c.reqQ
 	if pb.pkt.Info.Has(FlagResponse) {
 		t, q = c.sendTask, &c.respQ
@@ -166,6 +169,18 @@ func (c *Conn) enqueue(pb *pktBuf, here bool) {
 	}
 }
 
+// countLocked adds the run's packet counts to the QP's counters.
+func (c *Conn) countLocked() {
+	if c.sent != 0 {
+		c.counters.c[SentPkts].Add(c.sent)
+		c.sent = 0
+	}
+	if c.taken != 0 {
+		c.counters.c[RcvdPkts].Add(c.taken)
+		c.taken = 0
+	}
+}
+
 // inbox is a task's batch of packets taken from its queue at once.
 type inbox struct {
 	b []*pktBuf
@@ -179,6 +194,7 @@ func (c *Conn) next(in *inbox, q *pktQueue) *pktBuf {
 			return nil
 		}
 		in.b = q.takeAll(in.b)
+		c.taken += uint64(len(in.b))
 	}
 	pb := in.b[in.i]
 	in.b[in.i] = nil

@@ -582,7 +582,7 @@ func (e *Engine) xmit(c *Conn, r *route, buf []byte, ib int, ext []byte) {
 // xmitSpan is xmit for a loopback burst that covers span PSNs (span > 1
 // only on the fast path, with ext holding the whole payload).
 func (e *Engine) xmitSpan(c *Conn, r *route, buf []byte, ib int, ext []byte, span uint32) {
-	c.counters.c[SentPkts].Add(1)
+	c.sent++ // under c's QP lock, as every transmit is
 	if r.err != DropNone {
 		e.counters.c[SendErr].Add(1)
 		return
