@@ -347,9 +347,16 @@ func (q *QP) checkSendWR(wr *SendWR, mrs []*keys.MR) error {
 
 func (q *QP) enqueueSend(wr *SendWR) {
 	w := q.SQ.At(q.SQ.head)
-	sges, inline, mrs := w.sges, w.inline, w.MRs
-	*w = SendWQE{WR: *wr, sges: sges, inline: inline, MRs: mrs}
-	w.WR.SGL = append(sges[:0], wr.SGL...)
+	// Field by field, keeping the slot's backing arrays: a composite
+	// literal zeroed and rewrote all 296 bytes of it, 5% of a small SEND.
+	// TestEnqueueSendLeavesNoStaleState fails if a field is missed here.
+	w.WR = *wr
+	w.State, w.Status = WQEPosted, 0
+	w.FirstPSN, w.LastPSN, w.Sent, w.Done, w.SSN = 0, 0, 0, 0, 0
+	w.Epoch, w.Assigned = 0, false
+	w.AH = AH{}
+	w.WR.SGL = append(w.sges[:0], wr.SGL...)
+	inline := w.inline
 	var total uint32
 	if wr.Flags&Inline != 0 {
 		w.WR.InlineData = inline[:copy(inline[:cap(inline)], wr.InlineData)]
