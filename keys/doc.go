@@ -31,8 +31,9 @@
 //
 // # Checks
 //
-// CheckLocal and CheckRemote run on the per-packet path. They take the table's
-// read lock, do not allocate, and return wrapped sentinel errors (ErrInvalidKey,
+// CheckLocal and CheckRemote run on the per-packet path. A check of a valid
+// MR reads an immutable grant without a lock (as rdmavt reads its table under
+// RCU); MWs and failures take the table's read lock. They do not allocate, and return wrapped sentinel errors (ErrInvalidKey,
 // ErrPDMismatch, ErrAccess, ErrBounds) that the transport maps to completion
 // statuses and NAK syndromes. A zero-length check succeeds with a nil *MR and
 // validates nothing (IBTA: zero-length transfers do not check keys).
@@ -40,7 +41,8 @@
 // # Data path and concurrency
 //
 // A Table is safe for concurrent use. Verbs (RegMR, FastReg, BindMW, ...) take
-// the table lock; checks take its read lock. MR.ReadAt, MR.WriteAt and MR.Word
+// the table lock and publish grants for the lock-free checks; Epoch moves
+// after every change that may make a passing check fail. MR.ReadAt, MR.WriteAt and MR.Word
 // take no lock: they read an immutable description of the MR's memory that
 // MapPages replaces atomically, and they clamp to it, so a consumer that remaps
 // an MR while data is still in flight gets short copies, never a panic or an

@@ -110,3 +110,41 @@ func TestInvalidateVisibleAtOnce(t *testing.T) {
 		require.Same(t, mr, got)
 	}
 }
+
+// TestEpochMovesAfterTheChange checks what the transport relies on when it
+// keeps a key check's result while Epoch is unchanged: a change that removes
+// a key publishes its grant first and moves the epoch after, so a checker
+// that read the new epoch cannot pass on the old grant. Adding a key does not
+// move the epoch.
+func TestEpochMovesAfterTheChange(t *testing.T) {
+	tb := NewTable(10)
+	pd := NewPD(1)
+	e := tb.Epoch()
+	mr := regMR(t, tb, pd, 64, 0x1000, LocalWrite)
+	_, err := tb.AllocMW(pd, MWType1)
+	require.NoError(t, err)
+	require.Equal(t, e, tb.Epoch(), "RegMR and AllocMW make no passing check fail")
+
+	fmr, _ := fastMR(t, tb, pd, 1, 64, 0x3000, 1, LocalWrite)
+	changes := []struct {
+		name string
+		key  uint32
+		do   func() error
+	}{
+		{"Invalidate", fmr.Lkey, func() error { return tb.Invalidate(pd, fmr.Lkey) }},
+		{"DeregMR", mr.Lkey, func() error { return tb.DeregMR(mr) }},
+	}
+	for _, ch := range changes {
+		before := tb.Epoch()
+		published := false
+		tb.onPublish = func() {
+			published = true
+			require.Nil(t, tb.grantOf(ch.key), "%s: the grant is gone when published", ch.name)
+			require.Equal(t, before, tb.Epoch(), "%s: the epoch moved before the grant was published", ch.name)
+		}
+		require.NoError(t, ch.do())
+		tb.onPublish = nil
+		require.True(t, published, "%s published no grant", ch.name)
+		require.Greater(t, tb.Epoch(), before, "%s moves the epoch", ch.name)
+	}
+}

@@ -80,8 +80,7 @@ func (t *Table) RegMR(pd *PD, buf []byte, iova uint64, access Access) (*MR, erro
 // insertMR gives mr a slot and its keys (key byte 0, lkey == rkey) and takes
 // a reference on its PD.
 func (t *Table) insertMR(mr *MR) error {
-	t.mu.Lock()
-	t.epoch.Add(1) // readers that cached a lookup check again
+	t.mu.Lock() // a new key makes no passing check fail: the epoch stays
 	defer t.mu.Unlock()
 	idx, err := t.allocLocked()
 	if err != nil {
@@ -175,8 +174,7 @@ func (mr *MR) MapPages(pages [][]byte, pageSize int, iova uint64, length uint64)
 
 	t := mr.table
 	t.mu.Lock()
-	t.epoch.Add(1) // readers that cached a lookup check again
-	defer t.mu.Unlock()
+	defer t.unlockChanged()
 	switch {
 	case !mr.fast:
 		return fmt.Errorf("map pages: not a fast-register mr: %w", ErrInvalidArgument)
@@ -209,8 +207,7 @@ func (t *Table) FastReg(pd *PD, mr *MR, key uint8, access Access) error {
 		return fmt.Errorf("fast reg: %w", err)
 	}
 	t.mu.Lock()
-	t.epoch.Add(1) // readers that cached a lookup check again
-	defer t.mu.Unlock()
+	defer t.unlockChanged()
 	switch {
 	case mr.dead:
 		return fmt.Errorf("fast reg: mr is deregistered: %w", ErrInvalidState)
@@ -257,8 +254,7 @@ func (t *Table) FastReg(pd *PD, mr *MR, key uint8, access Access) error {
 // (windows bound to the MR).
 func (t *Table) Invalidate(pd *PD, key uint32) error {
 	t.mu.Lock()
-	t.epoch.Add(1) // readers that cached a lookup check again
-	defer t.mu.Unlock()
+	defer t.unlockChanged()
 	s, err := t.lookupLocked(key)
 	if err != nil {
 		return fmt.Errorf("invalidate %#x: %w", key, err)
@@ -303,8 +299,7 @@ func (t *Table) DeregMR(mr *MR) error {
 		return fmt.Errorf("dereg mr: nil or foreign mr: %w", ErrInvalidArgument)
 	}
 	t.mu.Lock()
-	t.epoch.Add(1) // readers that cached a lookup check again
-	defer t.mu.Unlock()
+	defer t.unlockChanged()
 	if mr.dead {
 		return fmt.Errorf("dereg mr: already deregistered: %w", ErrInvalidState)
 	}

@@ -55,8 +55,7 @@ func (t *Table) AllocMW(pd *PD, typ MWType) (*MW, error) {
 		return nil, fmt.Errorf("alloc mw: %s: %w", typ, ErrInvalidArgument)
 	}
 	mw := &MW{PD: pd, Type: typ, table: t}
-	t.mu.Lock()
-	t.epoch.Add(1) // readers that cached a lookup check again
+	t.mu.Lock() // a new key makes no passing check fail: the epoch stays
 	defer t.mu.Unlock()
 	idx, err := t.allocLocked()
 	if err != nil {
@@ -94,8 +93,7 @@ func (t *Table) BindMW(mw *MW, mr *MR, addr, length uint64, access Access, key u
 		return 0, fmt.Errorf("bind mw: window access %s: %w", bad, ErrInvalidArgument)
 	}
 	t.mu.Lock()
-	t.epoch.Add(1) // readers that cached a lookup check again
-	defer t.mu.Unlock()
+	defer t.unlockChanged()
 	if mw.dead {
 		return 0, fmt.Errorf("bind mw: window deallocated: %w", ErrInvalidState)
 	}
@@ -156,8 +154,7 @@ func (t *Table) DeallocMW(mw *MW) error {
 		return fmt.Errorf("dealloc mw: nil or foreign mw: %w", ErrInvalidArgument)
 	}
 	t.mu.Lock()
-	t.epoch.Add(1) // readers that cached a lookup check again
-	defer t.mu.Unlock()
+	defer t.unlockChanged()
 	if mw.dead {
 		return fmt.Errorf("dealloc mw: already deallocated: %w", ErrInvalidState)
 	}

@@ -23,8 +23,9 @@ type Table struct {
 	genMask uint32 // generation field mask, before shifting by 8
 	size    int    // 1 << bits
 
-	// epoch moves on every change to the table (under mu): a caller that
-	// checked a key and kept the MR may reuse it while Epoch is unchanged.
+	// epoch moves on every change that may make a passing check fail
+	// (see unlockChanged): a caller that read it, then checked a key and
+	// kept the MR, may reuse the MR while Epoch is unchanged.
 	epoch atomic.Uint64
 
 	// grants is the read side of the MR slots, for CheckLocal and
@@ -35,10 +36,11 @@ type Table struct {
 
 	mu sync.RWMutex
 	// guarded by mu
-	slots    []slot   // slots[0] is reserved; grows on demand up to size
-	free     []uint32 // FIFO of freed indices, from freeHead on
-	freeHead int
-	live     int
+	onPublish func()   // tests: called after each grant is published
+	slots     []slot   // slots[0] is reserved; grows on demand up to size
+	free      []uint32 // FIFO of freed indices, from freeHead on
+	freeHead  int
+	live      int
 }
 
 // grant is an immutable copy of what a valid MR allows: its key, PD and
@@ -75,6 +77,9 @@ func (t *Table) publishLocked(idx uint32) {
 		gs = &grown
 	}
 	(*gs)[idx].Store(g)
+	if t.onPublish != nil {
+		t.onPublish()
+	}
 }
 
 // grantOf returns the grant of the valid MR in the slot key indexes, if any.
@@ -120,6 +125,16 @@ func NewTable(bits int) *Table {
 // CheckRemote stay valid while it is unchanged: the transport checks keys
 // when a WR is posted and checks again at execution only if it moved.
 func (t *Table) Epoch() uint64 { return t.epoch.Load() }
+
+// unlockChanged ends a change that may make a passing check fail: it moves
+// the epoch, then releases the lock. The epoch moves after the change is
+// published (to the slots and the lock-free grants), never before: a
+// caller that reads the epoch and then checks a key must not see the new
+// epoch with the old grant, or it would keep a stale result as current.
+func (t *Table) unlockChanged() {
+	t.epoch.Add(1)
+	t.mu.Unlock()
+}
 
 // Bits returns the index width the table was created with.
 func (t *Table) Bits() int { return int(t.bits) }

@@ -177,6 +177,9 @@ func (c *Conn) resolveSendLocked(w *qp.SendWQE) error {
 	if w.WR.Opcode.ReadOrAtomic() {
 		access = keys.LocalWrite
 	}
+	// The epoch before the checks: a change during them moves it again
+	// and the next use checks again.
+	epoch := c.qp.Keys().Epoch()
 	for i, s := range w.WR.SGL {
 		mr, err := c.qp.Keys().CheckLocal(c.qp.PD(), s.Lkey, s.Addr, s.Length, access)
 		if err != nil {
@@ -184,7 +187,7 @@ func (c *Conn) resolveSendLocked(w *qp.SendWQE) error {
 		}
 		w.MRs[i] = mr
 	}
-	w.Epoch = c.qp.Keys().Epoch()
+	w.Epoch = epoch
 	return nil
 }
 
