@@ -171,7 +171,10 @@ func (c *Conn) recvWC(wc cq.WC) {
 	c.rout.wc(c.qp.RecvCQ(), wc)
 }
 
-// takeWQELocked makes sure a receive WQE is in hand, with its MRs.
+// takeWQELocked makes sure a receive WQE is in hand, with its MRs. A WQE
+// whose memory is gone (an MR deregistered or invalidated since it was
+// posted) is completed here with LocProtErr and not kept, whatever the QP
+// type then does with the request.
 func (c *Conn) takeWQELocked() respResult {
 	if c.resp.haveWQE {
 		return respOK
@@ -194,6 +197,8 @@ func (c *Conn) takeWQELocked() respResult {
 	for _, s := range c.resp.wqe.SGL {
 		mr, err := c.qp.Keys().CheckLocal(c.qp.PD(), s.Lkey, s.Addr, s.Length, keys.LocalWrite)
 		if err != nil {
+			c.recvWC(cq.WC{WRID: c.resp.wqe.WRID, Status: cq.LocProtErr, Opcode: cq.Recv})
+			c.resp.haveWQE = false
 			return respLocalProt
 		}
 		c.resp.mrs = append(c.resp.mrs, mr)
@@ -638,9 +643,7 @@ func (c *Conn) udRequestLocked(pb *pktBuf, a *qp.Attr) {
 			c.counters.inc(RecvWQEMissing)
 			return
 		}
-		c.recvWC(cq.WC{WRID: c.resp.wqe.WRID, Status: cq.LocProtErr, Opcode: cq.Recv})
-		c.resp.haveWQE = false
-		return
+		return // completed with LocProtErr by takeWQELocked
 	}
 	c.resp.haveWQE = false
 	var grh [40]byte
