@@ -42,9 +42,10 @@ type Conn struct {
 	// The cached route and MTU, under the QP lock.
 	path path
 
-	// Packets sent and taken in the current task run, under the QP lock:
-	// added to the counters once per run rather than once per packet.
-	sent, taken uint64
+	// Packets sent, sent over the loopback path (which the device also
+	// counts as received), and taken in the current task run, under the QP
+	// lock: added to the counters once per run rather than once per packet.
+	sent, looped, taken uint64
 
 	// Receive task state, under the QP lock.
 	resp   respState
@@ -178,6 +179,10 @@ func (c *Conn) countLocked() {
 	if c.taken != 0 {
 		c.counters.c[RcvdPkts].Add(c.taken)
 		c.taken = 0
+	}
+	if c.looped != 0 {
+		c.e.counters.c[RcvdPkts].Add(c.looped)
+		c.looped = 0
 	}
 }
 

@@ -287,8 +287,10 @@ func (e *Engine) Clock() clock.Clock { return e.clk }
 func (e *Engine) Counters() *Counters { return &e.counters }
 
 // Snapshot returns the device's counters by name: its own plus the sum of
-// every QP's, live and destroyed. Packets sent and received on the
-// loopback path are counted once, on their QPs.
+// every QP's, live and destroyed. Received packets are the device's own
+// count (frames from the link, and packets a QP sent to one on this device
+// over the loopback path), not the QPs' sum, which leaves out packets no QP
+// took.
 func (e *Engine) Snapshot() map[string]uint64 {
 	m := e.counters.Snapshot()
 	e.mu.RLock()
@@ -588,6 +590,7 @@ func (e *Engine) xmitSpan(c *Conn, r *route, buf []byte, ib int, ext []byte, spa
 		return
 	}
 	if r.fast {
+		c.looped++ // received by this device: see countLocked
 		pb := e.getBuf()
 		pb.own = append(pb.own[:0], buf[netHeadroom:netHeadroom+ib]...)
 		var err error
