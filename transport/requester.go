@@ -556,14 +556,8 @@ func (c *Conn) retryLocked() {
 	case w.WR.Opcode.Atomic():
 		w.Sent, psn = 0, first
 	default:
-		k := c.req.retryPSN.Diff(first)
-		if k < 0 {
-			k = 0
-		}
-		if uint32(k)*mtu > w.Length {
-			k = int32(w.Length / mtu)
-		}
-		w.Sent, psn = uint32(k)*mtu, first.Add(uint32(k))
+		k := resumePacket(c.req.retryPSN, first, w.Length, mtu)
+		w.Sent, psn = k*mtu, first.Add(k)
 	}
 	if c.req.afterRNR {
 		c.req.afterRNR = false
@@ -585,6 +579,13 @@ func (c *Conn) retryLocked() {
 	c.req.retried, c.req.retriedValid = psn, true
 	c.req.noAck = 0
 	c.req.rnrWait = false
+}
+
+// resumePacket is the packet of a SEND or WRITE of length bytes, first
+// sent at PSN first, that a retry from PSN retry resumes at: the retry PSN's
+// packet, within the message (rvt_restart_sge's position).
+func resumePacket(retry, first PSN, length, mtu uint32) uint32 {
+	return uint32(min(max(retry.Diff(first), 0), int32(npkts(length, mtu))-1))
 }
 
 // checkDrainedLocked raises SQ_DRAINED once the SQD state has no WQE in
