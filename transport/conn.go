@@ -456,7 +456,9 @@ func (c *Conn) pathLocked(a *qp.Attr) *path {
 	p.valid = true
 	if !c.qp.Type().Datagram() {
 		p.r = c.e.routeTo(&a.AV, c.srcPort, false)
-		p.valid = p.r.err == DropNone
+		// A failed route is not kept: the next packet tries again (a
+		// neighbour may have been learned meanwhile without a port change).
+		p.valid = !p.r.bad
 	}
 	return p
 }

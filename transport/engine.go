@@ -524,7 +524,7 @@ type route struct {
 	fast     bool // local RC/UC: skip framing and ICRC
 	src, dst netdev.Endpoint
 	ttl, tos uint8
-	err      DropReason
+	bad      bool // no route (bad GID index, no link, MAC unresolved)
 }
 
 // routeTo resolves a destination GID from a source GID index.
@@ -532,7 +532,7 @@ func (e *Engine) routeTo(av *qp.AddressVector, srcPort uint16, datagram bool) ro
 	ps := e.port.Load()
 	var r route
 	if int(av.SGIDIndex) >= len(ps.gids) {
-		r.err = DropBadHeader
+		r.bad = true
 		return r
 	}
 	sgid := ps.gids[av.SGIDIndex]
@@ -556,7 +556,7 @@ func (e *Engine) routeTo(av *qp.AddressVector, srcPort uint16, datagram bool) ro
 	default:
 		r.wire = true
 		if ps.link == nil {
-			r.err = DropUnknownQP
+			r.bad = true
 			break
 		}
 		mac, ok := netdev.MAC{}, false
@@ -564,7 +564,7 @@ func (e *Engine) routeTo(av *qp.AddressVector, srcPort uint16, datagram bool) ro
 			mac, ok = ps.resolve(r.dst.IP)
 		}
 		if !ok {
-			r.err = DropBadHeader
+			r.bad = true
 			break
 		}
 		r.dst.MAC = mac
@@ -585,7 +585,7 @@ func (e *Engine) xmit(c *Conn, r *route, buf []byte, ib int, ext []byte) {
 // only on the fast path, with ext holding the whole payload).
 func (e *Engine) xmitSpan(c *Conn, r *route, buf []byte, ib int, ext []byte, span uint32) {
 	c.sent++ // under c's QP lock, as every transmit is
-	if r.err != DropNone {
+	if r.bad {
 		e.counters.c[SendErr].Add(1)
 		return
 	}

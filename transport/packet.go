@@ -130,7 +130,6 @@ type Packet struct {
 	FECN     bool
 	BECN     bool
 	PadCount uint8
-	TVer     uint8
 
 	HdrLen     uint16 // BTH plus extension headers; the payload starts here
 	PayloadLen uint32 // payload bytes, pad excluded

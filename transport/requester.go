@@ -26,7 +26,6 @@ type reqState struct {
 	// packets still in flight would trigger a storm).
 	retried      PSN
 	retriedValid bool
-	failed       bool // a WQE failed: the QP goes to ERR when it retires
 
 	// End-to-end credits (IBTA 9.7.7.2), as rdmavt: each message WQE gets
 	// a send sequence number; ACKs set the limit sequence number to their
@@ -150,7 +149,6 @@ func (c *Conn) requestLocked() bool {
 			// Keys changed since the WR was posted: check its SGEs again.
 			if err := c.resolveSendLocked(w); err != nil {
 				w.State, w.Status = qp.WQEError, cq.LocProtErr
-				c.req.failed = true
 				sq.Next++
 				break
 			}
@@ -481,7 +479,6 @@ func (c *Conn) execLocalLocked(w *qp.SendWQE) {
 	}
 	if err != nil {
 		w.State, w.Status = qp.WQEError, status
-		c.req.failed = true
 		return
 	}
 	w.State, w.Status = qp.WQEDone, cq.Success
@@ -519,7 +516,6 @@ func (c *Conn) failOldestLocked(status cq.Status) {
 			continue
 		}
 		w.State, w.Status = qp.WQEError, status
-		c.req.failed = true
 		if i == sq.Next {
 			sq.Next++
 		}
@@ -637,7 +633,6 @@ func (c *Conn) enterErrLocked() {
 		return
 	}
 	c.qp.SetStateLocked(qp.Err)
-	c.req.failed = false
 	c.flushSendLocked()
 	c.recvTask.Schedule()
 }

@@ -47,7 +47,6 @@ type resource struct {
 	atomic      bool
 	first, last PSN
 	va          uint64
-	rkey        uint32
 	length      uint32
 	orig        uint64
 }
@@ -401,7 +400,7 @@ func (c *Conn) readLocked(p *Packet, a *qp.Attr) respResult {
 	}
 	k := npkts(n, c.pmtu(a))
 	res := c.newResource()
-	*res = resource{valid: true, first: p.PSN, last: p.PSN.Add(k - 1), va: va, rkey: p.RETH().RKey(), length: n}
+	*res = resource{valid: true, first: p.PSN, last: p.PSN.Add(k - 1), va: va, length: n}
 	c.resp.epsn = p.PSN.Add(k)
 	c.resp.msn = (c.resp.msn + 1) & 0xFFFFFF
 	c.flushAckLocked()
@@ -431,7 +430,7 @@ func (c *Conn) atomicLocked(p *Packet) respResult {
 	}
 	c.e.atomicMu.Unlock()
 	res := c.newResource()
-	*res = resource{valid: true, atomic: true, first: p.PSN, last: p.PSN, va: va, rkey: ae.RKey(), orig: orig}
+	*res = resource{valid: true, atomic: true, first: p.PSN, last: p.PSN, va: va, orig: orig}
 	c.resp.epsn = p.PSN.Add(1)
 	c.resp.msn = (c.resp.msn + 1) & 0xFFFFFF
 	c.flushAckLocked()
