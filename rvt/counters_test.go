@@ -1,11 +1,14 @@
 package rvt
 
 import (
+	"net/netip"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/softverbs/softverbs/netdev"
 	"github.com/softverbs/softverbs/qp"
+	"github.com/softverbs/softverbs/transport"
 )
 
 // TestLoopbackPacketCounts checks the device totals of a loopback RC SEND:
@@ -24,4 +27,26 @@ func TestLoopbackPacketCounts(t *testing.T) {
 	require.Equal(t, uint64(2), c["rcvd_pkts"], "the SEND and its ACK: %v", c)
 	require.Equal(t, uint64(1), a.Counters()["rcvd_pkts"], "the ACK")
 	require.Equal(t, uint64(1), b.Counters()["rcvd_pkts"], "the SEND")
+}
+
+// TestCNPDroppedAsNotSupported hands the device a RoCEv2 CNP addressed to
+// one of its QPs: with no congestion control, it is dropped as not
+// supported before any QP sees it.
+func TestCNPDroppedAsNotSupported(t *testing.T) {
+	ipA, ipB := netip.AddrFrom4([4]byte{198, 18, 0, 1}), netip.AddrFrom4([4]byte{198, 18, 0, 2})
+	n := newNode(t, Options{Addrs: []netip.Addr{netip.MustParseAddr("fe80::1"), ipA}})
+	q := n.qp(t, qp.RC)
+	ib := make([]byte, transport.CNP.Info().HdrLen)
+	transport.BTH(ib).Init(transport.CNP, transport.DefaultPKey, q.Num(), 0)
+	udpLen := len(ib) + transport.ICRCLen
+	frame := make([]byte, netdev.HeaderLen(false)+udpLen)
+	copy(frame[netdev.HeaderLen(false):], ib)
+	require.NotZero(t, netdev.EncodeRoCEv2(frame,
+		netdev.Endpoint{MAC: netdev.MAC{2, 0, 0, 0, 0, 2}, IP: ipB, Port: 0xC001},
+		netdev.Endpoint{IP: ipA, Port: transport.RoCEv2Port}, 64, 0, udpLen))
+	require.NoError(t, transport.PutICRC(frame[netdev.EthernetHeaderLen:]))
+	n.d.Engine().ReceiveFrame(frame)
+	c := n.d.Counters()
+	require.Equal(t, uint64(1), c["drop_"+transport.DropNotSupported.String()], "%v", c)
+	require.Zero(t, c["drop_"+transport.DropQPType.String()], "%v", c)
 }

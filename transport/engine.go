@@ -6,9 +6,10 @@ package transport
 // send task runs the completer and requester and whose receive task runs
 // the responder.
 //
-// Lock order: Engine.mu (QP table) -> qp.QP lock. Nothing calls
-// a CQ handler, an event subscriber or a link while holding Engine.mu; CQ
-// pushes and events are issued after the QP lock is released.
+// Lock order: qp.QP lock -> Conn.timerMu, and qp.QP lock -> the engine's
+// atomicMu; Engine.mu (the QP table) is taken with no transport lock held
+// and nothing is taken under it. CQ pushes and events are issued after the QP
+// lock is released.
 
 import (
 	"errors"
@@ -283,7 +284,8 @@ func (e *Engine) GIDs() []netdev.GID {
 func (e *Engine) Clock() clock.Clock { return e.clk }
 
 // Counters returns the device-wide counters that are not per QP (frames
-// received from the link, drops before a QP is known).
+// received from the link, packets received over the loopback path, drops
+// before a QP is known) and the totals of destroyed QPs.
 func (e *Engine) Counters() *Counters { return &e.counters }
 
 // Snapshot returns the device's counters by name: its own plus the sum of
@@ -453,8 +455,13 @@ func (e *Engine) receiveFrame(frame []byte, rel netdev.Releaser, here bool) {
 // its multicast group; here is as for receiveFrame.
 func (e *Engine) deliver(pb *pktBuf, here bool) {
 	p := &pb.pkt
-	if p.PKey&0x7FFF != DefaultPKey&0x7FFF {
+	if p.PKey&^PKeyFullMember != DefaultPKey&^PKeyFullMember {
 		e.drop(nil, DropBadPKey)
+		e.putBuf(pb)
+		return
+	}
+	if p.Info.Has(FlagCNP) {
+		e.drop(nil, DropNotSupported) // no congestion control
 		e.putBuf(pb)
 		return
 	}

@@ -9,8 +9,8 @@ import (
 // drops by reason; the zero value means "not dropped".
 type DropReason uint8
 
-// Drop reasons. Parse returns the first five kinds plus BadLength; the
-// others are for the receive path and the engines.
+// Drop reasons. Parse returns the first five kinds; the others are for the
+// receive path and the engines.
 const (
 	DropNone         DropReason = iota
 	DropTruncated               // shorter than its headers

@@ -347,9 +347,10 @@ func (c *Conn) writeLocked(p *Packet) respResult {
 	if n > c.resp.wresid || info.Has(FlagEnd) && n != c.resp.wresid {
 		return respInvalid
 	}
-	if info.Has(FlagEnd) && info.Has(FlagImm) {
-		// WRITE with immediate consumes a receive WQE: take it before
-		// placing data, so an RNR NAK leaves nothing half done.
+	if info.Has(FlagRecvWQE) {
+		// WRITE with immediate consumes a receive WQE at its last packet:
+		// take it before placing data, so an RNR NAK leaves nothing half
+		// done.
 		if r := c.takeWQELocked(); r != respOK {
 			return r
 		}
