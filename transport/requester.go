@@ -189,26 +189,33 @@ func (c *Conn) resolveSendLocked(w *qp.SendWQE) error {
 	return nil
 }
 
+// seekSGE finds message offset off in an SGE list: the index of the SGE
+// that holds it and the offset within that SGE (len(sgl) if off is at or
+// past the end).
+func seekSGE(sgl []qp.SGE, off uint32) (int, uint32) {
+	for i, s := range sgl {
+		if off < s.Length {
+			return i, off
+		}
+		off -= s.Length
+	}
+	return len(sgl), 0
+}
+
 // gather copies len(dst) payload bytes of w, starting at message offset off.
 func gather(w *qp.SendWQE, off uint32, dst []byte) {
 	if w.WR.Flags&qp.Inline != 0 {
 		copy(dst, w.WR.InlineData[off:])
 		return
 	}
-	for i, s := range w.WR.SGL {
-		if len(dst) == 0 {
-			return
-		}
-		if off >= s.Length {
-			off -= s.Length
-			continue
-		}
-		n := min(uint32(len(dst)), s.Length-off)
+	i, at := seekSGE(w.WR.SGL, off)
+	for ; i < len(w.WR.SGL) && len(dst) > 0; i, at = i+1, 0 {
+		s := w.WR.SGL[i]
+		n := min(uint32(len(dst)), s.Length-at)
 		if w.MRs[i] != nil {
-			w.MRs[i].ReadAt(dst[:n], s.Addr+uint64(off))
+			w.MRs[i].ReadAt(dst[:n], s.Addr+uint64(at))
 		}
 		dst = dst[n:]
-		off = 0
 	}
 }
 
@@ -218,39 +225,27 @@ func view(w *qp.SendWQE, off, n uint32) []byte {
 	if w.WR.Flags&qp.Inline != 0 {
 		return nil
 	}
-	for i, s := range w.WR.SGL {
-		if off >= s.Length {
-			off -= s.Length
-			continue
-		}
-		if n > s.Length-off || w.MRs[i] == nil {
-			return nil
-		}
-		b, ok := w.MRs[i].View(s.Addr+uint64(off), uint64(n))
-		if !ok {
-			return nil
-		}
-		return b
+	i, at := seekSGE(w.WR.SGL, off)
+	if i == len(w.WR.SGL) || n > w.WR.SGL[i].Length-at || w.MRs[i] == nil {
+		return nil
 	}
-	return nil
+	b, ok := w.MRs[i].View(w.WR.SGL[i].Addr+uint64(at), uint64(n))
+	if !ok {
+		return nil
+	}
+	return b
 }
 
 // scatter copies src into the SGE list at message offset off.
 func scatter(sgl []qp.SGE, mrs []*keys.MR, off uint32, src []byte) {
-	for i, s := range sgl {
-		if len(src) == 0 {
-			return
-		}
-		if off >= s.Length {
-			off -= s.Length
-			continue
-		}
-		n := min(uint32(len(src)), s.Length-off)
+	i, at := seekSGE(sgl, off)
+	for ; i < len(sgl) && len(src) > 0; i, at = i+1, 0 {
+		s := sgl[i]
+		n := min(uint32(len(src)), s.Length-at)
 		if mrs[i] != nil {
-			mrs[i].WriteAt(src[:n], s.Addr+uint64(off))
+			mrs[i].WriteAt(src[:n], s.Addr+uint64(at))
 		}
 		src = src[n:]
-		off = 0
 	}
 }
 

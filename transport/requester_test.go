@@ -1,9 +1,13 @@
 package transport
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/softverbs/softverbs/keys"
+	"github.com/softverbs/softverbs/qp"
 )
 
 func TestResumePacket(t *testing.T) {
@@ -27,5 +31,53 @@ func TestResumePacket(t *testing.T) {
 	for _, tc := range tests {
 		got := resumePacket(tc.retry, first, tc.length, mtu)
 		require.Equal(t, tc.want, got, "%s: retry %#x first %#x length %d", tc.name, uint32(tc.retry), uint32(first), tc.length)
+	}
+}
+
+// TestGatherScatter walks an SGE list with an empty SGE in it at every
+// message offset and length: scatter writes exactly the bytes of the
+// message range into the right SGEs, gather reads them back, and view
+// returns memory in place only when the range lies in one SGE.
+func TestGatherScatter(t *testing.T) {
+	tb := keys.NewTable(6)
+	pd := keys.NewPD(1)
+	lens := []uint32{5, 0, 7, 4}
+	var sgl []qp.SGE
+	var mrs []*keys.MR
+	var bufs [][]byte
+	for i, n := range lens {
+		buf := make([]byte, n)
+		mr, err := tb.RegMR(pd, buf, uint64(0x1000*(i+1)), keys.LocalWrite)
+		require.NoError(t, err)
+		sgl = append(sgl, qp.SGE{Addr: mr.IOVA, Length: n, Lkey: mr.Lkey})
+		mrs, bufs = append(mrs, mr), append(bufs, buf)
+	}
+	flat := func() []byte { return slices.Concat(bufs...) }
+	total := uint32(len(flat()))
+	w := &qp.SendWQE{WR: qp.SendWR{SGL: sgl}, MRs: mrs}
+	for off := uint32(0); off <= total; off++ {
+		for n := uint32(0); off+n <= total; n++ {
+			for _, b := range bufs {
+				clear(b)
+			}
+			src := make([]byte, n)
+			for i := range src {
+				src[i] = byte(i + 1)
+			}
+			scatter(sgl, mrs, off, src)
+			want := make([]byte, total)
+			copy(want[off:], src)
+			require.Equal(t, want, flat(), "scatter at %d, %d bytes", off, n)
+			got := make([]byte, n)
+			gather(w, off, got)
+			require.Equal(t, src, got, "gather at %d, %d bytes", off, n)
+			i, at := seekSGE(sgl, off)
+			v := view(w, off, n)
+			if i < len(sgl) && at+n <= sgl[i].Length {
+				require.Equal(t, src, v, "view at %d, %d bytes: one SGE", off, n)
+			} else {
+				require.Nil(t, v, "view at %d, %d bytes spans SGEs", off, n)
+			}
+		}
 	}
 }
