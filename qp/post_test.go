@@ -100,6 +100,29 @@ func TestNew(t *testing.T) {
 	q.Release()
 }
 
+func TestNewOnDestroyedCQ(t *testing.T) {
+	for _, c := range []struct {
+		name, which string
+		cq          func(f *fixture) *cq.CQ
+	}{
+		{"send", "send CQ", func(f *fixture) *cq.CQ { return f.scq }},
+		{"recv", "receive CQ", func(f *fixture) *cq.CQ { return f.rcq }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFixture(t)
+			require.NoError(t, c.cq(f).Destroy())
+			pdRefs := f.pd.Refs()
+			q, err := New(2, f.cfg(RC, defaultCap()))
+			require.ErrorIs(t, err, cq.ErrDestroyed)
+			require.Contains(t, err.Error(), c.which)
+			require.Nil(t, q)
+			require.Equal(t, pdRefs, f.pd.Refs(), "no PD reference left behind")
+			require.Zero(t, f.scq.Refs(), "no send CQ reference left behind")
+			require.Zero(t, f.rcq.Refs(), "no receive CQ reference left behind")
+		})
+	}
+}
+
 func TestPostByState(t *testing.T) {
 	sendOK := map[State]bool{RTS: true, SQD: true, SQE: true, Err: true}
 	for _, typ := range allTypes {

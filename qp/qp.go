@@ -38,7 +38,8 @@ type QP struct {
 }
 
 // New creates a QP in the RESET state. The caller (the device) owns the QP
-// number space.
+// number space. Errors: ErrInvalidArgument, ErrNotSupported, and
+// cq.ErrDestroyed (naming which CQ) when either CQ has been destroyed.
 func New(num uint32, cfg Config) (*QP, error) {
 	if cfg.PD == nil || cfg.SendCQ == nil || cfg.RecvCQ == nil || cfg.Keys == nil || cfg.Limits == nil {
 		return nil, fmt.Errorf("create QP: %w: PD, CQs, key table and limits are required", ErrInvalidArgument)
@@ -70,9 +71,14 @@ func New(num uint32, cfg Config) (*QP, error) {
 	if cfg.Type == GSI {
 		q.attr.QKey = GSIQKey
 	}
+	if err := cfg.SendCQ.TryRef(); err != nil {
+		return nil, fmt.Errorf("create QP: send CQ: %w", err)
+	}
+	if err := cfg.RecvCQ.TryRef(); err != nil {
+		cfg.SendCQ.Unref()
+		return nil, fmt.Errorf("create QP: receive CQ: %w", err)
+	}
 	cfg.PD.Ref()
-	cfg.SendCQ.Ref()
-	cfg.RecvCQ.Ref()
 	if cfg.SRQ != nil {
 		cfg.SRQ.ref()
 	}
