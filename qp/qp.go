@@ -39,7 +39,8 @@ type QP struct {
 
 // New creates a QP in the RESET state. The caller (the device) owns the QP
 // number space. Errors: ErrInvalidArgument, ErrNotSupported, and
-// cq.ErrDestroyed (naming which CQ) when either CQ has been destroyed.
+// cq.ErrDestroyed (naming which CQ) when either CQ has been destroyed,
+// ErrInvalidState when the SRQ has been destroyed.
 func New(num uint32, cfg Config) (*QP, error) {
 	if cfg.PD == nil || cfg.SendCQ == nil || cfg.RecvCQ == nil || cfg.Keys == nil || cfg.Limits == nil {
 		return nil, fmt.Errorf("create QP: %w: PD, CQs, key table and limits are required", ErrInvalidArgument)
@@ -78,10 +79,14 @@ func New(num uint32, cfg Config) (*QP, error) {
 		cfg.SendCQ.Unref()
 		return nil, fmt.Errorf("create QP: receive CQ: %w", err)
 	}
-	cfg.PD.Ref()
 	if cfg.SRQ != nil {
-		cfg.SRQ.ref()
+		if err := cfg.SRQ.ref(); err != nil {
+			cfg.SendCQ.Unref()
+			cfg.RecvCQ.Unref()
+			return nil, fmt.Errorf("create QP: %w", err)
+		}
 	}
+	cfg.PD.Ref()
 	return q, nil
 }
 

@@ -3,7 +3,6 @@ package qp
 import (
 	"fmt"
 	"sync"
-	"sync/atomic"
 
 	"github.com/softverbs/softverbs/keys"
 )
@@ -13,11 +12,12 @@ type SRQ struct {
 	pd     *keys.PD
 	kt     *keys.Table
 	maxSGE uint32
-	refs   atomic.Int32
 
-	mu    sync.Mutex
-	q     RecvQueue
-	limit uint32 // armed limit; 0 = not armed
+	mu        sync.Mutex
+	q         RecvQueue
+	limit     uint32 // armed limit; 0 = not armed
+	refs      int32  // QPs using the SRQ
+	destroyed bool
 }
 
 // NewSRQ creates a shared receive queue of maxWR entries.
@@ -32,14 +32,35 @@ func NewSRQ(pd *keys.PD, kt *keys.Table, maxWR, maxSGE uint32) (*SRQ, error) {
 	return &SRQ{pd: pd, kt: kt, maxSGE: maxSGE, q: newRecvQueue(maxWR, maxSGE)}, nil
 }
 
-func (s *SRQ) ref()   { s.refs.Add(1) }
-func (s *SRQ) unref() { s.refs.Add(-1) }
-
-// Destroy releases the SRQ; ErrBusy while QPs use it.
-func (s *SRQ) Destroy() error {
-	if s.refs.Load() > 0 {
-		return fmt.Errorf("destroy SRQ: %w: %d QPs use it", ErrBusy, s.refs.Load())
+// ref records a QP using s; ErrInvalidState once s is destroyed.
+func (s *SRQ) ref() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.destroyed {
+		return fmt.Errorf("ref SRQ: %w: destroyed", ErrInvalidState)
 	}
+	s.refs++
+	return nil
+}
+
+func (s *SRQ) unref() {
+	s.mu.Lock()
+	s.refs--
+	s.mu.Unlock()
+}
+
+// Destroy releases the SRQ and its PD reference. Errors: ErrBusy while QPs
+// use it, ErrInvalidState if it is already destroyed.
+func (s *SRQ) Destroy() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.destroyed {
+		return fmt.Errorf("destroy SRQ: %w: already destroyed", ErrInvalidState)
+	}
+	if s.refs > 0 {
+		return fmt.Errorf("destroy SRQ: %w: %d QPs use it", ErrBusy, s.refs)
+	}
+	s.destroyed = true
 	s.pd.Unref()
 	return nil
 }

@@ -219,3 +219,56 @@ func TestSRQSharedConcurrently(t *testing.T) {
 	}
 	require.NoError(t, s.Destroy())
 }
+
+func TestSRQDestroyTwice(t *testing.T) {
+	f := newFixture(t)
+	refs := f.pd.Refs()
+	s := f.newSRQ(t, 4, 1)
+	require.NoError(t, s.Destroy())
+	require.Equal(t, refs, f.pd.Refs())
+	err := s.Destroy()
+	require.ErrorIs(t, err, ErrInvalidState)
+	require.Contains(t, err.Error(), "already destroyed")
+	require.Equal(t, refs, f.pd.Refs(), "a second destroy drops no PD reference")
+
+	// A destroyed SRQ takes no QP, and the failed creation holds nothing.
+	cfg := f.cfg(RC, Cap{MaxSendWR: 2})
+	cfg.SRQ = s
+	q, err := New(0x40, cfg)
+	require.ErrorIs(t, err, ErrInvalidState)
+	require.Nil(t, q)
+	require.Equal(t, refs, f.pd.Refs())
+	require.Zero(t, f.scq.Refs())
+	require.Zero(t, f.rcq.Refs())
+}
+
+// TestSRQDestroyRacesNew runs Destroy against a QP creation on the same
+// SRQ: exactly one of them wins, never both.
+func TestSRQDestroyRacesNew(t *testing.T) {
+	f := newFixture(t)
+	refs := f.pd.Refs()
+	for i := 0; i < 200; i++ {
+		s := f.newSRQ(t, 4, 1)
+		cfg := f.cfg(RC, Cap{MaxSendWR: 2})
+		cfg.SRQ = s
+		var (
+			wg         sync.WaitGroup
+			q          *QP
+			newErr     error
+			destroyErr error
+		)
+		wg.Add(2)
+		go func() { defer wg.Done(); q, newErr = New(0x40, cfg) }()
+		go func() { defer wg.Done(); destroyErr = s.Destroy() }()
+		wg.Wait()
+		if newErr == nil {
+			require.ErrorIs(t, destroyErr, ErrBusy, "iteration %d: QP created and SRQ destroyed", i)
+			q.Release()
+			require.NoError(t, s.Destroy())
+		} else {
+			require.ErrorIs(t, newErr, ErrInvalidState, "iteration %d", i)
+			require.NoError(t, destroyErr, "iteration %d", i)
+		}
+		require.Equal(t, refs, f.pd.Refs(), "iteration %d", i)
+	}
+}
