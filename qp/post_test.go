@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -533,6 +534,47 @@ func TestPostRecvQueueFullAndCopy(t *testing.T) {
 	require.Equal(t, []SGE{f.sge(0, 16)}, dst.SGL)
 	require.Equal(t, uint32(16), dst.Length)
 	require.Equal(t, 1, q.RecvLenLocked())
+}
+
+// TestPostRecvErrorText pins the full error text of a failed receive post
+// on a QP and on an SRQ: postRecv's errors are prefixed by its callers.
+func TestPostRecvErrorText(t *testing.T) {
+	f := newFixture(t)
+	q := f.newQP(t, RC, Cap{MaxSendWR: 1, MaxRecvWR: 2, MaxRecvSGE: 1})
+	moveTo(t, q, RTR)
+	s := f.newSRQ(t, 2, 1)
+	t.Cleanup(func() { require.NoError(t, s.Destroy()) })
+	post := map[string]func([]RecvWR) error{
+		"post recv on QP 0x11": func(wrs []RecvWR) error { return recvList(q, wrs...) },
+		"post recv on SRQ":     s.Post,
+	}
+	for prefix, post := range post {
+		t.Run(prefix, func(t *testing.T) {
+			require.EqualError(t, post(make([]RecvWR, 3)), prefix+": queue full: 3 WRs, 2 free of 2")
+			require.EqualError(t, post([]RecvWR{{}, {WRID: 0x21, SGL: []SGE{f.sge(0, 1), f.sge(1, 1)}}}),
+				prefix+": WR 1 (wr_id 0x21): invalid argument: 2 SGEs, max_recv_sge is 1")
+			err := post([]RecvWR{{WRID: 0x44, SGL: []SGE{{Addr: 0, Length: 4, Lkey: 0xbad00}}}})
+			require.ErrorIs(t, err, keys.ErrInvalidKey)
+			require.True(t, strings.HasPrefix(err.Error(), prefix+": WR 0 (wr_id 0x44) SGE 0 (lkey 0xbad00 addr 0x0 len 4): "), err.Error())
+		})
+	}
+}
+
+// TestPostRecvAllocs: a successful receive post allocates nothing.
+func TestPostRecvAllocs(t *testing.T) {
+	f := newFixture(t)
+	q := f.newQP(t, RC, defaultCap())
+	moveTo(t, q, RTR)
+	wrs := []RecvWR{{WRID: 1, SGL: []SGE{f.sge(0, 64), f.sge(64, 64)}}, {WRID: 2, SGL: []SGE{f.sge(128, 8)}}}
+	q.Lock()
+	defer q.Unlock()
+	var err error
+	allocs := testing.AllocsPerRun(100, func() {
+		err = q.PostRecvLocked(wrs)
+		q.RQ.tail = q.RQ.head // consume them, so the queue never fills
+	})
+	require.NoError(t, err)
+	require.Zero(t, allocs)
 }
 
 func TestPopRecvEmpty(t *testing.T) {

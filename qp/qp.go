@@ -398,31 +398,37 @@ func (q *QP) PostRecvLocked(wrs []RecvWR) error {
 	if !st.Allows(PostRecvOK) {
 		return fmt.Errorf("post recv on QP %#x: %w: QP is in %v", q.num, ErrInvalidState, st)
 	}
-	return postRecv(&q.RQ, q.cfg.Keys, q.cfg.PD, q.cfg.Cap.MaxRecvSGE, wrs, fmt.Sprintf("QP %#x", q.num))
+	if err := postRecv(&q.RQ, q.cfg.Keys, q.cfg.PD, q.cfg.Cap.MaxRecvSGE, wrs); err != nil {
+		return fmt.Errorf("post recv on QP %#x: %w", q.num, err)
+	}
+	return nil
 }
 
-func postRecv(rq *RecvQueue, kt *keys.Table, pd *keys.PD, maxSGE uint32, wrs []RecvWR, who string) error {
+// postRecv validates and queues wrs on rq, all or none. Its errors carry no
+// "post recv on ..." prefix: the caller adds it, only on failure, so a
+// successful post does not format anything.
+func postRecv(rq *RecvQueue, kt *keys.Table, pd *keys.PD, maxSGE uint32, wrs []RecvWR) error {
 	epoch := kt.Epoch()
 	if rq.Free() < len(wrs) {
-		return fmt.Errorf("post recv on %s: %w: %d WRs, %d free of %d", who, ErrQueueFull, len(wrs), rq.Free(), rq.Cap())
+		return fmt.Errorf("%w: %d WRs, %d free of %d", ErrQueueFull, len(wrs), rq.Free(), rq.Cap())
 	}
 	for i := range wrs {
 		wr := &wrs[i]
 		if uint32(len(wr.SGL)) > maxSGE {
-			return fmt.Errorf("post recv on %s: WR %d (wr_id %#x): %w: %d SGEs, max_recv_sge is %d", who, i, wr.WRID, ErrInvalidArgument, len(wr.SGL), maxSGE)
+			return fmt.Errorf("WR %d (wr_id %#x): %w: %d SGEs, max_recv_sge is %d", i, wr.WRID, ErrInvalidArgument, len(wr.SGL), maxSGE)
 		}
 		var total uint64
 		slot := rq.At(rq.head + uint32(i))
 		for j, s := range wr.SGL {
 			mr, err := kt.CheckLocal(pd, s.Lkey, s.Addr, s.Length, keys.LocalWrite)
 			if err != nil {
-				return fmt.Errorf("post recv on %s: WR %d (wr_id %#x) SGE %d (lkey %#x addr %#x len %d): %w", who, i, wr.WRID, j, s.Lkey, s.Addr, s.Length, err)
+				return fmt.Errorf("WR %d (wr_id %#x) SGE %d (lkey %#x addr %#x len %d): %w", i, wr.WRID, j, s.Lkey, s.Addr, s.Length, err)
 			}
 			slot.MRs[j] = mr
 			total += uint64(s.Length)
 		}
 		if total > MaxMessage {
-			return fmt.Errorf("post recv on %s: WR %d (wr_id %#x): %w: %d bytes", who, i, wr.WRID, ErrInvalidArgument, total)
+			return fmt.Errorf("WR %d (wr_id %#x): %w: %d bytes", i, wr.WRID, ErrInvalidArgument, total)
 		}
 	}
 	for i := range wrs {

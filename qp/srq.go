@@ -72,7 +72,10 @@ func (s *SRQ) PD() *keys.PD { return s.pd }
 func (s *SRQ) Post(wrs []RecvWR) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return postRecv(&s.q, s.kt, s.pd, s.maxSGE, wrs, "SRQ")
+	if err := postRecv(&s.q, s.kt, s.pd, s.maxSGE, wrs); err != nil {
+		return fmt.Errorf("post recv on SRQ: %w", err)
+	}
+	return nil
 }
 
 // Len returns the number of queued WQEs.
