@@ -138,16 +138,15 @@ type Limits struct {
 	Ports           uint8
 }
 
-// checkValues validates the values of the attributes selected by mask.
+// checkValues validates the values of the attributes selected by mask. It
+// runs after CheckTransition, which refuses CAP and RATE_LIMIT (no
+// transition takes them), so it does not look at those.
 func checkValues(a *Attr, mask AttrMask, t Type, lim *Limits) error {
 	bad := func(what string, v any) error {
 		return fmt.Errorf("modify: %w: %s %v out of range", ErrInvalidArgument, what, v)
 	}
 	if mask&AttrAltPath != 0 || mask&AttrPathMigState != 0 {
 		return fmt.Errorf("modify: %w: alternate paths (APM)", ErrNotSupported)
-	}
-	if mask&AttrRateLimit != 0 {
-		return fmt.Errorf("modify: %w: rate limit", ErrNotSupported)
 	}
 	if mask&AttrPathMTU != 0 && (!a.PathMTU.Valid() || a.PathMTU > lim.MaxMTU) {
 		return bad("path MTU", a.PathMTU)

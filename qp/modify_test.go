@@ -157,8 +157,8 @@ func TestCheckTransitionNoAttributeTransitions(t *testing.T) {
 					require.NoError(t, CheckTransition(s, Err, typ, AttrState))
 				}
 				// CUR_STATE is not among the attributes of ->RESET/->ERR.
-				require.Error(t, CheckTransition(s, Reset, typ, AttrState|AttrCurState))
-				require.Error(t, CheckTransition(s, Err, typ, AttrState|AttrCurState))
+				require.ErrorIs(t, CheckTransition(s, Reset, typ, AttrState|AttrCurState), ErrInvalidArgument)
+				require.ErrorIs(t, CheckTransition(s, Err, typ, AttrState|AttrCurState), ErrInvalidArgument)
 			})
 		}
 	}
@@ -306,7 +306,6 @@ func TestModifyValues(t *testing.T) {
 
 func TestCheckValuesDirect(t *testing.T) {
 	lim := testLimits()
-	require.ErrorIs(t, checkValues(&Attr{}, AttrRateLimit, RC, lim), ErrNotSupported)
 	require.ErrorIs(t, checkValues(&Attr{}, AttrAltPath, UC, lim), ErrNotSupported)
 	require.ErrorIs(t, checkValues(&Attr{}, AttrPathMigState, RC, lim), ErrNotSupported)
 	require.NoError(t, checkValues(&Attr{PathMTU: 99, Timeout: 99}, 0, RC, lim), "unselected values are not checked")
@@ -317,7 +316,34 @@ func TestModifyCapRefused(t *testing.T) {
 	q := f.newQP(t, RC, defaultCap())
 	a := q.Query()
 	a.Cap.MaxSendWR++
-	require.Error(t, modify(q, &a, AttrCap))
+	before := q.Query()
+	err := modify(q, &a, AttrCap)
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	require.Contains(t, err.Error(), "attributes CAP not allowed")
+	require.Equal(t, before, q.Query())
+}
+
+// TestNoTransitionTakesCapOrRateLimit: no transition lists CAP or
+// RATE_LIMIT as required or optional, so CheckTransition refuses them
+// (TestCheckTransitionTable checks that it refuses anything unlisted) and
+// ModifyLocked and checkValues need no check of their own for them.
+func TestNoTransitionTakesCapOrRateLimit(t *testing.T) {
+	for cur := Reset; cur <= Err; cur++ {
+		for next := Reset; next <= Err; next++ {
+			tr := transitions[cur][next]
+			if tr == nil {
+				continue
+			}
+			for _, typ := range allTypes {
+				if tr.opt[typ] == notAllowed {
+					continue
+				}
+				require.Zero(t, (tr.req[typ]|tr.opt[typ])&(AttrCap|AttrRateLimit), "%v %v->%v", typ, cur, next)
+				err := CheckTransition(cur, next, typ, AttrState|tr.req[typ]|AttrCap|AttrRateLimit)
+				require.ErrorIs(t, err, ErrInvalidArgument, "%v %v->%v", typ, cur, next)
+			}
+		}
+	}
 }
 
 func TestQueryReturnsEverything(t *testing.T) {

@@ -179,9 +179,6 @@ func (q *QP) ModifyLocked(a *Attr, mask AttrMask) (from, to State, err error) {
 	if err := checkValues(a, mask, q.cfg.Type, q.cfg.Limits); err != nil {
 		return 0, 0, fmt.Errorf("QP %#x: %w", q.num, err)
 	}
-	if mask&AttrCap != 0 && a.Cap != q.attr.Cap {
-		return 0, 0, fmt.Errorf("modify QP %#x: %w: resizing queues", q.num, ErrNotSupported)
-	}
 	q.apply(a, mask)
 	q.attr.State = next
 	if next == Reset {
