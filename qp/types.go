@@ -224,7 +224,6 @@ type Attr struct {
 	MinRNRTimer      uint8
 	DestQPN          uint32
 	Cap              Cap
-	SQDraining       bool // query only
 }
 
 // Opcode is a send work request opcode, with the ibv_wr_opcode values (and
