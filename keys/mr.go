@@ -344,29 +344,13 @@ func (mr *MR) ReadAt(p []byte, iova uint64) int { return mr.mem.Load().copy(p, i
 // bytes copied, with the same rules as ReadAt.
 func (mr *MR) WriteAt(p []byte, iova uint64) int { return mr.mem.Load().copy(p, iova, true) }
 
-// Word returns the 8 bytes of the MR at iova, for atomics; the caller has
-// checked bounds and alignment. It returns nil if the 8 bytes are not inside
-// the MR or not contiguous in memory (they straddle pages of a ZeroBased
-// page-list MR whose IOVA is not 8-byte aligned).
+// Word returns the 8 bytes of the MR at iova, for atomics: View(iova, 8). The
+// caller has checked bounds and alignment. It returns nil if the 8 bytes are
+// not inside the MR or not contiguous in memory (they straddle pages of a
+// ZeroBased page-list MR whose IOVA is not 8-byte aligned).
 func (mr *MR) Word(iova uint64) []byte {
-	m := mr.mem.Load()
-	off, ok := m.offset(iova, 8)
-	if !ok {
-		return nil
-	}
-	if m.pages == nil {
-		return m.buf[off : off+8 : off+8]
-	}
-	pos := off + m.first
-	if pos>>m.shift >= uint64(len(m.pages)) {
-		return nil
-	}
-	pg := m.pages[pos>>m.shift]
-	in := pos & (1<<m.shift - 1)
-	if in+8 > uint64(len(pg)) {
-		return nil
-	}
-	return pg[in : in+8 : in+8]
+	b, _ := mr.View(iova, 8)
+	return b
 }
 
 // offset returns the region offset of [addr, addr+n) if the range is inside.
