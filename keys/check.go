@@ -12,11 +12,22 @@ func (t *Table) CheckLocal(pd *PD, lkey uint32, iova uint64, length uint32, acce
 	if length == 0 {
 		return nil, nil
 	}
-	if g := t.grantOf(lkey); g != nil && g.key == lkey && g.pd == pd && access&^g.access == 0 &&
-		g.mr.mem.Load().contains(iova, uint64(length)) == nil {
+	if g := t.grantOf(lkey); g.allows(pd, lkey, iova, uint64(length), access) {
 		return g.mr, nil
 	}
 	return t.checkLocalSlow(pd, lkey, iova, length, access)
+}
+
+// allows is the lock-free check of CheckLocal and CheckRemote: g (which may
+// be nil) is the published grant of an MR with exactly key, pd and access
+// that contains [addr, addr+n). When it is not, the caller checks again under
+// the lock, which also finds the error. Small enough to be inlined.
+func (g *grant) allows(pd *PD, key uint32, addr, n uint64, access Access) bool {
+	if g == nil || g.key != key || g.pd != pd || access&^g.access != 0 {
+		return false
+	}
+	_, in := g.mr.mem.Load().offset(addr, n)
+	return in
 }
 
 // checkLocalSlow is CheckLocal under the lock, which also finds the exact
@@ -60,8 +71,7 @@ func (t *Table) CheckRemote(pd *PD, rkey uint32, va uint64, length uint32, acces
 	if access&RemoteAccess == 0 {
 		return nil, errNoRemote
 	}
-	if g := t.grantOf(rkey); g != nil && g.key == rkey && g.pd == pd && access&^g.access == 0 &&
-		g.mr.mem.Load().contains(va, uint64(length)) == nil {
+	if g := t.grantOf(rkey); g.allows(pd, rkey, va, uint64(length), access) {
 		return g.mr, nil
 	}
 	return t.checkRemoteSlow(pd, rkey, va, length, access)

@@ -148,3 +148,40 @@ func TestEpochMovesAfterTheChange(t *testing.T) {
 		require.Greater(t, tb.Epoch(), before, "%s moves the epoch", ch.name)
 	}
 }
+
+// TestGrantAllows checks each condition of the lock-free check on its own,
+// including ranges that wrap around the address space.
+func TestGrantAllows(t *testing.T) {
+	tb := NewTable(8)
+	pd, other := NewPD(1), NewPD(2)
+	mr := regMR(t, tb, pd, 64, 0x1000, LocalWrite|RemoteRead)
+	g := tb.grantOf(mr.Lkey)
+	require.NotNil(t, g)
+	const max = ^uint64(0)
+	cases := []struct {
+		name   string
+		g      *grant
+		pd     *PD
+		key    uint32
+		addr   uint64
+		n      uint64
+		access Access
+		want   bool
+	}{
+		{"all of it", g, pd, mr.Lkey, 0x1000, 64, LocalWrite | RemoteRead, true},
+		{"last byte", g, pd, mr.Lkey, 0x103f, 1, 0, true},
+		{"no grant", nil, pd, mr.Lkey, 0x1000, 1, 0, false},
+		{"other key byte", g, pd, mr.Lkey ^ 1, 0x1000, 1, 0, false},
+		{"other PD", g, other, mr.Lkey, 0x1000, 1, 0, false},
+		{"access not granted", g, pd, mr.Lkey, 0x1000, 1, RemoteWrite, false},
+		{"before", g, pd, mr.Lkey, 0xfff, 1, 0, false},
+		{"past the end", g, pd, mr.Lkey, 0x1000, 65, 0, false},
+		{"wraps", g, pd, mr.Lkey, 0x1001, max, 0, false},
+		{"at the top", g, pd, mr.Lkey, max, 2, 0, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			require.Equal(t, c.want, c.g.allows(c.pd, c.key, c.addr, c.n, c.access))
+		})
+	}
+}
