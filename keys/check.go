@@ -105,12 +105,8 @@ func (t *Table) checkRemoteSlow(pd *PD, rkey uint32, va uint64, length uint32, a
 	case access&^mw.access != 0:
 		return nil, errAccess
 	}
-	n := uint64(length)
-	if va+n < va {
-		return nil, errOverflow
-	}
-	if va < mw.addr || va-mw.addr > mw.length || n > mw.length-(va-mw.addr) {
-		return nil, errBounds
+	if err := mw.win.contains(va, uint64(length)); err != nil {
+		return nil, err
 	}
 	return mw.mr, nil
 }

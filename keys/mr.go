@@ -34,8 +34,7 @@ type MR struct {
 // mapping is an immutable description of an MR's memory, replaced as a whole
 // so that the lock-free data path always sees a consistent one.
 type mapping struct {
-	base   uint64 // the address of byte 0: IOVA, or 0 when ZeroBased
-	length uint64
+	span // base is the address of byte 0: IOVA, or 0 when ZeroBased
 
 	buf []byte // contiguous memory (RegMR), or nil
 
@@ -66,7 +65,7 @@ func (t *Table) RegMR(pd *PD, buf []byte, iova uint64, access Access) (*MR, erro
 		return nil, fmt.Errorf("reg mr: iova %#x + length %d overflows: %w", iova, n, ErrInvalidArgument)
 	}
 	mr := &MR{PD: pd, IOVA: iova, Length: n, Access: access, table: t, valid: true}
-	m := &mapping{base: iova, length: n, buf: buf[:n:n]}
+	m := &mapping{span: span{base: iova, length: n}, buf: buf[:n:n]}
 	if access&ZeroBased != 0 {
 		m.base = 0
 	}
@@ -165,11 +164,10 @@ func (mr *MR) MapPages(pages [][]byte, pageSize int, iova uint64, length uint64)
 		return fmt.Errorf("map pages: page %d is %d bytes, page size %d: %w", i, len(p), pageSize, ErrInvalidArgument)
 	}
 	m := &mapping{
-		base:   iova,
-		length: length,
-		pages:  append([][]byte(nil), pages...),
-		shift:  uint(bits.TrailingZeros64(ps)),
-		first:  first,
+		span:  span{base: iova, length: length},
+		pages: append([][]byte(nil), pages...),
+		shift: uint(bits.TrailingZeros64(ps)),
+		first: first,
 	}
 
 	t := mr.table
@@ -353,24 +351,32 @@ func (mr *MR) Word(iova uint64) []byte {
 	return b
 }
 
-// offset returns the region offset of [addr, addr+n) if the range is inside.
-func (m *mapping) offset(addr, n uint64) (uint64, bool) {
-	if addr < m.base {
+// span is a range of addresses, length bytes from base: the memory of an MR
+// (in mapping) or a memory window.
+type span struct {
+	base, length uint64
+}
+
+// offset returns the offset of [addr, addr+n) within s if the range is
+// inside. It never overflows.
+func (s span) offset(addr, n uint64) (uint64, bool) {
+	if addr < s.base {
 		return 0, false
 	}
-	off := addr - m.base
-	if off > m.length || n > m.length-off {
+	off := addr - s.base
+	if off > s.length || n > s.length-off {
 		return 0, false
 	}
 	return off, true
 }
 
-// contains checks [addr, addr+n) against the region, for the check path.
-func (m *mapping) contains(addr, n uint64) error {
+// contains checks [addr, addr+n) against s, for the check path:
+// errOverflow when addr+n wraps, errBounds when the range is not inside.
+func (s span) contains(addr, n uint64) error {
 	if addr+n < addr {
 		return errOverflow
 	}
-	if _, ok := m.offset(addr, n); !ok {
+	if _, ok := s.offset(addr, n); !ok {
 		return errBounds
 	}
 	return nil

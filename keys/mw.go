@@ -36,9 +36,8 @@ type MW struct {
 	table *Table
 
 	// guarded by table.mu
-	mr     *MR // bound MR, nil when unbound
-	addr   uint64
-	length uint64
+	mr     *MR  // bound MR, nil when unbound
+	win    span // the bound range, in mr's addresses
 	access Access
 	dead   bool
 }
@@ -129,7 +128,7 @@ func (t *Table) BindMW(mw *MW, mr *MR, addr, length uint64, access Access, key u
 		return 0, fmt.Errorf("bind mw %#x: window %#x+%d in mr %#x: %w", mw.Rkey, addr, length, mr.Lkey, err)
 	}
 	mw.unbindLocked()
-	mw.mr, mw.addr, mw.length, mw.access = mr, addr, length, access
+	mw.mr, mw.win, mw.access = mr, span{addr, length}, access
 	mr.windows++
 	mw.Rkey = mw.Rkey&^0xff | uint32(key)
 	return mw.Rkey, nil
@@ -142,7 +141,7 @@ func (mw *MW) unbindLocked() {
 	}
 	mw.mr.windows--
 	mw.mr = nil
-	mw.addr, mw.length, mw.access = 0, 0, 0
+	mw.win, mw.access = span{}, 0
 }
 
 // DeallocMW unbinds mw if bound, frees its slot and drops its PD reference.
@@ -172,5 +171,5 @@ func (mw *MW) Binding() (mr *MR, addr, length uint64, access Access, ok bool) {
 	if mw.mr == nil {
 		return nil, 0, 0, 0, false
 	}
-	return mw.mr, mw.addr, mw.length, mw.access, true
+	return mw.mr, mw.win.base, mw.win.length, mw.access, true
 }
