@@ -364,10 +364,10 @@ func (q *QP) enqueueSend(wr *SendWR) {
 	w.Epoch, w.Assigned = 0, false
 	w.AH = AH{}
 	w.WR.SGL = append(w.sges[:0], wr.SGL...)
-	inline := w.inline
 	var total uint32
 	if wr.Flags&Inline != 0 {
-		w.WR.InlineData = inline[:copy(inline[:cap(inline)], wr.InlineData)]
+		// w.inline is MaxInlineData long, which checkSendWR enforced.
+		w.WR.InlineData = w.inline[:copy(w.inline, wr.InlineData)]
 		total = uint32(len(wr.InlineData))
 	} else {
 		w.WR.InlineData = nil
@@ -381,7 +381,6 @@ func (q *QP) enqueueSend(wr *SendWR) {
 	}
 	w.Length = total
 	w.Signaled = q.cfg.SigAll || wr.Flags&Signaled != 0
-	w.State = WQEPosted
 	q.SQ.head++
 }
 
