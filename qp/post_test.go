@@ -1,7 +1,6 @@
 package qp
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"reflect"
@@ -629,7 +628,7 @@ func TestErrorsWrapSentinels(t *testing.T) {
 	f := newFixture(t)
 	q := f.newQP(t, RC, defaultCap())
 	err := modify(q, &Attr{State: RTS}, AttrState)
-	require.True(t, errors.Is(err, ErrInvalidState))
+	require.ErrorIs(t, err, ErrInvalidState)
 	require.Contains(t, err.Error(), "QP 0x11")
 }
 
