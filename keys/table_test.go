@@ -234,24 +234,12 @@ func TestConcurrent(t *testing.T) {
 	var verbs sync.WaitGroup
 	for range 4 {
 		verbs.Go(func() {
-			for range 100 {
-				mr, err := tb.RegMR(pd, make([]byte, 128), 0, LocalWrite|RemoteRead)
-				require.NoError(t, err)
-				_, err = tb.CheckRemote(pd, mr.Rkey, 0, 128, RemoteRead)
-				require.NoError(t, err)
-				fmr, err := tb.AllocMR(pd, 2)
-				require.NoError(t, err)
-				require.NoError(t, fmr.MapPages(makePages(2, 64), 64, 0, 128))
-				require.NoError(t, tb.FastReg(pd, fmr, 9, RemoteRead))
-				mw, err := tb.AllocMW(pd, MWType2)
-				require.NoError(t, err)
-				_, err = tb.BindMW(mw, stable, 0x10000, 64, RemoteRead, 3)
-				require.NoError(t, err)
-				require.NoError(t, tb.Invalidate(pd, mw.Rkey))
-				require.NoError(t, tb.Invalidate(pd, fmr.Lkey))
-				require.NoError(t, tb.DeallocMW(mw))
-				require.NoError(t, tb.DeregMR(fmr))
-				require.NoError(t, tb.DeregMR(mr))
+			for i := range 100 {
+				// Not require: FailNow must not run off the test goroutine.
+				if err := churn(tb, pd, stable); err != nil {
+					t.Errorf("round %d: %v", i, err)
+					return
+				}
 			}
 		})
 	}
@@ -260,4 +248,46 @@ func TestConcurrent(t *testing.T) {
 	wg.Wait()
 	require.Equal(t, 1, tb.Len())
 	require.Equal(t, 1, pd.Refs())
+}
+
+// churn runs one round of verbs for TestConcurrent: it registers, checks,
+// fast-registers, binds, invalidates and frees, and returns the first error.
+func churn(tb *Table, pd *PD, stable *MR) error {
+	mr, err := tb.RegMR(pd, make([]byte, 128), 0, LocalWrite|RemoteRead)
+	if err != nil {
+		return err
+	}
+	if _, err := tb.CheckRemote(pd, mr.Rkey, 0, 128, RemoteRead); err != nil {
+		return fmt.Errorf("check remote: %w", err)
+	}
+	fmr, err := tb.AllocMR(pd, 2)
+	if err != nil {
+		return err
+	}
+	if err := fmr.MapPages(makePages(2, 64), 64, 0, 128); err != nil {
+		return err
+	}
+	if err := tb.FastReg(pd, fmr, 9, RemoteRead); err != nil {
+		return err
+	}
+	mw, err := tb.AllocMW(pd, MWType2)
+	if err != nil {
+		return err
+	}
+	if _, err := tb.BindMW(mw, stable, 0x10000, 64, RemoteRead, 3); err != nil {
+		return err
+	}
+	if err := tb.Invalidate(pd, mw.Rkey); err != nil {
+		return err
+	}
+	if err := tb.Invalidate(pd, fmr.Lkey); err != nil {
+		return err
+	}
+	if err := tb.DeallocMW(mw); err != nil {
+		return err
+	}
+	if err := tb.DeregMR(fmr); err != nil {
+		return err
+	}
+	return tb.DeregMR(mr)
 }
