@@ -203,7 +203,7 @@ func TestMapPagesKeepsOwnList(t *testing.T) {
 	pages[0] = make([]byte, 16)
 	require.NoError(t, tb.FastReg(pd, mr, 0, 0))
 	b := make([]byte, 1)
-	mr.ReadAt(b, 3)
+	require.Equal(t, 1, mr.ReadAt(b, 3))
 	require.Equal(t, first[3], b[0])
 }
 

@@ -31,7 +31,7 @@ func TestKeyLayout(t *testing.T) {
 			require.Equal(t, uint32(1), tb.Index(mr.Lkey), "first object takes index 1")
 			require.Equal(t, uint32(1)<<(32-bits), mr.Lkey, "index in the top bits, generation 0, key byte 0")
 			require.Equal(t, uint32(0), tb.Generation(mr.Lkey))
-			require.Equal(t, uint32(mr.Lkey)&0xff, uint32(0))
+			require.Equal(t, uint32(0), mr.Lkey&0xff, "key byte 0")
 
 			// The next slot: index 2.
 			mr2 := regMR(t, tb, pd, 16, 0, LocalWrite)
