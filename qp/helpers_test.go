@@ -24,12 +24,16 @@ func testLimits() *Limits {
 	}
 }
 
-// fixture is a key table, a PD with a registered buffer, two CQs and limits.
+// fixture is a key table, a PD with a registered buffer, two CQs and limits,
+// and for the failing checks a read-only MR and an MR in another PD.
 type fixture struct {
 	kt       *keys.Table
 	pd       *keys.PD
 	buf      []byte
 	mr       *keys.MR // buf at iova mrBase, LocalWrite
+	roMR     *keys.MR // 64 bytes of pd at iova roBase, no access flags
+	other    *keys.PD
+	otherMR  *keys.MR // 64 bytes of other at iova 0, LocalWrite
 	scq, rcq *cq.CQ
 	lim      *Limits
 }
@@ -37,6 +41,7 @@ type fixture struct {
 const (
 	mrBase = 0x10000
 	mrLen  = 8192
+	roBase = 0x900000
 )
 
 func newFixture(t *testing.T) *fixture {
@@ -44,6 +49,11 @@ func newFixture(t *testing.T) *fixture {
 	f := &fixture{kt: keys.NewTable(10), pd: keys.NewPD(1), buf: make([]byte, mrLen), lim: testLimits()}
 	var err error
 	f.mr, err = f.kt.RegMR(f.pd, f.buf, mrBase, keys.LocalWrite)
+	require.NoError(t, err)
+	f.roMR, err = f.kt.RegMR(f.pd, make([]byte, 64), roBase, 0)
+	require.NoError(t, err)
+	f.other = keys.NewPD(2)
+	f.otherMR, err = f.kt.RegMR(f.other, make([]byte, 64), 0, keys.LocalWrite)
 	require.NoError(t, err)
 	f.scq, err = cq.New(64)
 	require.NoError(t, err)

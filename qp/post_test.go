@@ -221,11 +221,6 @@ func TestPostSendOpcodes(t *testing.T) {
 
 func TestPostSendChecks(t *testing.T) {
 	f := newFixture(t)
-	other := keys.NewPD(2)
-	otherMR, err := f.kt.RegMR(other, make([]byte, 64), 0, keys.LocalWrite)
-	require.NoError(t, err)
-	roMR, err := f.kt.RegMR(f.pd, make([]byte, 64), 0x900000, 0)
-	require.NoError(t, err)
 
 	cases := []struct {
 		name string
@@ -266,15 +261,15 @@ func TestPostSendChecks(t *testing.T) {
 		{"bad lkey", RC, func(wr *SendWR) { wr.SGL = []SGE{f.sge(0, 8), {Addr: mrBase, Length: 8, Lkey: 0xdead00}} },
 			keys.ErrInvalidKey, "SGE 1 (lkey 0xdead00"},
 		{"lkey 0", UC, func(wr *SendWR) { wr.SGL = []SGE{{Addr: 0, Length: 8, Lkey: 0}} }, keys.ErrInvalidKey, "lkey 0x0"},
-		{"PD mismatch", RC, func(wr *SendWR) { wr.SGL = []SGE{{Addr: 0, Length: 8, Lkey: otherMR.Lkey}} },
-			keys.ErrPDMismatch, fmt.Sprintf("lkey %#x", otherMR.Lkey)},
+		{"PD mismatch", RC, func(wr *SendWR) { wr.SGL = []SGE{{Addr: 0, Length: 8, Lkey: f.otherMR.Lkey}} },
+			keys.ErrPDMismatch, fmt.Sprintf("lkey %#x", f.otherMR.Lkey)},
 		{"out of bounds", RC, func(wr *SendWR) { wr.SGL = []SGE{f.sge(mrLen-4, 8)} }, keys.ErrBounds, "SGE 0"},
 		{"below the MR", RC, func(wr *SendWR) { wr.SGL = []SGE{{Addr: mrBase - 1, Length: 2, Lkey: f.mr.Lkey}} },
 			keys.ErrBounds, "SGE 0"},
 		{"READ into read-only MR", RC, func(wr *SendWR) {
-			wr.Opcode, wr.SGL = OpRDMARead, []SGE{{Addr: 0x900000, Length: 8, Lkey: roMR.Lkey}}
+			wr.Opcode, wr.SGL = OpRDMARead, []SGE{{Addr: roBase, Length: 8, Lkey: f.roMR.Lkey}}
 		}, keys.ErrAccess, "SGE 0"},
-		{"SEND from read-only MR", RC, func(wr *SendWR) { wr.SGL = []SGE{{Addr: 0x900000, Length: 8, Lkey: roMR.Lkey}} }, nil, ""},
+		{"SEND from read-only MR", RC, func(wr *SendWR) { wr.SGL = []SGE{{Addr: roBase, Length: 8, Lkey: f.roMR.Lkey}} }, nil, ""},
 		{"zero-length SGE checks no key", RC, func(wr *SendWR) { wr.SGL = []SGE{{Lkey: 0xdead00}} }, nil, ""},
 		{"LOCAL_INV without key", UC, func(wr *SendWR) { wr.Opcode, wr.SGL = OpLocalInv, nil }, ErrInvalidArgument, "LOCAL_INV"},
 		{"BIND_MW without window", RC, func(wr *SendWR) { wr.Opcode, wr.SGL, wr.Bind = OpBindMW, nil, &BindWR{MR: f.mr} },
@@ -285,7 +280,7 @@ func TestPostSendChecks(t *testing.T) {
 		{"UD ok", UD, func(*SendWR) {}, nil, ""},
 		{"UD no AH", UD, func(wr *SendWR) { wr.AH = nil }, ErrInvalidArgument, "address handle"},
 		{"GSI no AH", GSI, func(wr *SendWR) { wr.AH = nil }, ErrInvalidArgument, "address handle"},
-		{"UD AH in other PD", UD, func(wr *SendWR) { wr.AH = &AH{PD: other} }, ErrInvalidArgument, "another PD"},
+		{"UD AH in other PD", UD, func(wr *SendWR) { wr.AH = &AH{PD: f.other} }, ErrInvalidArgument, "another PD"},
 		{"UD message at MTU", UD, func(wr *SendWR) { wr.SGL = []SGE{f.sge(0, 1000), f.sge(1000, 24)} }, nil, ""},
 		{"UD message above MTU", UD, func(wr *SendWR) { wr.SGL = []SGE{f.sge(0, 1000), f.sge(1000, 25)} },
 			ErrInvalidArgument, "exceeds the MTU 1024"},
@@ -477,11 +472,6 @@ func TestRecvRingWrap(t *testing.T) {
 
 func TestPostRecvChecks(t *testing.T) {
 	f := newFixture(t)
-	other := keys.NewPD(2)
-	otherMR, err := f.kt.RegMR(other, make([]byte, 64), 0, keys.LocalWrite)
-	require.NoError(t, err)
-	roMR, err := f.kt.RegMR(f.pd, make([]byte, 64), 0x900000, 0)
-	require.NoError(t, err)
 	cases := []struct {
 		name string
 		sgl  []SGE
@@ -493,9 +483,9 @@ func TestPostRecvChecks(t *testing.T) {
 		{"max SGEs", []SGE{f.sge(0, 1), f.sge(1, 1), f.sge(2, 1)}, nil, ""},
 		{"too many SGEs", []SGE{f.sge(0, 1), f.sge(1, 1), f.sge(2, 1), f.sge(3, 1)}, ErrInvalidArgument, "4 SGEs"},
 		{"bad lkey", []SGE{f.sge(0, 1), {Addr: mrBase, Length: 1, Lkey: 0xbad00}}, keys.ErrInvalidKey, "SGE 1 (lkey 0xbad00"},
-		{"PD mismatch", []SGE{{Length: 1, Lkey: otherMR.Lkey}}, keys.ErrPDMismatch, "SGE 0"},
+		{"PD mismatch", []SGE{{Length: 1, Lkey: f.otherMR.Lkey}}, keys.ErrPDMismatch, "SGE 0"},
 		{"out of bounds", []SGE{f.sge(mrLen, 1)}, keys.ErrBounds, "SGE 0"},
-		{"no local write", []SGE{{Addr: 0x900000, Length: 1, Lkey: roMR.Lkey}}, keys.ErrAccess, "SGE 0"},
+		{"no local write", []SGE{{Addr: roBase, Length: 1, Lkey: f.roMR.Lkey}}, keys.ErrAccess, "SGE 0"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
