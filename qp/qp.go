@@ -28,13 +28,12 @@ const MaxMessage = 1 << 31
 // transport engines take it for short critical sections and never call out
 // (to CQ handlers or event subscribers) while holding it.
 type QP struct {
-	num   uint32
-	cfg   Config
-	mu    sync.Mutex
-	attr  Attr // guarded by mu
-	SQ    SendQueue
-	RQ    RecvQueue
-	hasRQ bool
+	num  uint32
+	cfg  Config
+	mu   sync.Mutex
+	attr Attr // guarded by mu
+	SQ   SendQueue
+	RQ   RecvQueue // unused when the QP has an SRQ
 }
 
 // New creates a QP in the RESET state. The caller (the device) owns the QP
@@ -64,8 +63,8 @@ func New(num uint32, cfg Config) (*QP, error) {
 		c.MaxRecvSGE = 1
 	}
 	cfg.Cap = c
-	q := &QP{num: num, cfg: cfg, SQ: newSendQueue(c), hasRQ: cfg.SRQ == nil}
-	if q.hasRQ {
+	q := &QP{num: num, cfg: cfg, SQ: newSendQueue(c)}
+	if cfg.SRQ == nil {
 		q.RQ = newRecvQueue(c.MaxRecvWR, c.MaxRecvSGE)
 	}
 	q.attr = Attr{State: Reset, Cap: c, Port: 1, PathMTU: MTU1024}
@@ -387,7 +386,7 @@ func (q *QP) enqueueSend(wr *SendWR) {
 // PostRecvLocked validates and queues receive WRs, all or none. The caller
 // holds the lock.
 func (q *QP) PostRecvLocked(wrs []RecvWR) error {
-	if !q.hasRQ {
+	if q.cfg.SRQ != nil {
 		return fmt.Errorf("post recv on QP %#x: %w: the QP uses an SRQ", q.num, ErrInvalidArgument)
 	}
 	st := q.attr.State
@@ -479,7 +478,7 @@ func (q *QP) RecvLenLocked() int {
 // receive WQE and empties the queue (an SRQ's WQEs stay: they belong to
 // other QPs too). The caller delivers the completions after unlocking.
 func (q *QP) FlushRecvLocked(emit func(*cq.WC)) {
-	if !q.hasRQ {
+	if q.cfg.SRQ != nil {
 		return
 	}
 	var wc cq.WC
