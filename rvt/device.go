@@ -255,6 +255,7 @@ func (d *Device) Close() error {
 	for _, q := range d.qps {
 		qps = append(qps, q)
 	}
+	clear(d.qps)
 	d.mu.Unlock()
 	if d.stopWatch != nil {
 		d.stopWatch()

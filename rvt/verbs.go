@@ -141,6 +141,8 @@ type QP struct {
 	conn *transport.Conn
 	d    *Device
 	pd   *PD
+
+	destroyed bool // guarded by d.mu
 }
 
 // CreateQP creates a queue pair in the RESET state (ibv_create_qp). A GSI
@@ -220,9 +222,21 @@ func (q *QP) Counters() map[string]uint64 { return q.conn.Counters().Snapshot() 
 func (q *QP) Conn() *transport.Conn { return q.conn }
 
 // Destroy destroys the QP (ibv_destroy_qp): it leaves its multicast groups
-// and releases its PD, CQs and SRQ.
+// and releases its PD, CQs and SRQ. A QP destroyed already gives
+// ErrInvalidArgument. After Device.Close, Destroy still releases the QP's
+// PD, CQs and SRQ.
 func (q *QP) Destroy() error {
 	d := q.d
+	d.mu.Lock()
+	if q.destroyed {
+		d.mu.Unlock()
+		return fmt.Errorf("destroy QP %#x: %w: destroyed already", q.Num(), ErrInvalidArgument)
+	}
+	q.destroyed = true
+	if d.qps[q.Num()] == q {
+		delete(d.qps, q.Num())
+	}
+	d.mu.Unlock()
 	for _, g := range d.mc.List() {
 		for _, n := range g.QPNs {
 			if n == q.Num() {
@@ -230,9 +244,6 @@ func (q *QP) Destroy() error {
 			}
 		}
 	}
-	d.mu.Lock()
-	delete(d.qps, q.Num())
-	d.mu.Unlock()
 	d.eng.RemoveConn(q.conn)
 	q.Release()
 	return nil

@@ -334,9 +334,15 @@ func (e *Engine) publishLocked() {
 	e.byQPN.Store(&m)
 }
 
-// RemoveConn unregisters a QP and stops its tasks and timers.
+// RemoveConn unregisters a QP and stops its tasks and timers. A conn that
+// is not registered (removed already) is left alone, so its counts are
+// added to the device totals once.
 func (e *Engine) RemoveConn(c *Conn) {
 	e.mu.Lock()
+	if e.conns[c.qp.Num()] != c {
+		e.mu.Unlock()
+		return
+	}
 	delete(e.conns, c.qp.Num())
 	e.publishLocked()
 	e.mu.Unlock()
