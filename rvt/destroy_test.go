@@ -46,3 +46,25 @@ func TestDestroyQPCountsOnce(t *testing.T) {
 	require.Equal(t, refs-2, n.pd.Refs())
 	require.ErrorIs(t, b.Destroy(), ErrInvalidArgument)
 }
+
+// Deallocating a PD twice fails and frees one PD's worth of the device's
+// PD limit, not two.
+func TestDeallocPDTwice(t *testing.T) {
+	n := newNode(t, Options{})
+	var pds []*PD
+	for {
+		pd, err := n.d.AllocPD()
+		if err != nil {
+			require.ErrorIs(t, err, ErrNoResources)
+			break
+		}
+		pds = append(pds, pd)
+	}
+	require.Len(t, pds, maxPD-1, "newNode allocated one")
+	require.NoError(t, pds[0].Dealloc())
+	require.ErrorIs(t, pds[0].Dealloc(), ErrInvalidArgument)
+	_, err := n.d.AllocPD()
+	require.NoError(t, err)
+	_, err = n.d.AllocPD()
+	require.ErrorIs(t, err, ErrNoResources, "the second dealloc freed nothing")
+}

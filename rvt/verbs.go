@@ -18,6 +18,8 @@ import (
 type PD struct {
 	*keys.PD
 	d *Device
+
+	deallocated bool // guarded by d.mu
 }
 
 // AllocPD allocates a protection domain (ibv_alloc_pd).
@@ -35,11 +37,18 @@ func (d *Device) AllocPD() (*PD, error) {
 	return &PD{PD: keys.NewPD(d.nextPD), d: d}, nil
 }
 
-// Dealloc frees the PD; ErrBusy while MRs, MWs, QPs, SRQs or AHs use it.
+// Dealloc frees the PD; ErrBusy while MRs, MWs, QPs, SRQs or AHs use it,
+// ErrInvalidArgument if it was freed already.
 func (pd *PD) Dealloc() error {
+	pd.d.mu.Lock()
+	defer pd.d.mu.Unlock()
+	if pd.deallocated {
+		return fmt.Errorf("dealloc PD %d: %w: deallocated already", pd.Handle, ErrInvalidArgument)
+	}
 	if pd.Busy() {
 		return fmt.Errorf("dealloc PD %d: %w: %d objects use it", pd.Handle, ErrBusy, pd.Refs())
 	}
+	pd.deallocated = true
 	pd.d.nPD.Add(-1)
 	return nil
 }
