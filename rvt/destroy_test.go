@@ -1,11 +1,14 @@
 package rvt
 
 import (
+	"net/netip"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/softverbs/softverbs/cq"
+	"github.com/softverbs/softverbs/netdev"
 	"github.com/softverbs/softverbs/qp"
 )
 
@@ -67,4 +70,54 @@ func TestDeallocPDTwice(t *testing.T) {
 	require.NoError(t, err)
 	_, err = n.d.AllocPD()
 	require.ErrorIs(t, err, ErrNoResources, "the second dealloc freed nothing")
+}
+
+// groupLink is a fabric port that records the multicast groups the device
+// joins and leaves on it (netdev.GroupJoiner).
+type groupLink struct {
+	*netdev.FabricPort
+	mu  sync.Mutex
+	log []string // "join <group>" or "leave <group>"
+}
+
+var _ netdev.GroupJoiner = (*groupLink)(nil)
+
+func (l *groupLink) JoinGroup(g netip.Addr) error  { return l.record("join " + g.String()) }
+func (l *groupLink) LeaveGroup(g netip.Addr) error { return l.record("leave " + g.String()) }
+
+func (l *groupLink) record(s string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.log = append(l.log, s)
+	return nil
+}
+
+func (l *groupLink) take() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r := l.log
+	l.log = nil
+	return r
+}
+
+// Destroying a QP leaves its multicast groups as DetachMcast does: the
+// link leaves a group once its last member is gone.
+func TestDestroyQPLeavesGroups(t *testing.T) {
+	fab := netdev.NewFabric(nil, 1)
+	mac := netdev.MAC{0x02, 0, 0, 0, 0, 0x51}
+	link := &groupLink{FabricPort: fab.NewPort(mac, 4096)}
+	t.Cleanup(func() { link.Close() })
+	n := newNode(t, Options{Link: link, MAC: mac, Resolve: fab.Resolve})
+	a, b := n.qp(t, qp.UD), n.qp(t, qp.UD)
+	g1, g2 := GID(netip.MustParseAddr("ff0e::101").As16()), GID(netip.MustParseAddr("ff0e::102").As16())
+	require.NoError(t, n.d.AttachMcast(a, g1, 0))
+	require.NoError(t, n.d.AttachMcast(b, g1, 0))
+	require.NoError(t, n.d.AttachMcast(a, g2, 0))
+	require.Equal(t, []string{"join ff0e::101", "join ff0e::102"}, link.take())
+
+	require.NoError(t, a.Destroy())
+	require.Equal(t, []string{"leave ff0e::102"}, link.take(), "b is still in ff0e::101")
+	require.NoError(t, b.Destroy())
+	require.Equal(t, []string{"leave ff0e::101"}, link.take())
+	require.Zero(t, n.d.mc.Groups())
 }

@@ -231,7 +231,7 @@ func (q *QP) Counters() map[string]uint64 { return q.conn.Counters().Snapshot() 
 func (q *QP) Conn() *transport.Conn { return q.conn }
 
 // Destroy destroys the QP (ibv_destroy_qp): it leaves its multicast groups
-// and releases its PD, CQs and SRQ. A QP destroyed already gives
+// as DetachMcast does (the link leaves a group left empty) and releases its PD, CQs and SRQ. A QP destroyed already gives
 // ErrInvalidArgument. After Device.Close, Destroy still releases the QP's
 // PD, CQs and SRQ.
 func (q *QP) Destroy() error {
@@ -249,7 +249,7 @@ func (q *QP) Destroy() error {
 	for _, g := range d.mc.List() {
 		for _, n := range g.QPNs {
 			if n == q.Num() {
-				_ = d.mc.Detach(g.MGID, g.MLID, q.QP)
+				_ = d.DetachMcast(q, GID(g.MGID), g.MLID)
 			}
 		}
 	}
