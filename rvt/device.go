@@ -175,6 +175,7 @@ func Open(o Options) (*Device, error) {
 		Events: d.dispatch, Credits: o.Credits,
 	})
 	if err != nil {
+		d.closePool()
 		return nil, fmt.Errorf("open %s: %w", o.Name, err)
 	}
 	d.eng = eng
