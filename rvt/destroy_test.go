@@ -121,3 +121,39 @@ func TestDestroyQPLeavesGroups(t *testing.T) {
 	require.Equal(t, []string{"leave ff0e::101"}, link.take())
 	require.Zero(t, n.d.mc.Groups())
 }
+
+// Of QPs created as the GSI QP at once, one is QP 1 and the others fail
+// with ErrBusy.
+func TestCreateGSIConcurrently(t *testing.T) {
+	n := newNode(t, Options{})
+	const racers = 4
+	for range 200 {
+		var (
+			wg    sync.WaitGroup
+			start = make(chan struct{})
+			qps   [racers]*QP
+			errs  [racers]error
+		)
+		for i := range racers {
+			wg.Go(func() {
+				<-start
+				qps[i], errs[i] = n.pd.CreateQP(QPInitAttr{Type: qp.GSI, SendCQ: n.cq, RecvCQ: n.cq,
+					Cap: QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+			})
+		}
+		close(start)
+		wg.Wait()
+		var made *QP
+		for i := range racers {
+			if errs[i] == nil {
+				require.Nil(t, made, "two GSI QPs")
+				made = qps[i]
+				continue
+			}
+			require.ErrorIs(t, errs[i], ErrBusy)
+		}
+		require.NotNil(t, made)
+		require.Equal(t, uint32(1), made.Num())
+		require.NoError(t, made.Destroy())
+	}
+}

@@ -134,7 +134,7 @@ type Device struct {
 	mu      sync.Mutex
 	closed  bool
 	nextQPN uint32
-	qps     map[uint32]*QP
+	qps     map[uint32]*QP // nil: the number is reserved by a CreateQP under way
 	nextPD  uint32
 	nextVA  uint64
 	subs    map[int]func(Event)
@@ -254,7 +254,9 @@ func (d *Device) Close() error {
 	d.closed = true
 	qps := make([]*QP, 0, len(d.qps))
 	for _, q := range d.qps {
-		qps = append(qps, q)
+		if q != nil {
+			qps = append(qps, q)
+		}
 	}
 	clear(d.qps)
 	d.mu.Unlock()

@@ -195,24 +195,42 @@ func (pd *PD) CreateQP(ia QPInitAttr) (*QP, error) {
 			}
 		}
 	}
+	d.qps[num] = nil // reserved while the QP is made
 	d.mu.Unlock()
 	q, err := qp.New(num, qp.Config{
 		Type: ia.Type, PD: pd.PD, SendCQ: ia.SendCQ, RecvCQ: ia.RecvCQ, SRQ: srq,
 		Cap: c, SigAll: ia.SigAll, Keys: d.keys, Limits: &d.limits,
 	})
 	if err != nil {
+		d.unreserveQPN(num)
 		return nil, err
 	}
 	conn, err := d.eng.NewConn(q)
 	if err != nil {
 		q.Release()
+		d.unreserveQPN(num)
 		return nil, err
 	}
 	x := &QP{QP: q, conn: conn, d: d, pd: pd}
 	d.mu.Lock()
+	if d.closed { // Close dropped the reservation
+		d.mu.Unlock()
+		d.eng.RemoveConn(conn)
+		q.Release()
+		return nil, ErrClosed
+	}
 	d.qps[num] = x
 	d.mu.Unlock()
 	return x, nil
+}
+
+// unreserveQPN frees a QP number that CreateQP reserved but did not use.
+func (d *Device) unreserveQPN(num uint32) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if q, ok := d.qps[num]; ok && q == nil {
+		delete(d.qps, num)
+	}
 }
 
 // Modify changes the QP's attributes and state (ibv_modify_qp).
@@ -242,9 +260,6 @@ func (q *QP) Destroy() error {
 		return fmt.Errorf("destroy QP %#x: %w: destroyed already", q.Num(), ErrInvalidArgument)
 	}
 	q.destroyed = true
-	if d.qps[q.Num()] == q {
-		delete(d.qps, q.Num())
-	}
 	d.mu.Unlock()
 	for _, g := range d.mc.List() {
 		for _, n := range g.QPNs {
@@ -254,6 +269,12 @@ func (q *QP) Destroy() error {
 		}
 	}
 	d.eng.RemoveConn(q.conn)
+	// The number is free once the engine has let go of it.
+	d.mu.Lock()
+	if d.qps[q.Num()] == q {
+		delete(d.qps, q.Num())
+	}
+	d.mu.Unlock()
 	q.Release()
 	return nil
 }
@@ -315,7 +336,9 @@ func (d *Device) QPs() []QPInfo {
 	d.mu.Lock()
 	qs := make([]*QP, 0, len(d.qps))
 	for _, q := range d.qps {
-		qs = append(qs, q)
+		if q != nil {
+			qs = append(qs, q)
+		}
 	}
 	d.mu.Unlock()
 	out := make([]QPInfo, 0, len(qs))
