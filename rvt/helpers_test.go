@@ -63,14 +63,14 @@ func defaultAttrs() rcAttrs {
 
 // connect moves a and b (on devices da and db) to RTS, connected to each
 // other through GID index 1 of each device.
-func connect(t *testing.T, a *QP, da *Device, b *QP, db *Device, at rcAttrs) {
+func connect(t testing.TB, a *QP, da *Device, b *QP, db *Device, at rcAttrs) {
 	t.Helper()
 	bringUp(t, a, b, db, at)
 	bringUp(t, b, a, da, at)
 }
 
 // bringUp moves q to RTS with peer (on device pd) as its destination.
-func bringUp(t *testing.T, q *QP, peer *QP, pd *Device, at rcAttrs) {
+func bringUp(t testing.TB, q *QP, peer *QP, pd *Device, at rcAttrs) {
 	t.Helper()
 	{
 		gid, err := pd.QueryGID(1, 1)
