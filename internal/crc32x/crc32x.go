@@ -2,12 +2,16 @@
 // ICRC's) faster than hash/crc32 on CPUs with 512-bit carry-less multiply
 // (VPCLMULQDQ with AVX-512). Elsewhere it is hash/crc32.
 //
-// The fast path folds 256 bytes per step in four 512-bit accumulators, the
-// method of Intel's "Fast CRC Computation for Generic Polynomials Using
-// PCLMULQDQ" widened to sixteen 128-bit lanes, then folds the lanes into one
-// 128-bit remainder and leaves its last 16 bytes and the tail to the table
-// code. The folding constants are x^(D±32) mod P, bit-reflected, for each
-// fold distance D; constants_test.go derives them from the polynomial.
+// The fast path is the method of Intel's "Fast CRC Computation for Generic
+// Polynomials Using PCLMULQDQ" widened to 512-bit registers. From 1024
+// bytes on it folds 512 bytes per step in eight accumulators, then folds
+// those into four; shorter input starts with the four, which fold 256 bytes
+// per step. The four fold into one, which takes 64 bytes per step, its four
+// 128-bit lanes fold into one, which takes 16 bytes per step, and the
+// resulting 128-bit remainder and the last bytes go to the table code. The
+// folding constants are x^(D±32) mod P, bit-reflected, for each fold
+// distance D; TestFoldConstants derives them from the polynomial and checks
+// those in fold_amd64.s.
 package crc32x
 
 import (
