@@ -51,20 +51,10 @@ type pair struct {
 	cleanup []func()
 }
 
-// linkLocal returns the EUI-64 link-local IPv6 address of mac.
-func linkLocal(mac netdev.MAC) netip.Addr {
-	var a [16]byte
-	a[0], a[1] = 0xfe, 0x80
-	a[8], a[9], a[10] = mac[0]^2, mac[1], mac[2]
-	a[11], a[12] = 0xff, 0xfe
-	a[13], a[14], a[15] = mac[3], mac[4], mac[5]
-	return netip.AddrFrom16(a)
-}
-
 // nodeAddrs returns the MAC and GID sources of demo device i (0 or 1).
 func nodeAddrs(i int) (netdev.MAC, []netip.Addr) {
 	mac := netdev.MAC{0x02, 0x00, 0x5e, 0x00, 0x00, byte(i + 1)}
-	return mac, []netip.Addr{linkLocal(mac), netip.AddrFrom4([4]byte{198, 18, 0, byte(i + 1)})}
+	return mac, []netip.Addr{netdev.LinkLocalFromMAC(mac), netip.AddrFrom4([4]byte{198, 18, 0, byte(i + 1)})}
 }
 
 // openPair opens two devices, rvt0 and rvt1, on a fresh fabric with a real
