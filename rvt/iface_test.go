@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -91,7 +92,7 @@ func TestInterfaceFollowsAddrs(t *testing.T) {
 			select {
 			case ev := <-events:
 				require.Equal(t, uint8(1), ev.Port)
-				if got := gids(); len(got) == len(want) && equalGIDs(got, want) {
+				if slices.Equal(gids(), want) {
 					return
 				}
 			case <-deadline:
@@ -128,13 +129,4 @@ func TestInterfaceFollowsAddrs(t *testing.T) {
 func TestInterfaceMissing(t *testing.T) {
 	_, err := Open(Options{Name: "iface", Workers: 1, Interface: "sv-no-such-if"})
 	require.Error(t, err)
-}
-
-func equalGIDs(a, b []GID) bool {
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return len(a) == len(b)
 }
