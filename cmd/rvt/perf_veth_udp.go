@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"golang.org/x/sys/unix"
 	"net"
 	"net/netip"
 	"os"
@@ -25,7 +24,7 @@ const (
 )
 
 // perfUDPRcvBuf is the baseline receiver's socket buffer: the same as the
-// UDP link asks for.
+// UDP link asks for. Keep it equal to netdev's udpRcvBuf (unexported).
 const perfUDPRcvBuf = 8 << 20
 
 // udpPair opens a socket bound to port in namespace 1 and one in namespace
@@ -220,22 +219,22 @@ func readUDP(c *net.UDPConn, buf []byte, busy bool, deadline time.Time) (int, ne
 	}
 	for i := 1; ; i++ {
 		var n int
-		var from unix.Sockaddr
+		var from syscall.Sockaddr
 		var rerr error
 		if err := rc.Read(func(fd uintptr) bool {
-			n, from, rerr = unix.Recvfrom(int(fd), buf, unix.MSG_DONTWAIT)
+			n, from, rerr = syscall.Recvfrom(int(fd), buf, syscall.MSG_DONTWAIT)
 			return true // never park: spin
 		}); err != nil {
 			return 0, netip.AddrPort{}, err
 		}
 		if rerr == nil {
 			var ap netip.AddrPort
-			if sa, ok := from.(*unix.SockaddrInet4); ok {
+			if sa, ok := from.(*syscall.SockaddrInet4); ok {
 				ap = netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(sa.Port))
 			}
 			return n, ap, nil
 		}
-		if !errors.Is(rerr, unix.EAGAIN) {
+		if !errors.Is(rerr, syscall.EAGAIN) {
 			return 0, netip.AddrPort{}, rerr
 		}
 		if i%256 == 0 {
