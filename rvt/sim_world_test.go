@@ -44,8 +44,6 @@ type simDev struct {
 	d     *Device
 	pd    *PD
 	cq    *CQ
-	port  *netdev.FabricPort
-	link  netdev.Link
 	byQPN map[uint32]*simPair
 }
 
@@ -177,7 +175,7 @@ func (s *sim) setup() error {
 		if err != nil {
 			return err
 		}
-		dv := &simDev{idx: i, d: d, port: port, link: link, byQPN: map[uint32]*simPair{}}
+		dv := &simDev{idx: i, d: d, byQPN: map[uint32]*simPair{}}
 		s.devs = append(s.devs, dv)
 		if dv.pd, err = d.AllocPD(); err != nil {
 			return err

@@ -119,7 +119,6 @@ func (d *Device) DestroyCQ(c *CQ) error { return c.Destroy() }
 // SRQ is a shared receive queue.
 type SRQ struct {
 	*qp.SRQ
-	d *Device
 }
 
 // CreateSRQ creates a shared receive queue (ibv_create_srq).
@@ -131,7 +130,7 @@ func (pd *PD) CreateSRQ(maxWR, maxSGEs uint32) (*SRQ, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &SRQ{SRQ: s, d: pd.d}, nil
+	return &SRQ{SRQ: s}, nil
 }
 
 // QPInitAttr are a QP's creation attributes (ibv_qp_init_attr).
@@ -149,7 +148,6 @@ type QP struct {
 	*qp.QP
 	conn *transport.Conn
 	d    *Device
-	pd   *PD
 
 	destroyed bool // guarded by d.mu
 }
@@ -211,7 +209,7 @@ func (pd *PD) CreateQP(ia QPInitAttr) (*QP, error) {
 		d.unreserveQPN(num)
 		return nil, err
 	}
-	x := &QP{QP: q, conn: conn, d: d, pd: pd}
+	x := &QP{QP: q, conn: conn, d: d}
 	d.mu.Lock()
 	if d.closed { // Close dropped the reservation
 		d.mu.Unlock()
