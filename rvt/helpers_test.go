@@ -107,8 +107,8 @@ func bringUp(t testing.TB, q *QP, peer *QP, pd *Device, at rcAttrs) {
 	}
 }
 
-// poll waits (up to a few seconds of real time, or by advancing a manual
-// clock through step) until n completions arrived on c.
+// poll waits (up to 10 s of real time, or by advancing a manual clock
+// through step) until n completions arrived on c.
 func poll(t *testing.T, c *CQ, n int, step func()) []WC {
 	t.Helper()
 	var out []WC

@@ -1,7 +1,7 @@
 package task
 
 // queue is a FIFO of tasks in a growable ring buffer. It is not safe for
-// concurrent use; executors guard it with their own mutex.
+// concurrent use; Pool, its only user, guards it with Pool.mu.
 type queue struct {
 	buf  []*Task // len(buf) is zero or a power of two
 	head int     // index of the oldest task
