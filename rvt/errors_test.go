@@ -3,6 +3,7 @@ package rvt
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/netip"
 	"sync"
 	"testing"
@@ -34,15 +35,21 @@ func record(d *Device) *events {
 	return e
 }
 
-func (e *events) has(t transport.EventType, qpn uint32) bool {
+// requireHas fails t unless an event of type typ arrived for QP qpn (0:
+// any QP); the failure lists the events that did arrive.
+func (e *events) requireHas(t testing.TB, typ transport.EventType, qpn uint32, msgAndArgs ...any) {
+	t.Helper()
 	e.mu.Lock()
-	defer e.mu.Unlock()
+	var got []string
 	for _, ev := range e.evs {
-		if ev.Type == t && (qpn == 0 || ev.QPN == qpn) {
-			return true
+		if ev.Type == typ && (qpn == 0 || ev.QPN == qpn) {
+			e.mu.Unlock()
+			return
 		}
+		got = append(got, fmt.Sprintf("%v QP %#x", ev.Type, ev.QPN))
 	}
-	return false
+	e.mu.Unlock()
+	require.Fail(t, fmt.Sprintf("no %v event for QP %#x; received %q", typ, qpn, got), msgAndArgs...)
 }
 
 // manualNode is a loopback device on a manual clock.
@@ -139,7 +146,7 @@ func TestRemoteAccessErrors(t *testing.T) {
 			require.Equal(t, cq.WRFlushErr, wcs[1].Status, "the rest is flushed")
 			require.Equal(t, qp.Err, a.State())
 			require.Equal(t, qp.Err, b.State())
-			require.True(t, ev.has(tc.event, b.Num()), "responder raises %v", tc.event)
+			ev.requireHas(t, tc.event, b.Num(), "responder raises %v", tc.event)
 		})
 	}
 }
@@ -208,7 +215,7 @@ func TestSQDDrainedEvent(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		clk.AdvanceToNext()
 	}
-	require.True(t, ev.has(transport.EventSQDrained, a.Num()))
+	ev.requireHas(t, transport.EventSQDrained, a.Num())
 	// Posting in SQD queues but starts nothing; back to RTS it runs.
 	src, dst := n.mr(t, 64), n.mr(t, 64)
 	require.NoError(t, a.PostSend(SendWR{WRID: 1, Opcode: qp.OpRDMAWrite, Flags: qp.Signaled,
@@ -237,10 +244,10 @@ func TestSRQLimitAndLastWQE(t *testing.T) {
 	require.NoError(t, a.PostSend(SendWR{WRID: 1, Opcode: qp.OpSend, SGL: sge(src, 0, 8)},
 		SendWR{WRID: 2, Opcode: qp.OpSend, Flags: qp.Signaled, SGL: sge(src, 0, 8)}))
 	poll(t, n.cq, 3, func() { clk.AdvanceToNext() })
-	require.True(t, ev.has(transport.EventSRQLimitReached, 0))
+	ev.requireHas(t, transport.EventSRQLimitReached, 0)
 	require.Error(t, srq.Destroy(), "a QP uses it")
 	require.NoError(t, b.Modify(&QPAttr{State: qp.Err}, qp.AttrState))
-	require.True(t, ev.has(transport.EventQPLastWQEReached, b.Num()))
+	ev.requireHas(t, transport.EventQPLastWQEReached, b.Num())
 	require.Equal(t, 2, srq.Len(), "an SRQ's WQEs are not flushed by one QP")
 	require.NoError(t, b.Destroy())
 	require.NoError(t, srq.Destroy())
@@ -472,7 +479,7 @@ func TestSetAddrsGIDChange(t *testing.T) {
 	src, dst := n.mr(t, 64), n.mr(t, 64)
 	newIP := netip.MustParseAddr("127.0.0.9")
 	require.NoError(t, n.d.SetAddrs([]netip.Addr{netip.MustParseAddr("fe80::1"), newIP}))
-	require.True(t, ev.has(transport.EventGIDChange, 0))
+	ev.requireHas(t, transport.EventGIDChange, 0)
 	g, err := n.d.QueryGID(1, 1)
 	require.NoError(t, err)
 	require.Equal(t, netdev.GIDFromIP(newIP), g)

@@ -1,7 +1,6 @@
 package rvt
 
 import (
-	"bytes"
 	"encoding/binary"
 	"testing"
 
@@ -38,7 +37,7 @@ func TestLoopbackRCSendWriteReadAtomic(t *testing.T) {
 	require.Equal(t, cq.Success, byID[2].Status)
 	got := make([]byte, 5000)
 	dst.ReadAt(got, dst.IOVA)
-	require.True(t, bytes.Equal(payload, got))
+	require.Equal(t, payload, got)
 
 	// RDMA WRITE then READ back.
 	require.NoError(t, a.PostSend(SendWR{WRID: 3, Opcode: qp.OpRDMAWrite, Flags: qp.Signaled,
@@ -46,7 +45,7 @@ func TestLoopbackRCSendWriteReadAtomic(t *testing.T) {
 	wcs = poll(t, n.cq, 1, nil)
 	require.Equal(t, cq.Success, wcs[0].Status, "%+v", wcs[0])
 	dst.ReadAt(got, dst.IOVA+10000)
-	require.True(t, bytes.Equal(payload, got))
+	require.Equal(t, payload, got)
 
 	require.NoError(t, a.PostSend(SendWR{WRID: 4, Opcode: qp.OpRDMARead, Flags: qp.Signaled,
 		SGL: []SGE{{Addr: src.IOVA + 20000, Length: 5000, Lkey: src.Lkey}}, RemoteAddr: dst.IOVA + 10000, Rkey: dst.Rkey}))
@@ -54,7 +53,7 @@ func TestLoopbackRCSendWriteReadAtomic(t *testing.T) {
 	require.Equal(t, cq.Success, wcs[0].Status, "%+v", wcs[0])
 	require.Equal(t, cq.RDMARead, wcs[0].Opcode)
 	src.ReadAt(got, src.IOVA+20000)
-	require.True(t, bytes.Equal(payload, got))
+	require.Equal(t, payload, got)
 
 	// Atomics.
 	binary.NativeEndian.PutUint64(dst.Word(dst.IOVA+40000), 100)

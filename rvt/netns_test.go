@@ -9,7 +9,6 @@ package rvt
 // where a broken TAP, veth or netns fails them.
 
 import (
-	"bytes"
 	"encoding/binary"
 	"net/netip"
 	"testing"
@@ -144,7 +143,7 @@ func wireRC(t *testing.T, a, b *node) {
 	require.Equal(t, cq.Send, wa[2].Opcode)
 	got := make([]byte, size)
 	dst.ReadAt(got, dst.IOVA)
-	require.True(t, bytes.Equal(data, got), "SEND payload")
+	require.Equal(t, data, got, "SEND payload")
 
 	// RDMA WRITE with immediate (b's completion orders b's memory before
 	// the check below, also for the race detector, which cannot see the
@@ -155,13 +154,13 @@ func wireRC(t *testing.T, a, b *node) {
 	byWRID(t, a.cq, 1)
 	byWRID(t, b.cq, 1)
 	dst.ReadAt(got, dst.IOVA+300000)
-	require.True(t, bytes.Equal(data, got), "WRITE payload")
+	require.Equal(t, data, got, "WRITE payload")
 	require.NoError(t, qa.PostSend(SendWR{WRID: 4, Opcode: qp.OpRDMARead, Flags: qp.Signaled,
 		SGL: sge(src, 500000, size), RemoteAddr: dst.IOVA + 300000, Rkey: dst.Rkey}))
 	w := byWRID(t, a.cq, 1)
 	require.Equal(t, cq.RDMARead, w[4].Opcode)
 	src.ReadAt(got, src.IOVA+500000)
-	require.True(t, bytes.Equal(data, got), "READ payload")
+	require.Equal(t, data, got, "READ payload")
 
 	// Atomics on a word that a WRITE initialised; the result is read back
 	// with a READ, so every access to b's memory is b's own.
@@ -194,7 +193,7 @@ func wireUC(t *testing.T, a, b *node) {
 	require.Equal(t, uint32(20000), wb[1].ByteLen)
 	got := make([]byte, 20000)
 	dst.ReadAt(got, dst.IOVA)
-	require.True(t, bytes.Equal(data, got))
+	require.Equal(t, data, got)
 
 	require.NoError(t, qb.PostRecv(RecvWR{WRID: 3}))
 	require.NoError(t, qa.PostSend(SendWR{WRID: 4, Opcode: qp.OpRDMAWriteWithImm, ImmData: 9, Flags: qp.Signaled,
@@ -203,7 +202,7 @@ func wireUC(t *testing.T, a, b *node) {
 	byWRID(t, a.cq, 1)
 	require.Equal(t, uint32(9), wb[3].ImmData)
 	dst.ReadAt(got, dst.IOVA+30000)
-	require.True(t, bytes.Equal(data, got))
+	require.Equal(t, data, got)
 }
 
 func wireUD(t *testing.T, a, b *node) {
@@ -225,7 +224,7 @@ func wireUD(t *testing.T, a, b *node) {
 	require.Equal(t, qa.Num(), wb[1].SrcQP)
 	got := make([]byte, 1000)
 	dst.ReadAt(got, dst.IOVA+40)
-	require.True(t, bytes.Equal(data, got))
+	require.Equal(t, data, got)
 	grh := make([]byte, 40)
 	dst.ReadAt(grh, dst.IOVA)
 	gidA, _ := a.d.QueryGID(1, 1)
@@ -268,6 +267,6 @@ func wireMulticast(t *testing.T, a, b *wirePeer) {
 		require.Equal(t, uint32(40+500), w.ByteLen, "member %d", i)
 		got := make([]byte, 500)
 		dsts[i].ReadAt(got, dsts[i].IOVA+40)
-		require.True(t, bytes.Equal(payload, got), "member %d payload", i)
+		require.Equal(t, payload, got, "member %d payload", i)
 	}
 }
