@@ -513,6 +513,9 @@ func (s *sim) run() {
 			all = all && p.done()
 		}
 		if all && s.clk.Pending() == 0 {
+			if sent, dev := s.sentPkts(), s.devSentPkts(); sent != dev || sent == 0 && len(s.pairs) > 0 {
+				s.failf("the retransmission-storm check counted %d packets sent, the devices %d", sent, dev)
+			}
 			return
 		}
 		if s.clk.Now().After(deadline) {
@@ -548,10 +551,24 @@ func (s *sim) run() {
 	}
 }
 
+// sentPkts is the packets the pairs' QPs sent so far. Sent packets are
+// counted per QP (the engine's own counters get them only when a QP is
+// destroyed), and Device.Counters, which adds them up, builds a map: too
+// slow for every clock step. run checks at the end that the sum is the
+// devices' sent_pkts.
 func (s *sim) sentPkts() uint64 {
 	var n uint64
+	for _, p := range s.pairs {
+		n += p.qa.Conn().Counters().Get(transport.SentPkts) + p.qb.Conn().Counters().Get(transport.SentPkts)
+	}
+	return n
+}
+
+// devSentPkts is the devices' sent_pkts.
+func (s *sim) devSentPkts() uint64 {
+	var n uint64
 	for _, dv := range s.devs {
-		n += dv.d.Engine().Counters().Get(transport.SentPkts)
+		n += dv.d.Counters()[transport.SentPkts.String()]
 	}
 	return n
 }
