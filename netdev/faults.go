@@ -84,6 +84,14 @@ type FaultStats struct {
 // sequence give one outcome. Under a manual clock, delayed frames are
 // delivered by the clock's timers (same instant: creation order). Receiving
 // is passed through untouched.
+//
+// Unwrap returns the inner link, so As finds the inner link's optional
+// interfaces through the fault link. None of them bypasses the faults: a
+// hold (Holder) only delays the inner link's transmit of frames that have
+// already been through Send's decisions (a delayed frame a timer sends
+// while a hold is open goes out with that hold's last Flush), and polling
+// (Poller), the receive goroutine (OwnReceiver) and group membership
+// (GroupJoiner) concern receiving, which the fault link does not touch.
 type FaultLink struct {
 	inner Link
 	clk   clock.Clock
@@ -108,6 +116,7 @@ type heldFrame struct {
 var (
 	_ Link     = (*FaultLink)(nil)
 	_ Releaser = (*FaultLink)(nil)
+	_ Wrapper  = (*FaultLink)(nil)
 )
 
 // WithFaults wraps l with the fault profile fl, using clk (nil: the real
@@ -153,6 +162,9 @@ func (f *FaultLink) Stats() FaultStats {
 
 // Inner returns the wrapped link.
 func (f *FaultLink) Inner() Link { return f.inner }
+
+// Unwrap returns the wrapped link (for As).
+func (f *FaultLink) Unwrap() Link { return f.inner }
 
 // hit draws one decision with probability p; it draws nothing when p is 0.
 func (f *FaultLink) hitLocked(p float64) bool {

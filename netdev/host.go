@@ -114,6 +114,9 @@ type neighbour struct {
 // MAC) and a Releaser when the wrapped link is one. Time comes only from
 // the clock: entries age by clock.Now, and nothing runs on timers; Resolve
 // sends requests as it is asked, at most one per ProbeInterval per address.
+// Unwrap returns the wrapped link, so As finds its Holder and Poller: Send
+// goes straight to the wrapped link, and a poll runs the host's receive
+// path. Host answers GroupJoiner and OwnReceiver itself.
 type Host struct {
 	l   Link
 	mac MAC
@@ -134,6 +137,7 @@ type Host struct {
 var (
 	_ Link     = (*Host)(nil)
 	_ Releaser = (*Host)(nil)
+	_ Wrapper  = (*Host)(nil)
 )
 
 // NewHost wraps l as a host with the given MAC and IP addresses (IPv4,
@@ -165,7 +169,7 @@ func (h *Host) Send(frame []byte) error { return h.l.Send(frame) }
 // ReceivesOnOwnGoroutine reports whether the wrapped link calls the handler
 // from its own goroutine (see OwnReceiver).
 func (h *Host) ReceivesOnOwnGoroutine() bool {
-	o, ok := h.l.(OwnReceiver)
+	o, ok := As[OwnReceiver](h.l)
 	return ok && o.ReceivesOnOwnGoroutine()
 }
 
@@ -196,6 +200,9 @@ func (h *Host) Release(frame []byte) {
 
 // Link returns the wrapped link.
 func (h *Host) Link() Link { return h.l }
+
+// Unwrap returns the wrapped link (for As).
+func (h *Host) Unwrap() Link { return h.l }
 
 // Addrs returns the host's addresses (IPv4 unmapped).
 func (h *Host) Addrs() []netip.Addr {

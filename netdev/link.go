@@ -82,6 +82,34 @@ type Poller interface {
 	PollReceive() bool
 }
 
+// Wrapper is implemented by links that wrap another link (CaptureLink,
+// FaultLink, Host): Unwrap returns the wrapped link. A wrapper forwards
+// the basic Link methods; the optional interfaces above (Holder, Poller,
+// OwnReceiver, GroupJoiner) are found through the chain with As.
+type Wrapper interface {
+	Unwrap() Link
+}
+
+// As returns l as a T if l implements T, or else the first link down l's
+// chain of wrappers (Unwrap) that does; ok is false if none does. Like
+// errors.As, a wrapper that implements T itself answers for the whole
+// chain below it: that is how a wrapper takes over, or hides, a capability
+// it cannot pass on unchanged. Ask with As, not a type assertion, for any
+// optional interface of a link that may be wrapped.
+func As[T any](l Link) (t T, ok bool) {
+	for l != nil {
+		if t, ok = l.(T); ok {
+			return t, true
+		}
+		w, isW := l.(Wrapper)
+		if !isW {
+			break
+		}
+		l = w.Unwrap()
+	}
+	return t, false
+}
+
 // MaxFrameLen returns the longest frame (without FCS) a link of the given MTU
 // carries: MTU plus the 14-byte Ethernet header plus room for one VLAN tag.
 func MaxFrameLen(mtu int) int { return mtu + EthernetHeaderLen + VLANTagLen }

@@ -24,6 +24,12 @@ const CaptureSnapLen = 262144
 // to the inner link, so a reply delivered synchronously follows it in the
 // file. The first write error stops recording and is kept (Err); the link
 // itself keeps working.
+//
+// Unwrap returns the inner link, so As finds the inner link's optional
+// interfaces (Holder, Poller, OwnReceiver, GroupJoiner) through the
+// capture. Every frame is still recorded: a hold only delays the inner
+// link's transmit of frames Send has already recorded, and a poll runs
+// the handler SetHandler installed, which records.
 type CaptureLink struct {
 	inner Link
 	clk   clock.Clock
@@ -37,6 +43,7 @@ type CaptureLink struct {
 var (
 	_ Link     = (*CaptureLink)(nil)
 	_ Releaser = (*CaptureLink)(nil)
+	_ Wrapper  = (*CaptureLink)(nil)
 )
 
 // WithCapture wraps l, writing a pcap file header to w at once and a record
@@ -128,6 +135,9 @@ func (c *CaptureLink) Release(frame []byte) {
 		r.Release(frame)
 	}
 }
+
+// Unwrap returns the inner link.
+func (c *CaptureLink) Unwrap() Link { return c.inner }
 
 // Close closes the inner link. It does not close the writer.
 func (c *CaptureLink) Close() error { return c.inner.Close() }

@@ -297,7 +297,7 @@ func (d *Device) AttachMcast(q *QP, gid GID, lid uint16) error {
 		return err
 	}
 	if _, members, _ := d.mc.Lookup(mcast.GID(gid)); len(members) == 1 {
-		if j, ok := d.opts.Link.(netdev.GroupJoiner); ok {
+		if j, ok := netdev.As[netdev.GroupJoiner](d.opts.Link); ok {
 			if err := j.JoinGroup(gid.IP()); err != nil {
 				_ = d.mc.Detach(mcast.GID(gid), lid, q.QP)
 				return fmt.Errorf("attach mcast %v: joining on the link: %w", gid, err)
@@ -314,7 +314,7 @@ func (d *Device) DetachMcast(q *QP, gid GID, lid uint16) error {
 		return err
 	}
 	if _, _, ok := d.mc.Lookup(mcast.GID(gid)); !ok {
-		if j, ok := d.opts.Link.(netdev.GroupJoiner); ok {
+		if j, ok := netdev.As[netdev.GroupJoiner](d.opts.Link); ok {
 			_ = j.LeaveGroup(gid.IP())
 		}
 	}

@@ -210,8 +210,8 @@ func (e *Engine) SetPort(pc PortConfig) error {
 	e.mu.Lock()
 	ps := &portState{link: pc.Link, mac: pc.MAC, gids: gids, resolve: pc.Resolve, mtu: m, ttl: pc.TTL}
 	ps.rel, _ = pc.Link.(netdev.Releaser)
-	ps.hold, _ = pc.Link.(netdev.Holder)
-	if o, ok := pc.Link.(netdev.OwnReceiver); ok {
+	ps.hold, _ = netdev.As[netdev.Holder](pc.Link)
+	if o, ok := netdev.As[netdev.OwnReceiver](pc.Link); ok {
 		ps.here = o.ReceivesOnOwnGoroutine()
 	}
 	e.port.Store(ps)
@@ -268,7 +268,7 @@ func flush(h netdev.Holder, lazy bool) {
 // A goroutine that spins on a CQ calls it between polls (busy polling);
 // on other links it returns false at once.
 func (e *Engine) PollLink() bool {
-	p, ok := e.port.Load().link.(netdev.Poller)
+	p, ok := netdev.As[netdev.Poller](e.port.Load().link)
 	return ok && p.PollReceive()
 }
 
