@@ -23,12 +23,13 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/softverbs/softverbs/netdev"
+	"github.com/softverbs/softverbs/netdev/nettest"
 	"github.com/softverbs/softverbs/qp"
 	"github.com/softverbs/softverbs/rvt"
 )
 
 func BenchmarkXDPGoodput(b *testing.B) {
-	xdpRequireRoot(b)
+	nettest.RequireRoot(b)
 	p := xdpNewPair(b, 9000)
 
 	b.Run("udp_kernel", func(b *testing.B) { benchKernelUDP(b, p, 4096) })

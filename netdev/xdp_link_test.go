@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/softverbs/softverbs/netdev"
+	"github.com/softverbs/softverbs/netdev/nettest"
 )
 
 // xdpOpen opens an XDPLink on ns's interface from inside ns; Close is
@@ -102,7 +103,7 @@ func roceFrame(src, dst netdev.Endpoint, payload []byte) []byte {
 // two AF_XDP links, checks them byte for byte, and checks that other UDP
 // goes to the kernel.
 func TestXDPLinkFrames(t *testing.T) {
-	xdpRequireRoot(t)
+	nettest.RequireRoot(t)
 	for _, c := range []struct {
 		name string
 		opts netdev.XDPOptions
@@ -190,7 +191,7 @@ func testXDPLinkFrames(t *testing.T, opts netdev.XDPOptions, mtu int) {
 // srcPort) to b's RoCEv2 port, b's address already resolved.
 func xdpLinkPair(t *testing.T, srcPort uint16) (la, lb *netdev.XDPLink, src, dst netdev.Endpoint) {
 	t.Helper()
-	xdpRequireRoot(t)
+	nettest.RequireRoot(t)
 	p := xdpNewPair(t, 9000)
 	la = xdpOpen(t, p.a, netdev.XDPOptions{})
 	lb = xdpOpen(t, p.b, netdev.XDPOptions{})
@@ -329,7 +330,7 @@ func TestXDPLinkPollReceive(t *testing.T) {
 // TestXDPLinkClose checks that Close detaches the program and frees the
 // queue (a second link can bind it), and that Send then fails.
 func TestXDPLinkClose(t *testing.T) {
-	xdpRequireRoot(t)
+	nettest.RequireRoot(t)
 	p := xdpNewPair(t, 1500)
 	attached := func() bool {
 		out, err := exec.Command("ip", "-n", p.a.Name, "link", "show", "dev", p.a.ifname).CombinedOutput()
@@ -355,7 +356,7 @@ func TestXDPLinkClose(t *testing.T) {
 }
 
 func TestXDPOpenErrors(t *testing.T) {
-	xdpRequireRoot(t)
+	nettest.RequireRoot(t)
 	p := xdpNewPair(t, 1500)
 	for _, c := range []struct {
 		name, ifname string
@@ -385,7 +386,7 @@ func TestXDPOpenErrors(t *testing.T) {
 // the interface (the group and its MAC show in ip maddr), joins are
 // counted, and Close drops the memberships.
 func TestXDPLinkGroups(t *testing.T) {
-	xdpRequireRoot(t)
+	nettest.RequireRoot(t)
 	p := xdpNewPair(t, 1500)
 	l := xdpOpen(t, p.a, netdev.XDPOptions{})
 	var _ netdev.GroupJoiner = l

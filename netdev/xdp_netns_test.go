@@ -12,7 +12,6 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -22,17 +21,6 @@ import (
 
 	"github.com/softverbs/softverbs/netdev/nettest"
 )
-
-// xdpRequireRoot skips the test unless it runs as root. As root (CI) it
-// runs, and a missing kernel feature fails it.
-func xdpRequireRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates network namespaces and veth pairs, loads and attaches XDP programs")
-	}
-	_, err := exec.LookPath("ip")
-	require.NoError(t, err, "iproute2's ip is needed to set up namespaces")
-}
 
 // xdpNetns is one end of the test topology.
 type xdpNetns struct {

@@ -5,7 +5,6 @@ package netdev
 import (
 	"fmt"
 	"net/netip"
-	"os"
 	"os/exec"
 	"runtime"
 	"testing"
@@ -13,6 +12,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/softverbs/softverbs/netdev/nettest"
 )
 
 // xdpCase is one frame for the steering program and what it must do with it.
@@ -178,19 +179,12 @@ func runXDPCases(t *testing.T, objs *xdpObjects, roceVerdict uint32, roceCounter
 	}
 }
 
-func xdpRequireRootInternal(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: loads eBPF programs and runs them with BPF_PROG_TEST_RUN")
-	}
-}
-
 // TestXDPProgramNoSocket runs the table against a program whose XSKMAP is
 // empty: RoCEv2 frames take the redirect path (its counter moves) and come
 // back XDP_PASS through the fallback, as they would on a queue with no
 // socket.
 func TestXDPProgramNoSocket(t *testing.T) {
-	xdpRequireRootInternal(t)
+	nettest.RequireRoot(t)
 	objs, err := loadXDPObjects()
 	require.NoError(t, err)
 	defer objs.Close()
@@ -201,7 +195,7 @@ func TestXDPProgramNoSocket(t *testing.T) {
 // XDPLink (on a veth in a private, unnamed network namespace), whose XSKMAP holds
 // the socket at queue 0: RoCEv2 frames return XDP_REDIRECT.
 func TestXDPProgramRedirect(t *testing.T) {
-	xdpRequireRootInternal(t)
+	nettest.RequireRoot(t)
 	type res struct {
 		l   *XDPLink
 		err error
@@ -231,7 +225,7 @@ func TestXDPProgramRedirect(t *testing.T) {
 // every frame ParseFrame accepts as UDP to 4791 is steered, and every
 // steered frame that is well formed parses.
 func TestXDPProgramMatchesParseFrame(t *testing.T) {
-	xdpRequireRootInternal(t)
+	nettest.RequireRoot(t)
 	objs, err := loadXDPObjects()
 	require.NoError(t, err)
 	defer objs.Close()

@@ -25,6 +25,7 @@ import (
 	"github.com/softverbs/softverbs/cq"
 	"github.com/softverbs/softverbs/keys"
 	"github.com/softverbs/softverbs/netdev"
+	"github.com/softverbs/softverbs/netdev/nettest"
 	"github.com/softverbs/softverbs/qp"
 	"github.com/softverbs/softverbs/rvt"
 )
@@ -382,7 +383,7 @@ func xdpMulticast(t testing.TB, p *xdpPair, na, nb *xdpNode, group netip.Addr, g
 }
 
 func TestXDPRvt(t *testing.T) {
-	xdpRequireRoot(t)
+	nettest.RequireRoot(t)
 	p := xdpNewPair(t, 9000)
 	la := xdpOpen(t, p.a, netdev.XDPOptions{})
 	lb := xdpOpen(t, p.b, netdev.XDPOptions{})

@@ -3,10 +3,11 @@
 // namespace. Everything it makes has a unique name ("sv" + pid + random)
 // and is removed by t.Cleanup, also when the test fails.
 //
-// Tests call RequireRoot first: it skips (with the reason) when not root or
-// when the ip command is missing. Once past it, a failure to create a
-// namespace, veth or bridge fails the test: CI runs as root on a kernel
-// that has them.
+// Tests call RequireRoot first: it skips (with the reason) when not root.
+// As root it fails when the ip command is missing (the project's scripts
+// install iproute2), and once past it a failure to create a namespace,
+// veth or bridge fails the test: CI runs as root on a kernel that has
+// them.
 package nettest
 
 import (
@@ -20,14 +21,15 @@ import (
 	"github.com/softverbs/softverbs/internal/netns"
 )
 
-// RequireRoot skips t unless it runs as root with the ip command.
+// RequireRoot skips t unless it runs as root. As root (CI) the test must
+// run: RequireRoot fails it if the ip command is missing.
 func RequireRoot(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root (network namespaces, veth, TAP); CI runs as root")
+		t.Skip("needs root (network namespaces, veth, TAP, eBPF and AF_XDP); CI runs as root")
 	}
 	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("needs the ip command (iproute2)")
+		t.Fatalf("running as root without the ip command (iproute2; the project's scripts install it): %v", err)
 	}
 }
 
