@@ -28,6 +28,7 @@ import (
 	"github.com/softverbs/softverbs/netdev/nettest"
 	"github.com/softverbs/softverbs/qp"
 	"github.com/softverbs/softverbs/rvt"
+	"github.com/softverbs/softverbs/transport"
 )
 
 // xdpNode is a device on an XDPLink with a PD and a CQ.
@@ -492,6 +493,6 @@ func TestXDPRvt(t *testing.T) {
 	for _, n := range []*xdpNode{na, nb} {
 		c := n.dev.Counters()
 		t.Logf("%s counters: %v", n.dev.Name(), c)
-		require.Zero(t, c["drop_bad ICRC"], "no ICRC failures on %s", n.dev.Name())
+		require.Zero(t, c["drop_"+transport.DropBadICRC.String()], "no ICRC failures on %s", n.dev.Name())
 	}
 }
