@@ -409,14 +409,22 @@ func TestGID(t *testing.T) {
 	require.True(t, GIDFromIP(netip.Addr{}).IsZero())
 }
 
-// captureFrames reads every frame from the golden captures made by Linux rxe.
-func captureFrames(tb testing.TB) map[string][][]byte {
+// captureFiles returns the golden captures made by Linux rxe, in
+// ../shared/captures beside the checkout. It fails the test when there are
+// none: CI always has ../shared there, so a missing directory is a broken
+// setup, not a reason to skip.
+func captureFiles(tb testing.TB) []string {
 	tb.Helper()
 	files, err := filepath.Glob("../../shared/captures/*.pcap")
 	require.NoError(tb, err)
-	if len(files) == 0 {
-		tb.Skip("no golden captures in ../../shared/captures (they live beside the repository)")
-	}
+	require.NotEmpty(tb, files, "no golden captures in ../../shared/captures (../shared beside the checkout)")
+	return files
+}
+
+// captureFrames reads every frame from the golden captures made by Linux rxe.
+func captureFrames(tb testing.TB) map[string][][]byte {
+	tb.Helper()
+	files := captureFiles(tb)
 	out := make(map[string][][]byte)
 	for _, name := range files {
 		f, err := os.Open(name)
