@@ -207,11 +207,10 @@ type FabricPort struct {
 	index  int
 	pool   *FramePool
 
-	handler atomic.Pointer[Handler]
-	closed  atomic.Bool
+	receiver
+	closed atomic.Bool
 
 	txFrames, txBytes, txDropped atomic.Uint64
-	rxFrames, rxBytes, rxDropped atomic.Uint64
 }
 
 var (
@@ -241,42 +240,27 @@ func (p *FabricPort) Send(frame []byte) error {
 	f := p.fabric
 	if to := f.lookup(p, eth.Src(), eth.Dst()); to != nil {
 		if to != p {
-			to.deliver(frame)
+			to.arrive(frame)
 		}
 		return nil
 	}
 	for _, q := range *f.ports.Load() {
 		if q != p {
-			q.deliver(frame)
+			q.arrive(frame)
 		}
 	}
 	return nil
 }
 
-func (p *FabricPort) deliver(frame []byte) {
+// arrive delivers a frame the fabric forwards to p.
+func (p *FabricPort) arrive(frame []byte) {
 	if p.closed.Load() || frameTooLong(frame, p.mtu) {
-		p.rxDropped.Add(1)
-		return
-	}
-	h := p.handler.Load()
-	if h == nil || *h == nil {
 		p.rxDropped.Add(1)
 		return
 	}
 	b := p.pool.Get()[:len(frame)]
 	copy(b, frame)
-	p.rxFrames.Add(1)
-	p.rxBytes.Add(uint64(len(frame)))
-	(*h)(b)
-}
-
-// SetHandler sets the receive handler; nil drops received frames.
-func (p *FabricPort) SetHandler(h Handler) {
-	if h == nil {
-		p.handler.Store(nil)
-		return
-	}
-	p.handler.Store(&h)
+	p.deliver(b, len(b), p)
 }
 
 // HardwareAddr returns the port's MAC.

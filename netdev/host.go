@@ -86,6 +86,8 @@ type HostStats struct {
 	Consumed                        uint64 // ARP/ND frames handled and not passed up
 	Filtered                        uint64 // unicast frames for another MAC, dropped
 	Malformed                       uint64 // ARP/ND frames too short or with a bad checksum
+	RxFrames, RxBytes               uint64 // frames passed to the handler
+	RxDropped                       uint64 // frames to pass up that found no handler set
 }
 
 type neighState uint8
@@ -123,7 +125,7 @@ type Host struct {
 	clk clock.Clock
 	rel Releaser // the wrapped link's, or nil
 
-	handler atomic.Pointer[Handler]
+	receiver // frames passed up (or dropped with no handler set)
 
 	mu     sync.RWMutex
 	addrs  []netip.Addr // unmapped, in the caller's order
@@ -171,15 +173,6 @@ func (h *Host) Send(frame []byte) error { return h.l.Send(frame) }
 func (h *Host) ReceivesOnOwnGoroutine() bool {
 	o, ok := As[OwnReceiver](h.l)
 	return ok && o.ReceivesOnOwnGoroutine()
-}
-
-// SetHandler sets the handler for frames the host does not consume.
-func (h *Host) SetHandler(fn Handler) {
-	if fn == nil {
-		h.handler.Store(nil)
-		return
-	}
-	h.handler.Store(&fn)
 }
 
 // HardwareAddr returns the host's MAC (not necessarily the wrapped link's).
@@ -476,12 +469,7 @@ func (h *Host) receive(frame []byte) {
 			return
 		}
 	}
-	fn := h.handler.Load()
-	if fn == nil || *fn == nil {
-		h.Release(frame)
-		return
-	}
-	(*fn)(frame)
+	h.deliver(frame, len(frame), h)
 }
 
 func (h *Host) handleARP(eth Ethernet) {
@@ -827,6 +815,7 @@ func (h *Host) Stats() HostStats {
 		ARPRequestsSent: h.arpReqSent.Load(), ARPRepliesSent: h.arpRepSent.Load(),
 		NSSent: h.nsSent.Load(), NASent: h.naSent.Load(), Learned: h.learned.Load(),
 		Consumed: h.consumed.Load(), Filtered: h.filtered.Load(), Malformed: h.malformed.Load(),
+		RxFrames: h.rxFrames.Load(), RxBytes: h.rxBytes.Load(), RxDropped: h.rxDropped.Load(),
 	}
 }
 

@@ -329,6 +329,35 @@ func TestHostPassesAndFilters(t *testing.T) {
 	require.Equal(t, hostMAC, h.HardwareAddr())
 }
 
+// releasingLink is a captureLink that pools: it records released frames.
+type releasingLink struct {
+	captureLink
+	releaseRecorder
+}
+
+// TestHostNoHandler checks that a frame to pass up with no handler set is
+// counted as dropped and given back to the wrapped link's pool.
+func TestHostNoHandler(t *testing.T) {
+	rl := &releasingLink{captureLink: captureLink{mac: MAC{0x02, 0xaa, 0, 0, 0, 9}}}
+	h := NewHost(rl, hostMAC, []netip.Addr{hostV4}, clock.NewManual())
+	f := rawFrame(peerMAC, hostMAC, 1, 60)
+	rl.handler(f)
+	require.Len(t, rl.got, 1)
+	require.Same(t, &f[0], &rl.got[0][0])
+	st := h.Stats()
+	require.EqualValues(t, 1, st.RxDropped)
+	require.Zero(t, st.RxFrames)
+
+	rec := &recorder{}
+	h.SetHandler(rec.handler)
+	rl.handler(rawFrame(peerMAC, hostMAC, 2, 60))
+	require.Len(t, rec.got(), 1)
+	st = h.Stats()
+	require.EqualValues(t, 1, st.RxFrames)
+	require.EqualValues(t, 60+EthernetHeaderLen, st.RxBytes)
+	require.EqualValues(t, 1, st.RxDropped)
+}
+
 func TestHostResolveRequestsAndAges(t *testing.T) {
 	h, cl, clk, _ := newTestHost(t)
 

@@ -6,6 +6,7 @@ package netdev
 import (
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -18,6 +19,43 @@ var ErrClosed = errors.New("netdev: link closed")
 // queue work; it may call Send on any link (the fabric holds no lock while it
 // runs handlers).
 type Handler func(frame []byte)
+
+// receiver is embedded by every link to hold its receive handler and
+// receive counters, so that all links treat a received frame alike: it is
+// counted and handed to the handler, or, with no handler set, counted as
+// dropped and its buffer given back to the link's pool.
+type receiver struct {
+	handler                      atomic.Pointer[Handler]
+	rxFrames, rxBytes, rxDropped atomic.Uint64
+}
+
+// SetHandler sets the receive handler; nil drops received frames (counted
+// as dropped).
+func (r *receiver) SetHandler(h Handler) {
+	if h == nil {
+		r.handler.Store(nil)
+		return
+	}
+	r.handler.Store(&h)
+}
+
+// deliver hands a received frame, which the link owns, to the handler,
+// counting it and n bytes (the frame's length, or the payload's where the
+// link counts payload bytes) as received. With no handler set it counts
+// the frame as dropped and gives it back to rel, the link's pool. It
+// reports whether the handler got the frame.
+func (r *receiver) deliver(frame []byte, n int, rel Releaser) bool {
+	h := r.handler.Load()
+	if h == nil {
+		r.rxDropped.Add(1)
+		rel.Release(frame)
+		return false
+	}
+	r.rxFrames.Add(1)
+	r.rxBytes.Add(uint64(n))
+	(*h)(frame)
+	return true
+}
 
 // Link moves whole Ethernet frames (destination MAC first, no FCS).
 type Link interface {

@@ -25,7 +25,7 @@ import (
 // TAPStats counts a TAP link's traffic.
 type TAPStats struct {
 	TxFrames, TxBytes, TxErrors  uint64
-	RxFrames, RxBytes, RxDropped uint64
+	RxFrames, RxBytes, RxDropped uint64 // dropped: shorter than a header, or no handler set
 }
 
 // TAP is a Link over a Linux TAP device: frames written to it appear on the
@@ -41,13 +41,12 @@ type TAP struct {
 	created bool
 	pool    *FramePool
 
-	handler atomic.Pointer[Handler]
-	closed  atomic.Bool
-	done    chan struct{}
-	once    sync.Once
+	receiver
+	closed atomic.Bool
+	done   chan struct{}
+	once   sync.Once
 
-	txFrames, txBytes, txErrors  atomic.Uint64
-	rxFrames, rxBytes, rxDropped atomic.Uint64
+	txFrames, txBytes, txErrors atomic.Uint64
 }
 
 var (
@@ -145,15 +144,12 @@ func (t *TAP) readLoop() {
 			// The interface went away (EBADFD, EIO): nothing more to read.
 			return
 		}
-		h := t.handler.Load()
-		if n < EthernetHeaderLen || h == nil || *h == nil {
+		if n < EthernetHeaderLen {
 			t.rxDropped.Add(1)
 			t.pool.Put(b)
 			continue
 		}
-		t.rxFrames.Add(1)
-		t.rxBytes.Add(uint64(n))
-		(*h)(b[:n])
+		t.deliver(b[:n], n, t)
 	}
 }
 
@@ -193,15 +189,6 @@ func (t *TAP) Send(frame []byte) error {
 // ReceivesOnOwnGoroutine reports true: the handler runs on the link's
 // receive goroutine.
 func (t *TAP) ReceivesOnOwnGoroutine() bool { return true }
-
-// SetHandler sets the receive handler; nil drops received frames.
-func (t *TAP) SetHandler(h Handler) {
-	if h == nil {
-		t.handler.Store(nil)
-		return
-	}
-	t.handler.Store(&h)
-}
 
 // HardwareAddr returns the kernel interface's MAC. Softverbs should use a
 // MAC of its own on the segment (see Host).

@@ -45,6 +45,7 @@ type UDPConfig struct {
 type UDPStats struct {
 	TxPackets, TxBytes, TxErrors uint64
 	RxPackets, RxBytes, RxErrors uint64
+	RxDropped                    uint64 // received with no handler set
 	// RxIDRecovered counts IPv4 packets whose sender used a non-zero ID
 	// (rxe) that was recovered from the ICRC; RxIDFailed those for which
 	// no ID explains the ICRC (passed on, and dropped by the transport as
@@ -86,16 +87,16 @@ type UDPLink struct {
 	nsIno uint64
 	main  *net.UDPConn
 
-	handler atomic.Pointer[Handler]
-	closed  atomic.Bool
-	wg      sync.WaitGroup
+	receiver // RxPackets are its rxFrames, RxBytes count UDP payload bytes
+	closed   atomic.Bool
+	wg       sync.WaitGroup
 
 	mu     sync.RWMutex
 	tx     map[uint16]*net.UDPConn
 	groups map[netip.Addr]*net.UDPConn
 
 	txPackets, txBytes, txErrors             atomic.Uint64
-	rxPackets, rxBytes, rxErrors             atomic.Uint64
+	rxErrors                                 atomic.Uint64
 	rxIDRecovered, rxIDFailed, txSocketsMade atomic.Uint64
 	txBatches                                atomic.Uint64
 
@@ -396,14 +397,7 @@ func (l *UDPLink) readLoop(c *net.UDPConn) {
 				l.rxIDFailed.Add(1)
 			}
 		}
-		h := l.handler.Load()
-		if h == nil || *h == nil {
-			l.pool.Put(b)
-			continue
-		}
-		l.rxPackets.Add(1)
-		l.rxBytes.Add(uint64(n))
-		(*h)(frame)
+		l.deliver(frame, n, l)
 	}
 }
 
@@ -590,15 +584,6 @@ func (l *UDPLink) LeaveGroup(group netip.Addr) error {
 // receive goroutine.
 func (l *UDPLink) ReceivesOnOwnGoroutine() bool { return true }
 
-// SetHandler sets the receive handler; nil drops received datagrams.
-func (l *UDPLink) SetHandler(h Handler) {
-	if h == nil {
-		l.handler.Store(nil)
-		return
-	}
-	l.handler.Store(&h)
-}
-
 // HardwareAddr returns the link's fake MAC (derived from its address).
 func (l *UDPLink) HardwareAddr() MAC { return l.mac }
 
@@ -645,8 +630,8 @@ func (l *UDPLink) Close() error {
 func (l *UDPLink) Stats() UDPStats {
 	return UDPStats{
 		TxPackets: l.txPackets.Load(), TxBytes: l.txBytes.Load(), TxErrors: l.txErrors.Load(),
-		RxPackets: l.rxPackets.Load(), RxBytes: l.rxBytes.Load(), RxErrors: l.rxErrors.Load(),
-		RxIDRecovered: l.rxIDRecovered.Load(), RxIDFailed: l.rxIDFailed.Load(),
+		RxPackets: l.rxFrames.Load(), RxBytes: l.rxBytes.Load(), RxErrors: l.rxErrors.Load(),
+		RxDropped: l.rxDropped.Load(), RxIDRecovered: l.rxIDRecovered.Load(), RxIDFailed: l.rxIDFailed.Load(),
 		TxSockets: l.txSocketsMade.Load(), TxBatches: l.txBatches.Load(),
 	}
 }

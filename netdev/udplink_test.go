@@ -132,6 +132,26 @@ func TestUDPLinkLoopback(t *testing.T) {
 	require.ErrorIs(t, a.Send(f), ErrClosed)
 }
 
+// TestUDPLinkNoHandler checks that a datagram arriving before a handler is
+// set is counted as dropped, not as received.
+func TestUDPLinkNoHandler(t *testing.T) {
+	a, b := udpLinkPair(t)
+	src := Endpoint{MAC: a.HardwareAddr(), IP: netip.MustParseAddr("127.0.0.1"), Port: 0xC124}
+	dst := Endpoint{MAC: b.HardwareAddr(), IP: netip.MustParseAddr("127.0.0.2"), Port: RoCEv2Port}
+	f := roceFrame(t, src, dst, []byte("nobody listens"))
+	require.NoError(t, a.Send(f))
+	require.Eventually(t, func() bool { return b.Stats().RxDropped == 1 }, 5*time.Second, time.Millisecond)
+	require.Zero(t, b.Stats().RxPackets)
+
+	got := make(frameChan, 1)
+	b.SetHandler(got.handler)
+	require.NoError(t, a.Send(f))
+	require.Equal(t, f, got.next(t))
+	st := b.Stats()
+	require.EqualValues(t, 1, st.RxPackets)
+	require.EqualValues(t, 1, st.RxDropped)
+}
+
 // TestUDPLinkHoldFlush checks that datagrams sent under Hold wait for the
 // last Flush, then arrive complete and in order from a few sendmmsg calls,
 // also when they alternate between source-port sockets.

@@ -147,7 +147,7 @@ type XDPStats struct {
 	RxFrames, RxBytes uint64
 	TxFrames, TxBytes uint64
 	// RxDropped counts received frames the link dropped: longer than its
-	// buffers, or a descriptor outside the UMEM.
+	// buffers, a descriptor outside the UMEM, or no handler set.
 	RxDropped uint64
 	// TxDropped counts frames Send dropped: too short, too long, or TX still
 	// full after waiting.
@@ -198,7 +198,7 @@ type XDPLink struct {
 
 	maxFrame int        // longest frame received (MaxFrameLen(mtu))
 	pool     *FramePool // received frames' buffers, back through Release
-	handler  atomic.Pointer[Handler]
+	receiver
 
 	// Receive side: owned by the receive goroutine.
 	rx        descRing
@@ -226,7 +226,6 @@ type XDPLink struct {
 	txFrames   atomic.Uint64
 	txBytes    atomic.Uint64
 
-	rxFrames, rxBytes, rxDropped                atomic.Uint64
 	txDropped, txFullWaits                      atomic.Uint64
 	txKicks, txKickBusy, txKickErrs, fillWakeup atomic.Uint64
 	flushTimers                                 atomic.Uint64
@@ -538,15 +537,6 @@ func (l *XDPLink) Release(frame []byte) { l.pool.Put(frame) }
 // receive goroutine.
 func (l *XDPLink) ReceivesOnOwnGoroutine() bool { return true }
 
-// SetHandler sets the receive handler; nil drops received frames.
-func (l *XDPLink) SetHandler(h Handler) {
-	if h == nil {
-		l.handler.Store(nil)
-		return
-	}
-	l.handler.Store(&h)
-}
-
 // rxLoop is the receive goroutine.
 func (l *XDPLink) rxLoop() {
 	defer close(l.rxDone)
@@ -637,8 +627,6 @@ func (l *XDPLink) rxBatch() bool {
 			l.rxDropped.Add(1)
 			continue
 		}
-		l.rxFrames.Add(1)
-		l.rxBytes.Add(uint64(n))
 		frames = append(frames, buf)
 	}
 	if used == 0 {
@@ -650,11 +638,8 @@ func (l *XDPLink) rxBatch() bool {
 		l.fillWakeup.Add(1)
 		_, _, _ = unix.Recvfrom(l.fd, nil, unix.MSG_DONTWAIT)
 	}
-	h := l.handler.Load()
 	for i, f := range frames {
-		if h != nil {
-			(*h)(f)
-		}
+		l.deliver(f, len(f), l)
 		frames[i] = nil
 	}
 	l.frames = frames[:0]

@@ -200,6 +200,25 @@ func xdpLinkPair(t *testing.T, srcPort uint16) (la, lb *netdev.XDPLink, src, dst
 	return la, lb, src, dst
 }
 
+// TestXDPLinkNoHandler checks that a frame arriving before a handler is set
+// is counted as dropped, not as received.
+func TestXDPLinkNoHandler(t *testing.T) {
+	la, lb, src, dst := xdpLinkPair(t, 0xc003)
+	f := roceFrame(src, dst, []byte("nobody listens"))
+	require.NoError(t, la.Send(f))
+	require.Eventually(t, func() bool { return lb.Stats().RxDropped == 1 }, 5*time.Second, time.Millisecond)
+	require.Zero(t, lb.Stats().RxFrames)
+
+	sink := newFrameSink()
+	lb.SetHandler(sink.handle)
+	require.NoError(t, la.Send(f))
+	got := sink.wait(t, 1, 5*time.Second)
+	require.Equal(t, f, got[0])
+	st := lb.Stats()
+	require.EqualValues(t, 1, st.RxFrames)
+	require.EqualValues(t, 1, st.RxDropped)
+}
+
 // TestXDPLinkHoldFlush checks that frames sent under Hold wait for the last
 // Flush, then all arrive in order for a handful of sendto calls.
 func TestXDPLinkHoldFlush(t *testing.T) {

@@ -1,0 +1,45 @@
+package netdev
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// releaseRecorder is a Releaser that keeps what it is given back.
+type releaseRecorder struct{ got [][]byte }
+
+func (r *releaseRecorder) Release(b []byte) { r.got = append(r.got, b) }
+
+// TestReceiverDeliverOrDrop checks the rule every link follows for a
+// received frame: with a handler it is counted and handed over, without
+// one it is counted as dropped and goes back to the pool.
+func TestReceiverDeliverOrDrop(t *testing.T) {
+	var r receiver
+	var rel releaseRecorder
+	f := []byte{1, 2, 3}
+
+	require.False(t, r.deliver(f, len(f), &rel), "no handler yet")
+	require.Len(t, rel.got, 1, "the frame goes back to the pool")
+	require.Same(t, &f[0], &rel.got[0][0])
+	require.EqualValues(t, 1, r.rxDropped.Load())
+	require.Zero(t, r.rxFrames.Load())
+	require.Zero(t, r.rxBytes.Load())
+
+	var got [][]byte
+	r.SetHandler(func(b []byte) { got = append(got, b) })
+	require.True(t, r.deliver(f, 100, &rel))
+	require.Len(t, got, 1)
+	require.Same(t, &f[0], &got[0][0], "the handler owns the frame")
+	require.Len(t, rel.got, 1, "not released for the handler")
+	require.EqualValues(t, 1, r.rxFrames.Load())
+	require.EqualValues(t, 100, r.rxBytes.Load(), "the link's byte count")
+	require.EqualValues(t, 1, r.rxDropped.Load())
+
+	r.SetHandler(nil)
+	require.False(t, r.deliver(f, len(f), &rel))
+	require.Len(t, got, 1)
+	require.Len(t, rel.got, 2)
+	require.EqualValues(t, 2, r.rxDropped.Load())
+	require.EqualValues(t, 1, r.rxFrames.Load())
+}
