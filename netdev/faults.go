@@ -166,7 +166,7 @@ func (f *FaultLink) Inner() Link { return f.inner }
 // Unwrap returns the wrapped link (for As).
 func (f *FaultLink) Unwrap() Link { return f.inner }
 
-// hit draws one decision with probability p; it draws nothing when p is 0.
+// hitLocked draws one decision with probability p; it draws nothing when p is 0.
 func (f *FaultLink) hitLocked(p float64) bool {
 	return p > 0 && f.rng.Float64() < p
 }

@@ -66,7 +66,7 @@ func OpenTAP(name string, mtu int) (*TAP, error) {
 	if len(name) == 0 || len(name) >= unix.IFNAMSIZ {
 		return nil, fmt.Errorf("open tap %q: bad interface name", name)
 	}
-	_, existed := net.InterfaceByName(name)
+	_, lookupErr := net.InterfaceByName(name) // nil: the interface exists
 	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open tap %s: /dev/net/tun: %w", name, err)
@@ -84,7 +84,7 @@ func OpenTAP(name string, mtu int) (*TAP, error) {
 	// The file is non-blocking, so os registers it with the netpoller:
 	// Read parks the goroutine, and Close wakes it.
 	f := os.NewFile(uintptr(fd), "/dev/net/tun:"+name)
-	t := &TAP{f: f, name: name, created: existed != nil, done: make(chan struct{})}
+	t := &TAP{f: f, name: name, created: lookupErr != nil, done: make(chan struct{})}
 	if err := t.configure(mtu); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("open tap %s: %w", name, err)

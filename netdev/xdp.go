@@ -14,9 +14,9 @@ package netdev
 //     chunks belong to receive (they cycle through the fill ring, the kernel
 //     and the RX ring), the other half to transmit (a free list, the TX ring,
 //     the kernel and the completion ring). Received frames are copied out of
-//     their chunks into newly allocated slices of exactly the frame's length
-//     (the handler keeps frames, so there is nothing to recycle), and each
-//     RX chunk goes straight back to the fill ring.
+//     their chunks into buffers from a FramePool, which the handler owns and
+//     may give back with Release, and each RX chunk goes straight back to
+//     the fill ring.
 //   - Path MTU 4096 needs Ethernet frames of about 4200 bytes, more than a
 //     chunk can hold (a chunk is at most a page, and in copy mode the kernel
 //     keeps 256 bytes of headroom in each RX chunk). The link uses AF_XDP
@@ -69,8 +69,9 @@ package netdev
 // the Link contract asks: the reliable transports retransmit.
 //
 // Lock order: closeMu (read side, held while the socket's fd is used from
-// Send, kick or Stats) before txMu. The receive goroutine owns the RX and
-// fill rings and takes no lock.
+// Send, kick or Stats) before txMu. The RX and fill rings belong to
+// whichever goroutine holds rxBusy, the receive goroutine or a caller of
+// PollReceive, and take no lock.
 
 import (
 	"errors"
@@ -200,7 +201,7 @@ type XDPLink struct {
 	pool     *FramePool // received frames' buffers, back through Release
 	receiver
 
-	// Receive side: owned by the receive goroutine.
+	// Receive side: owned by whoever holds rxBusy (rxLoop or PollReceive).
 	rx        descRing
 	fill      addrRing
 	rxDone    chan struct{}
