@@ -132,6 +132,36 @@ func TestUDPLinkLoopback(t *testing.T) {
 	require.ErrorIs(t, a.Send(f), ErrClosed)
 }
 
+// TestUDPLinkIPv6 sends a datagram between two IPv6 UDP links (in a
+// namespace of its own, on two addresses of its loopback) and checks that
+// the receiver synthesises the sent frame.
+func TestUDPLinkIPv6(t *testing.T) {
+	nettest.RequireRoot(t)
+	ns := nettest.New(t)
+	ipA, ipB := netip.MustParseAddr("fd00:5f::1"), netip.MustParseAddr("fd00:5f::2")
+	for _, ip := range []netip.Addr{ipA, ipB} {
+		ns.Run("ip", "addr", "add", ip.String()+"/128", "dev", "lo", "nodad")
+	}
+	var a, b *UDPLink
+	require.NoError(t, ns.Do(func() error {
+		var err error
+		if a, err = OpenUDP(netip.AddrPortFrom(ipA, 0)); err != nil {
+			return err
+		}
+		b, err = OpenUDP(netip.AddrPortFrom(ipB, 0))
+		return err
+	}))
+	t.Cleanup(func() { a.Close(); b.Close() })
+	got := make(frameChan, 1)
+	b.SetHandler(got.handler)
+	src := Endpoint{MAC: a.HardwareAddr(), IP: ipA, Port: 0xC125}
+	dst := Endpoint{MAC: b.HardwareAddr(), IP: ipB, Port: RoCEv2Port}
+	f := roceFrame(t, src, dst, []byte("hello over IPv6"))
+	require.NoError(t, a.Send(f))
+	require.Equal(t, f, got.next(t))
+	require.EqualValues(t, 1, b.Stats().RxPackets)
+}
+
 // TestUDPLinkNoHandler checks that a datagram arriving before a handler is
 // set is counted as dropped, not as received.
 func TestUDPLinkNoHandler(t *testing.T) {
