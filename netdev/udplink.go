@@ -282,6 +282,31 @@ func (l *UDPLink) listenGroup(ap netip.AddrPort) (*net.UDPConn, error) {
 	return pc.(*net.UDPConn), nil
 }
 
+// udpSockopts4 and udpSockopts6 are the integer options (level, option,
+// value) of every socket of an IPv4 or an IPv6 link: path MTU discovery on
+// (DF), the destination address, TOS and TTL of each datagram as control
+// messages, and no multicast loopback.
+var (
+	udpSockopts4 = [][3]int{
+		{unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO},
+		{unix.IPPROTO_IP, unix.IP_PKTINFO, 1},
+		{unix.IPPROTO_IP, unix.IP_RECVTOS, 1},
+		{unix.IPPROTO_IP, unix.IP_RECVTTL, 1},
+		{unix.IPPROTO_IP, unix.IP_MULTICAST_LOOP, 0},
+		// UDP checksum 0 over IPv4, as RoCEv2 and rxe send (the ICRC
+		// protects the payload).
+		{unix.SOL_SOCKET, unix.SO_NO_CHECK, 1},
+	}
+	udpSockopts6 = [][3]int{
+		{unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO},
+		{unix.IPPROTO_IPV6, unix.IPV6_DONTFRAG, 1},
+		{unix.IPPROTO_IPV6, unix.IPV6_RECVPKTINFO, 1},
+		{unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1},
+		{unix.IPPROTO_IPV6, unix.IPV6_RECVHOPLIMIT, 1},
+		{unix.IPPROTO_IPV6, unix.IPV6_MULTICAST_LOOP, 0},
+	}
+)
+
 func (l *UDPLink) sockopts(fd int, group bool) error {
 	set := func(level, opt, v int) error { return unix.SetsockoptInt(fd, level, opt, v) }
 	// A requester bursts up to its window: give the receive queue room
@@ -295,35 +320,18 @@ func (l *UDPLink) sockopts(fd int, group bool) error {
 			return err
 		}
 	}
-	if !l.v6 {
-		a := l.local.Addr().As4()
-		for _, o := range [][3]int{
-			{unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO},
-			{unix.IPPROTO_IP, unix.IP_PKTINFO, 1},
-			{unix.IPPROTO_IP, unix.IP_RECVTOS, 1},
-			{unix.IPPROTO_IP, unix.IP_RECVTTL, 1},
-			{unix.IPPROTO_IP, unix.IP_MULTICAST_LOOP, 0},
-			// UDP checksum 0 over IPv4, as RoCEv2 and rxe send (the ICRC
-			// protects the payload).
-			{unix.SOL_SOCKET, unix.SO_NO_CHECK, 1},
-		} {
-			if err := set(o[0], o[1], o[2]); err != nil {
-				return err
-			}
-		}
-		return unix.SetsockoptInet4Addr(fd, unix.IPPROTO_IP, unix.IP_MULTICAST_IF, a)
+	opts := udpSockopts4
+	if l.v6 {
+		opts = udpSockopts6
 	}
-	for _, o := range [][3]int{
-		{unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO},
-		{unix.IPPROTO_IPV6, unix.IPV6_DONTFRAG, 1},
-		{unix.IPPROTO_IPV6, unix.IPV6_RECVPKTINFO, 1},
-		{unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1},
-		{unix.IPPROTO_IPV6, unix.IPV6_RECVHOPLIMIT, 1},
-		{unix.IPPROTO_IPV6, unix.IPV6_MULTICAST_LOOP, 0},
-	} {
+	for _, o := range opts {
 		if err := set(o[0], o[1], o[2]); err != nil {
 			return err
 		}
+	}
+	// Group sends leave from the link's interface.
+	if !l.v6 {
+		return unix.SetsockoptInet4Addr(fd, unix.IPPROTO_IP, unix.IP_MULTICAST_IF, l.local.Addr().As4())
 	}
 	if idx := l.ifindex(); idx > 0 {
 		return set(unix.IPPROTO_IPV6, unix.IPV6_MULTICAST_IF, idx)
