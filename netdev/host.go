@@ -229,7 +229,7 @@ func (h *Host) Announce(ip netip.Addr) {
 		h.sendARP(arpRequest, BroadcastMAC(), ip, MAC{}, ip)
 		return
 	}
-	h.sendNA(ip, netip.MustParseAddr("ff02::1"), MAC{0x33, 0x33, 0, 0, 0, 1}, naOverride)
+	h.sendND(icmp6NA, naOverride, ip, netip.MustParseAddr("ff02::1"), MAC{0x33, 0x33, 0, 0, 0, 1}, ip)
 }
 
 func containsAddr(s []netip.Addr, a netip.Addr) bool {
@@ -405,7 +405,7 @@ func (h *Host) solicit(ip netip.Addr, dst MAC) {
 		ipDst = SolicitedNodeAddr(ip)
 		dst, _ = MulticastMAC(ipDst)
 	}
-	h.sendNS(src, ipDst, dst, ip)
+	h.sendND(icmp6NS, 0, src, ipDst, dst, ip)
 }
 
 // sourceFor picks our address to ask from: for IPv4 one in the same /24 if
@@ -565,7 +565,7 @@ func (h *Host) handleND(frame []byte) {
 		}
 		if src.IsUnspecified() {
 			// Duplicate address detection by someone else: tell all nodes.
-			h.sendNA(target, netip.MustParseAddr("ff02::1"), MAC{0x33, 0x33, 0, 0, 0, 1}, naOverride)
+			h.sendND(icmp6NA, naOverride, target, netip.MustParseAddr("ff02::1"), MAC{0x33, 0x33, 0, 0, 0, 1}, target)
 			return
 		}
 		if hasLL {
@@ -573,7 +573,7 @@ func (h *Host) handleND(frame []byte) {
 		} else {
 			ll = Ethernet(frame).Src()
 		}
-		h.sendNA(target, src, ll, naSolicited|naOverride)
+		h.sendND(icmp6NA, naSolicited|naOverride, target, src, ll, target)
 	case icmp6NA:
 		if !hasLL || ll == h.mac {
 			return
@@ -630,32 +630,25 @@ func buildICMPv6(b []byte, srcMAC, dstMAC MAC, src, dst netip.Addr, n int) []byt
 	return b[:EthernetHeaderLen+IPv6HeaderLen+n]
 }
 
-// sendNS sends a neighbour solicitation for target from src to dst.
-func (h *Host) sendNS(src, dst netip.Addr, dstMAC MAC, target netip.Addr) {
-	var b [EthernetHeaderLen + IPv6HeaderLen + ndLen]byte
-	m := b[EthernetHeaderLen+IPv6HeaderLen:]
-	m[icmp6Type] = icmp6NS
-	t := target.As16()
-	copy(m[ndTarget:], t[:])
-	m[ndOptions], m[ndOptions+1] = ndOptSourceLLAddr, 1
-	copy(m[ndOptions+2:], h.mac[:])
-	if h.l.Send(buildICMPv6(b[:], h.mac, dstMAC, src, dst, ndLen)) == nil {
-		h.nsSent.Add(1)
+// sendND sends a neighbour solicitation or advertisement (typ icmp6NS or
+// icmp6NA, with an NA's R, S and O flags) about target from src to dst; an
+// NA's target is ours and is also its source. Our MAC goes in the source
+// link-layer address option of an NS, the target one of an NA.
+func (h *Host) sendND(typ, flags uint8, src, dst netip.Addr, dstMAC MAC, target netip.Addr) {
+	opt, sent := uint8(ndOptSourceLLAddr), &h.nsSent
+	if typ == icmp6NA {
+		opt, sent = ndOptTargetLLAddr, &h.naSent
 	}
-}
-
-// sendNA advertises target (ours) to dst with the given flags.
-func (h *Host) sendNA(target, dst netip.Addr, dstMAC MAC, flags uint8) {
 	var b [EthernetHeaderLen + IPv6HeaderLen + ndLen]byte
 	m := b[EthernetHeaderLen+IPv6HeaderLen:]
-	m[icmp6Type] = icmp6NA
+	m[icmp6Type] = typ
 	m[ndFlags] = flags
 	t := target.As16()
 	copy(m[ndTarget:], t[:])
-	m[ndOptions], m[ndOptions+1] = ndOptTargetLLAddr, 1
+	m[ndOptions], m[ndOptions+1] = opt, 1
 	copy(m[ndOptions+2:], h.mac[:])
-	if h.l.Send(buildICMPv6(b[:], h.mac, dstMAC, target, dst, ndLen)) == nil {
-		h.naSent.Add(1)
+	if h.l.Send(buildICMPv6(b[:], h.mac, dstMAC, src, dst, ndLen)) == nil {
+		sent.Add(1)
 	}
 }
 
