@@ -44,6 +44,8 @@ type UDPConfig struct {
 // UDPStats counts a UDP link's traffic.
 type UDPStats struct {
 	TxPackets, TxBytes, TxErrors uint64
+	// RxErrors counts failed reads and datagrams dropped because they were
+	// truncated (longer than the link's buffers) or could not be framed.
 	RxPackets, RxBytes, RxErrors uint64
 	RxDropped                    uint64 // received with no handler set
 	// RxIDRecovered counts IPv4 packets whose sender used a non-zero ID
@@ -372,13 +374,21 @@ func (l *UDPLink) readLoop(c *net.UDPConn) {
 	var oob [256]byte
 	for {
 		b := l.pool.Get()
-		n, oobn, _, from, err := c.ReadMsgUDPAddrPort(b[hl:], oob[:])
+		n, oobn, flags, from, err := c.ReadMsgUDPAddrPort(b[hl:], oob[:])
 		if err != nil {
 			l.pool.Put(b)
 			if l.closed.Load() || errors.Is(err, net.ErrClosed) {
 				return
 			}
 			l.rxErrors.Add(1)
+			continue
+		}
+		if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
+			// The datagram was longer than the buffer (a peer with a
+			// larger MTU), or its addresses, TOS or TTL did not fit:
+			// the frame cannot be rebuilt.
+			l.rxErrors.Add(1)
+			l.pool.Put(b)
 			continue
 		}
 		dst, tos, ttl := parseCmsgs(oob[:oobn], l.v6)

@@ -5,6 +5,7 @@ package netdev
 import (
 	"bytes"
 	"encoding/binary"
+	"net"
 	"net/netip"
 	"os"
 	"testing"
@@ -160,6 +161,42 @@ func TestUDPLinkIPv6(t *testing.T) {
 	require.NoError(t, a.Send(f))
 	require.Equal(t, f, got.next(t))
 	require.EqualValues(t, 1, b.Stats().RxPackets)
+}
+
+// TestUDPLinkTruncated checks that a datagram longer than the link's
+// buffers (a peer with a larger MTU) is counted as an error and dropped,
+// not passed on cut short.
+func TestUDPLinkTruncated(t *testing.T) {
+	nettest.RequireRoot(t)
+	ns := nettest.New(t)
+	var l *UDPLink
+	var c *net.UDPConn
+	require.NoError(t, ns.Do(func() error {
+		var err error
+		if l, err = OpenUDPConfig(UDPConfig{Addr: netip.MustParseAddrPort("127.0.0.1:4791"), MTU: 1500}); err != nil {
+			return err
+		}
+		c, err = net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.MustParseAddrPort("127.0.0.2:0")))
+		return err
+	}))
+	t.Cleanup(func() { l.Close(); c.Close() })
+	got := make(frameChan, 2)
+	l.SetHandler(got.handler)
+	to := net.UDPAddrFromAddrPort(l.Addr())
+
+	_, err := c.WriteToUDP(make([]byte, 3000), to)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return l.Stats().RxErrors == 1 }, 5*time.Second, time.Millisecond)
+	require.Zero(t, l.Stats().RxPackets)
+	require.Empty(t, got, "a truncated datagram is not passed on")
+
+	_, err = c.WriteToUDP(make([]byte, 1000), to)
+	require.NoError(t, err)
+	f := got.next(t)
+	require.Len(t, f, HeaderLen(false)+1000)
+	st := l.Stats()
+	require.EqualValues(t, 1, st.RxPackets)
+	require.EqualValues(t, 1, st.RxErrors)
 }
 
 // TestUDPLinkNoHandler checks that a datagram arriving before a handler is
