@@ -157,3 +157,19 @@ func TestCreateGSIConcurrently(t *testing.T) {
 		require.NoError(t, made.Destroy())
 	}
 }
+
+// TestDestroyAHOnce checks that an AH releases its PD once: a second
+// DestroyAH, or one of an AH from another device, fails and leaves the
+// PD's references alone.
+func TestDestroyAHOnce(t *testing.T) {
+	n := newNode(t, Options{})
+	other := newNode(t, Options{})
+	refs := n.pd.Refs()
+	ah, err := n.pd.CreateAH(AddressVector{SGIDIndex: 0})
+	require.NoError(t, err)
+	require.Equal(t, refs+1, n.pd.Refs())
+	require.ErrorIs(t, other.d.DestroyAH(ah), ErrInvalidArgument, "another device's AH")
+	require.NoError(t, n.d.DestroyAH(ah))
+	require.ErrorIs(t, n.d.DestroyAH(ah), ErrInvalidArgument, "destroyed already")
+	require.Equal(t, refs, n.pd.Refs(), "the PD is released once")
+}

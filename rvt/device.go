@@ -135,6 +135,7 @@ type Device struct {
 	closed  bool
 	nextQPN uint32
 	qps     map[uint32]*QP // nil: the number is reserved by a CreateQP under way
+	ahs     map[*AH]struct{}
 	nextPD  uint32
 	nextVA  uint64
 	subs    map[int]func(Event)
@@ -155,7 +156,7 @@ func Open(o Options) (*Device, error) {
 	d := &Device{
 		name: o.Name, opts: o, clk: clock.OrReal(o.Clock), log: o.Logger,
 		keys: keys.NewTable(o.KeyBits), mc: mcast.NewTable(maxMcastGroups, maxMcastQPAttach),
-		nextQPN: 0x11, qps: make(map[uint32]*QP), nextVA: 0x10000000, subs: make(map[int]func(Event)),
+		nextQPN: 0x11, qps: make(map[uint32]*QP), ahs: make(map[*AH]struct{}), nextVA: 0x10000000, subs: make(map[int]func(Event)),
 	}
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)

@@ -94,12 +94,27 @@ func (pd *PD) CreateAH(av AddressVector) (*AH, error) {
 	if int(av.SGIDIndex) >= len(pd.d.eng.GIDs()) {
 		return nil, fmt.Errorf("create AH: %w: source GID index %d", ErrInvalidArgument, av.SGIDIndex)
 	}
+	ah := &qp.AH{PD: pd.PD, AV: av}
+	pd.d.mu.Lock()
+	pd.d.ahs[ah] = struct{}{}
+	pd.d.mu.Unlock()
 	pd.Ref()
-	return &qp.AH{PD: pd.PD, AV: av}, nil
+	return ah, nil
 }
 
-// DestroyAH releases an address handle.
-func (d *Device) DestroyAH(ah *AH) { ah.PD.Unref() }
+// DestroyAH releases an address handle (ibv_destroy_ah). An AH this device
+// did not create, or one destroyed already, is ErrInvalidArgument.
+func (d *Device) DestroyAH(ah *AH) error {
+	d.mu.Lock()
+	_, ok := d.ahs[ah]
+	delete(d.ahs, ah)
+	d.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("destroy AH: %w: not an AH of device %s, or destroyed already", ErrInvalidArgument, d.name)
+	}
+	ah.PD.Unref()
+	return nil
+}
 
 // CreateCQ creates a completion queue of depth entries (ibv_create_cq).
 // onComp, if not nil, runs when the CQ is armed and a completion arrives.

@@ -690,7 +690,9 @@ func (d *demo) ud() error {
 		detail := fmt.Sprintf("%6d B  to %v: recv len=%d flags=%v, GRH src %v  data ok",
 			c.n, netip.AddrFrom16(dgid).Unmap(), rwc.ByteLen, rwc.Flags, grhSrc)
 		d.line("UD", c.op.String(), detail, err)
-		d.p.n[0].dev.DestroyAH(ah)
+		if err := d.p.n[0].dev.DestroyAH(ah); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -814,7 +816,9 @@ func (d *demo) multicast() error {
 				return err
 			}
 		}
-		src.n.dev.DestroyAH(ah)
+		if err := src.n.dev.DestroyAH(ah); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -350,7 +350,7 @@ func (ctx *ppCtx) close() {
 		_ = ctx.qp.Destroy()
 	}
 	if ctx.ah != nil {
-		ctx.dev.DestroyAH(ctx.ah)
+		_ = ctx.dev.DestroyAH(ctx.ah)
 	}
 	if ctx.dev != nil {
 		_ = ctx.dev.Close()
