@@ -203,7 +203,7 @@ func writeRow(w io.Writer, kind string, m perfMTU, res perfLinkResult, base runR
 	if kind == "xdp" {
 		targets += ", latency " + verdict(latX <= 1)
 	}
-	fmt.Fprintf(w, "%-4s %5d %5d %10.3f %10.3f %6.2f %8.1f %8.1f %8.1f %8.1f %6.2f  %s\n",
+	fmt.Fprintf(w, "%-4s %5d %5d %10.3f %10.3f %6.3g %8.1f %8.1f %8.1f %8.1f %6.3g  %s\n",
 		kind, m.size, m.veth, res.write.gbps(), base.gbps(), xUDP,
 		res.lat.halfMicros(0.5), res.lat.halfMicros(0.99), baseLat.halfMicros(0.5), baseLat.halfMicros(0.99), latX,
 		targets)
@@ -214,7 +214,7 @@ func writeRow(w io.Writer, kind string, m perfMTU, res perfLinkResult, base runR
 	if b := baseBusy.halfMicros(0.5); b > 0 {
 		busyX = res.busy.halfMicros(0.5) / b
 	}
-	fmt.Fprintf(w, "busy %-4s %5d %5d %8.1f %8.1f %8.1f %8.1f %6.2f  busy polling both sides: latency %s\n",
+	fmt.Fprintf(w, "busy %-4s %5d %5d %8.1f %8.1f %8.1f %8.1f %6.3g  busy polling both sides: latency %s\n",
 		kind, m.size, m.veth,
 		res.busy.halfMicros(0.5), res.busy.halfMicros(0.99), baseBusy.halfMicros(0.5), baseBusy.halfMicros(0.99), busyX,
 		verdict(busyX > 0 && busyX <= 1))
