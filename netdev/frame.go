@@ -489,6 +489,18 @@ func UsesIPv6(src, dst netip.Addr) bool {
 // plus payloadLen, or payloadLen is negative or too long for the IP length
 // fields.
 func EncodeRoCEv2(buf []byte, src, dst Endpoint, ttl, tos uint8, payloadLen int) int {
+	hl := EncodeRoCEv2Headers(buf, src, dst, ttl, tos, payloadLen)
+	if hl != 0 {
+		PutUDPChecksum(buf[:hl+payloadLen], src.IP, dst.IP)
+	}
+	return hl
+}
+
+// EncodeRoCEv2Headers is EncodeRoCEv2 with the UDP checksum left 0. Over
+// IPv6 the checksum covers the ICRC, so a sender that writes the ICRC after
+// the headers calls this, then PutICRC, then PutUDPChecksum: the payload is
+// summed once.
+func EncodeRoCEv2Headers(buf []byte, src, dst Endpoint, ttl, tos uint8, payloadLen int) int {
 	v6 := UsesIPv6(src.IP, dst.IP)
 	hl := HeaderLen(v6)
 	if payloadLen < 0 || len(buf)-hl < payloadLen {
@@ -534,10 +546,21 @@ func EncodeRoCEv2(buf []byte, src, dst Endpoint, ttl, tos uint8, payloadLen int)
 	udp.SetDstPort(dst.Port)
 	udp.SetLength(uint16(udpLen))
 	udp.SetChecksum(0)
-	if v6 {
-		udp.SetChecksum(udp.ComputeChecksum(src.IP, dst.IP))
-	}
 	return hl
+}
+
+// PutUDPChecksum fills in the UDP checksum of frame, which
+// EncodeRoCEv2Headers built between src and dst and which ends with its
+// payload: over IPv6, where it is required, the checksum of the
+// pseudo-header and the datagram; over IPv4 it stays 0, as RoCEv2 senders
+// leave it.
+func PutUDPChecksum(frame []byte, src, dst netip.Addr) {
+	if !UsesIPv6(src, dst) {
+		return
+	}
+	udp := UDP(frame[EthernetHeaderLen+IPv6HeaderLen:])
+	udp.SetChecksum(0)
+	udp.SetChecksum(udp.ComputeChecksum(src, dst))
 }
 
 // Errors ParseFrame returns. They are plain sentinels, never wrapped, so the

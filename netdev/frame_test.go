@@ -147,6 +147,14 @@ func TestEncodeMatchesGopacket(t *testing.T) {
 				UDP(theirs[EthernetHeaderLen+IPv4HeaderLen:]).SetChecksum(0)
 			}
 			require.Equal(t, theirs, ours)
+
+			// In two steps, as a sender that writes the ICRC in between does.
+			split := make([]byte, hl+len(payload))
+			copy(split[hl:], payload)
+			require.Equal(t, hl, EncodeRoCEv2Headers(split, src, dst, 37, 0x2a, len(payload)))
+			require.Zero(t, UDP(split[hl-UDPHeaderLen:]).Checksum(), "headers only: no checksum yet")
+			PutUDPChecksum(split, src.IP, dst.IP)
+			require.Equal(t, theirs, split)
 		})
 	}
 }

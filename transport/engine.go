@@ -625,7 +625,7 @@ func (e *Engine) xmitSpan(c *Conn, r *route, buf []byte, ib int, ext []byte, spa
 	start := netHeadroom - netdev.HeaderLen(v6)
 	udpLen := ib + ICRCLen
 	frame := buf[start : netHeadroom+udpLen]
-	hl := netdev.EncodeRoCEv2(frame, r.src, r.dst, r.ttl, r.tos, udpLen)
+	hl := netdev.EncodeRoCEv2Headers(frame, r.src, r.dst, r.ttl, r.tos, udpLen)
 	if hl == 0 {
 		e.counters.c[SendErr].Add(1)
 		return
@@ -634,10 +634,7 @@ func (e *Engine) xmitSpan(c *Conn, r *route, buf []byte, ib int, ext []byte, spa
 		e.counters.c[SendErr].Add(1)
 		return
 	}
-	if v6 {
-		// The UDP checksum covers the ICRC: compute it again now.
-		netdev.EncodeRoCEv2(frame, r.src, r.dst, r.ttl, r.tos, udpLen)
-	}
+	netdev.PutUDPChecksum(frame, r.src.IP, r.dst.IP) // over IPv6 it covers the ICRC
 	if r.wire {
 		if l := e.port.Load().link; l != nil {
 			if err := l.Send(frame); err != nil {
