@@ -13,6 +13,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/softverbs/softverbs/internal/verr"
 )
 
 // MaxDepth is the largest depth New and Resize accept.
@@ -22,10 +24,10 @@ const MaxDepth = 1 << 20
 var (
 	// ErrInvalidArgument: a depth out of range, or a resize below the
 	// number of queued completions.
-	ErrInvalidArgument = errors.New("invalid argument")
+	ErrInvalidArgument = verr.InvalidArgument
 	// ErrBusy: Destroy of a CQ that QPs still reference or whose channel
 	// events have not all been acknowledged.
-	ErrBusy = errors.New("busy")
+	ErrBusy = verr.Busy
 	// ErrDestroyed: the CQ has been destroyed.
 	ErrDestroyed = errors.New("cq destroyed")
 	// ErrOverflow: the CQ overflowed and is in the error state.

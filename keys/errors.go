@@ -3,6 +3,8 @@ package keys
 import (
 	"errors"
 	"fmt"
+
+	"github.com/softverbs/softverbs/internal/verr"
 )
 
 // Sentinel errors. Every error returned by this package wraps one of these;
@@ -18,13 +20,13 @@ var (
 	// ErrBounds: the address range is outside the MR or MW, or overflows.
 	ErrBounds = errors.New("out of bounds")
 	// ErrInvalidArgument: a verb was called with arguments it never accepts.
-	ErrInvalidArgument = errors.New("invalid argument")
+	ErrInvalidArgument = verr.InvalidArgument
 	// ErrBusy: the object is still in use (windows bound, references held).
-	ErrBusy = errors.New("resource busy")
+	ErrBusy = verr.Busy
 	// ErrNoResources: the key table is full.
-	ErrNoResources = errors.New("no resources")
+	ErrNoResources = verr.NoResources
 	// ErrInvalidState: the object is not in a state that allows the verb.
-	ErrInvalidState = errors.New("invalid state")
+	ErrInvalidState = verr.InvalidState
 )
 
 // Errors of the check path are built once so that CheckLocal and CheckRemote

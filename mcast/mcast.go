@@ -15,13 +15,15 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+
+	"github.com/softverbs/softverbs/internal/verr"
 )
 
 // Errors returned by this package, wrapped with context.
 var (
 	// ErrInvalidArgument: not a multicast GID, a nil member, or an MGID
 	// attached with an MLID other than the one its group carries.
-	ErrInvalidArgument = errors.New("invalid argument")
+	ErrInvalidArgument = verr.InvalidArgument
 	// ErrExists: the member is already attached to the group.
 	ErrExists = errors.New("already attached")
 	// ErrNotAttached: the member is not attached to that group (no such
@@ -29,7 +31,7 @@ var (
 	ErrNotAttached = errors.New("not attached")
 	// ErrNoResources: the table's group limit or the group's member limit
 	// is reached.
-	ErrNoResources = errors.New("no resources")
+	ErrNoResources = verr.NoResources
 )
 
 // GID is a 128-bit global identifier, in network byte order.

@@ -11,16 +11,17 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/softverbs/softverbs/internal/verr"
 	"github.com/softverbs/softverbs/keys"
 )
 
 // Sentinel errors. Every error returned by this package wraps one of them.
 var (
-	ErrInvalidArgument = errors.New("invalid argument")
-	ErrInvalidState    = errors.New("invalid state")
-	ErrNotSupported    = errors.New("not supported")
+	ErrInvalidArgument = verr.InvalidArgument
+	ErrInvalidState    = verr.InvalidState
+	ErrNotSupported    = verr.NotSupported
 	ErrQueueFull       = errors.New("queue full")
-	ErrBusy            = errors.New("busy")
+	ErrBusy            = verr.Busy
 )
 
 // Type is the QP transport service type, with the kernel's ib_qp_type values.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/softverbs/softverbs/keys"
 	"github.com/softverbs/softverbs/netdev"
 	"github.com/softverbs/softverbs/qp"
 	"github.com/softverbs/softverbs/transport"
@@ -49,4 +50,19 @@ func TestCNPDroppedAsNotSupported(t *testing.T) {
 	c := n.d.Counters()
 	require.Equal(t, uint64(1), c["drop_"+transport.DropNotSupported.String()], "%v", c)
 	require.Zero(t, c["drop_"+transport.DropQPType.String()], "%v", c)
+}
+
+// TestErrorsAcrossLayers checks that an error a lower package returns
+// through rvt matches rvt's sentinel for it: the key table, the CQ and the
+// multicast table report the same invalid-argument and busy values.
+func TestErrorsAcrossLayers(t *testing.T) {
+	n := newNode(t, Options{})
+	_, err := n.pd.Reg(make([]byte, 8), keys.RemoteWrite) // remote write needs local write
+	require.ErrorIs(t, err, ErrInvalidArgument, "from keys")
+	_, err = n.d.CreateCQ(0, nil)
+	require.ErrorIs(t, err, ErrInvalidArgument, "from cq")
+	q := n.qp(t, qp.UD)
+	err = n.d.AttachMcast(q, GID{}, 0xC000) // not a multicast GID
+	require.ErrorIs(t, err, ErrInvalidArgument, "from mcast")
+	require.ErrorIs(t, n.d.DestroyCQ(n.cq), ErrBusy, "from cq: a QP uses it")
 }

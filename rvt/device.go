@@ -23,6 +23,7 @@ import (
 	"github.com/softverbs/softverbs/clock"
 	"github.com/softverbs/softverbs/cq"
 	"github.com/softverbs/softverbs/internal/task"
+	"github.com/softverbs/softverbs/internal/verr"
 	"github.com/softverbs/softverbs/keys"
 	"github.com/softverbs/softverbs/mcast"
 	"github.com/softverbs/softverbs/netdev"
@@ -30,14 +31,15 @@ import (
 	"github.com/softverbs/softverbs/transport"
 )
 
-// Sentinel errors. Errors from the verbs wrap these (or those of packages
-// keys, cq, qp and mcast, which are re-exported below).
+// Sentinel errors. Errors from the verbs wrap these, or errors of packages
+// keys, cq, qp and mcast: the first five are the same values in every one of
+// them, so errors.Is(err, ErrBusy) holds for keys.ErrBusy too.
 var (
-	ErrInvalidArgument = qp.ErrInvalidArgument
-	ErrInvalidState    = qp.ErrInvalidState
-	ErrNotSupported    = qp.ErrNotSupported
-	ErrBusy            = errors.New("resource busy")
-	ErrNoResources     = errors.New("no resources")
+	ErrInvalidArgument = verr.InvalidArgument
+	ErrInvalidState    = verr.InvalidState
+	ErrNotSupported    = verr.NotSupported
+	ErrBusy            = verr.Busy
+	ErrNoResources     = verr.NoResources
 	ErrClosed          = errors.New("device closed")
 )
 

@@ -23,6 +23,7 @@ import (
 	"github.com/softverbs/softverbs/clock"
 	"github.com/softverbs/softverbs/cq"
 	"github.com/softverbs/softverbs/internal/task"
+	"github.com/softverbs/softverbs/internal/verr"
 	"github.com/softverbs/softverbs/keys"
 	"github.com/softverbs/softverbs/mcast"
 	"github.com/softverbs/softverbs/netdev"
@@ -31,9 +32,9 @@ import (
 
 // Errors returned by the engine's verbs.
 var (
-	ErrInvalidArgument = errors.New("invalid argument")
+	ErrInvalidArgument = verr.InvalidArgument
 	ErrExists          = errors.New("already exists")
-	ErrNoResources     = errors.New("no resources")
+	ErrNoResources     = verr.NoResources
 )
 
 // EventType is an asynchronous event, with the ibv_event_type values.
