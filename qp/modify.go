@@ -97,6 +97,21 @@ var transitions = func() (t [numStates][numStates]*transition) {
 // notAllowed marks a (transition, type) pair the table forbids.
 const notAllowed AttrMask = 1 << 31
 
+// RequiredAttrs returns the mask a modify from cur to next must carry for
+// QP type t: AttrState and the attributes the transition table requires
+// (what a program passes to ibv_modify_qp for a plain transition). It
+// returns 0 if the transition does not exist for t.
+func RequiredAttrs(t Type, cur, next State) AttrMask {
+	if cur >= numStates || next >= numStates || t < GSI || t > UD {
+		return 0
+	}
+	tr := transitions[cur][next]
+	if tr == nil || tr.opt[t] == notAllowed {
+		return 0
+	}
+	return AttrState | tr.req[t]
+}
+
 // CheckTransition reports whether a modify from cur to next with mask is
 // legal for QP type t (the kernel's ib_modify_qp_is_ok): the transition must
 // exist, every required attribute must be present and no attribute may be

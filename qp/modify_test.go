@@ -119,8 +119,10 @@ func TestCheckTransitionTable(t *testing.T) {
 							err := CheckTransition(cur, next, typ, m)
 							require.ErrorIs(t, err, ErrInvalidState, "mask %v", m)
 						}
+						require.Zero(t, RequiredAttrs(typ, cur, next), "no such transition")
 						return
 					}
+					require.Equal(t, AttrState|want.req, RequiredAttrs(typ, cur, next))
 					// Required attributes alone, with and without STATE.
 					require.NoError(t, CheckTransition(cur, next, typ, AttrState|want.req))
 					require.NoError(t, CheckTransition(cur, next, typ, want.req))

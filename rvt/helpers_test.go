@@ -77,33 +77,14 @@ func bringUp(t testing.TB, q *QP, peer *QP, pd *Device, at rcAttrs) {
 		require.NoError(t, err)
 		typ := q.Type()
 		init := QPAttr{State: qp.Init, PkeyIndex: 0, Port: 1, AccessFlags: at.access, QKey: 0x1111}
-		mask := qp.AttrState | qp.AttrPkeyIndex | qp.AttrPort
-		if typ == qp.UD {
-			mask |= qp.AttrQKey
-		} else {
-			mask |= qp.AttrAccessFlags
-		}
-		require.NoError(t, q.Modify(&init, mask))
+		require.NoError(t, q.Modify(&init, qp.RequiredAttrs(typ, qp.Reset, qp.Init)))
 		rtr := QPAttr{State: qp.RTR, PathMTU: at.mtu, DestQPN: peer.Num(), RQPSN: 0x123456,
 			MaxDestRdAtomic: 16, MinRNRTimer: at.minRNR,
 			AV: AddressVector{DGID: gid, SGIDIndex: 1, HopLimit: 64, Port: 1}}
-		switch typ {
-		case qp.RC:
-			mask = qp.AttrState | qp.AttrAV | qp.AttrPathMTU | qp.AttrDestQPN | qp.AttrRQPSN |
-				qp.AttrMaxDestRdAtomic | qp.AttrMinRNRTimer
-		case qp.UC:
-			mask = qp.AttrState | qp.AttrAV | qp.AttrPathMTU | qp.AttrDestQPN | qp.AttrRQPSN
-		default:
-			mask = qp.AttrState
-		}
-		require.NoError(t, q.Modify(&rtr, mask))
+		require.NoError(t, q.Modify(&rtr, qp.RequiredAttrs(typ, qp.Init, qp.RTR)))
 		rts := QPAttr{State: qp.RTS, SQPSN: 0x123456, Timeout: at.timeout, RetryCnt: at.retry,
 			RNRRetry: at.rnr, MaxRdAtomic: 16}
-		mask = qp.AttrState | qp.AttrSQPSN
-		if typ == qp.RC {
-			mask |= qp.AttrTimeout | qp.AttrRetryCnt | qp.AttrRNRRetry | qp.AttrMaxQPRdAtomic
-		}
-		require.NoError(t, q.Modify(&rts, mask))
+		require.NoError(t, q.Modify(&rts, qp.RequiredAttrs(typ, qp.RTR, qp.RTS)))
 	}
 }
 

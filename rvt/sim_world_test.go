@@ -278,36 +278,17 @@ func (s *sim) bringUp(p *simPair) error {
 
 func (s *sim) modifyUp(p *simPair, q *QP, dest uint32, dgid GID, sqpsn, rqpsn uint32) error {
 	init := QPAttr{State: qp.Init, Port: 1, AccessFlags: simAccess &^ keys.LocalWrite, QKey: 0x1111}
-	mask := qp.AttrState | qp.AttrPkeyIndex | qp.AttrPort
-	if p.typ == qp.UD {
-		mask |= qp.AttrQKey
-	} else {
-		mask |= qp.AttrAccessFlags
-	}
-	if err := q.Modify(&init, mask); err != nil {
+	if err := q.Modify(&init, qp.RequiredAttrs(p.typ, qp.Reset, qp.Init)); err != nil {
 		return err
 	}
 	rtr := QPAttr{State: qp.RTR, PathMTU: p.mtu, DestQPN: dest, RQPSN: rqpsn,
 		MaxDestRdAtomic: 16, MinRNRTimer: p.minRNR,
 		AV: AddressVector{DGID: dgid, SGIDIndex: p.sgid, HopLimit: 64, Port: 1}}
-	switch p.typ {
-	case qp.RC:
-		mask = qp.AttrState | qp.AttrAV | qp.AttrPathMTU | qp.AttrDestQPN | qp.AttrRQPSN |
-			qp.AttrMaxDestRdAtomic | qp.AttrMinRNRTimer
-	case qp.UC:
-		mask = qp.AttrState | qp.AttrAV | qp.AttrPathMTU | qp.AttrDestQPN | qp.AttrRQPSN
-	default:
-		mask = qp.AttrState
-	}
-	if err := q.Modify(&rtr, mask); err != nil {
+	if err := q.Modify(&rtr, qp.RequiredAttrs(p.typ, qp.Init, qp.RTR)); err != nil {
 		return err
 	}
 	rts := QPAttr{State: qp.RTS, SQPSN: sqpsn, Timeout: p.timeout, RetryCnt: p.retryCnt, RNRRetry: 7, MaxRdAtomic: p.rdAtomic}
-	mask = qp.AttrState | qp.AttrSQPSN
-	if p.typ == qp.RC {
-		mask |= qp.AttrTimeout | qp.AttrRetryCnt | qp.AttrRNRRetry | qp.AttrMaxQPRdAtomic
-	}
-	return q.Modify(&rts, mask)
+	return q.Modify(&rts, qp.RequiredAttrs(p.typ, qp.RTR, qp.RTS))
 }
 
 func sges(mr *MR, ps []piece) []SGE {

@@ -183,17 +183,10 @@ func bringUp(q, peer *endpoint, mtu rvt.MTU) error {
 	typ := q.Type()
 	init := rvt.QPAttr{State: qp.Init, Port: 1, QKey: qkey,
 		AccessFlags: keys.RemoteWrite | keys.RemoteRead | keys.RemoteAtomic}
-	mask := qp.AttrState | qp.AttrPkeyIndex | qp.AttrPort
-	if typ.Datagram() {
-		mask |= qp.AttrQKey
-	} else {
-		mask |= qp.AttrAccessFlags
-	}
-	if err := q.Modify(&init, mask); err != nil {
+	if err := q.Modify(&init, qp.RequiredAttrs(typ, qp.Reset, qp.Init)); err != nil {
 		return err
 	}
-	rtr := rvt.QPAttr{State: qp.RTR}
-	mask = qp.AttrState
+	rtr := rvt.QPAttr{State: qp.RTR, MaxDestRdAtomic: 16, MinRNRTimer: 1}
 	if !typ.Datagram() {
 		gid, err := peer.n.dev.QueryGID(1, 1)
 		if err != nil {
@@ -201,22 +194,13 @@ func bringUp(q, peer *endpoint, mtu rvt.MTU) error {
 		}
 		rtr.PathMTU, rtr.DestQPN, rtr.RQPSN = mtu, peer.Num(), 0x100
 		rtr.AV = rvt.AddressVector{DGID: gid, SGIDIndex: 1, HopLimit: 64, Port: 1}
-		mask |= qp.AttrAV | qp.AttrPathMTU | qp.AttrDestQPN | qp.AttrRQPSN
-		if typ == qp.RC {
-			rtr.MaxDestRdAtomic, rtr.MinRNRTimer = 16, 1
-			mask |= qp.AttrMaxDestRdAtomic | qp.AttrMinRNRTimer
-		}
 	}
-	if err := q.Modify(&rtr, mask); err != nil {
+	if err := q.Modify(&rtr, qp.RequiredAttrs(typ, qp.Init, qp.RTR)); err != nil {
 		return err
 	}
 	// Timeout 12 is 4.096 µs * 2^12 = 16.8 ms; RNR retry 7 is infinite.
 	rts := rvt.QPAttr{State: qp.RTS, SQPSN: 0x100, Timeout: 12, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16}
-	mask = qp.AttrState | qp.AttrSQPSN
-	if typ == qp.RC {
-		mask |= qp.AttrTimeout | qp.AttrRetryCnt | qp.AttrRNRRetry | qp.AttrMaxQPRdAtomic
-	}
-	return q.Modify(&rts, mask)
+	return q.Modify(&rts, qp.RequiredAttrs(typ, qp.RTR, qp.RTS))
 }
 
 // errTimeout is returned when completions do not arrive in time.

@@ -331,15 +331,8 @@ func newPPCtx(cfg *pingpongConfig, l *ppLink) (_ *ppCtx, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("couldn't create QP: %w", err)
 	}
-	init := rvt.QPAttr{State: qp.Init, PkeyIndex: 0, Port: uint8(cfg.IBPort)}
-	mask := qp.AttrState | qp.AttrPkeyIndex | qp.AttrPort
-	if typ == qp.UD {
-		init.QKey = udQKey
-		mask |= qp.AttrQKey
-	} else {
-		mask |= qp.AttrAccessFlags
-	}
-	if err := ctx.qp.Modify(&init, mask); err != nil {
+	init := rvt.QPAttr{State: qp.Init, PkeyIndex: 0, Port: uint8(cfg.IBPort), QKey: udQKey}
+	if err := ctx.qp.Modify(&init, qp.RequiredAttrs(typ, qp.Reset, qp.Init)); err != nil {
 		return nil, fmt.Errorf("Failed to modify QP to INIT: %w", err)
 	}
 	return ctx, nil
@@ -404,26 +397,14 @@ func (ctx *ppCtx) connect(myPSN uint32, mtu qp.MTU, rem ppDest) error {
 		return fmt.Errorf("Failed to modify QP to RTR: %w", err)
 	}
 	typ := ctx.qp.Type()
-	rtr := rvt.QPAttr{State: qp.RTR}
-	mask := qp.AttrState
-	if typ != qp.UD {
-		rtr.PathMTU, rtr.DestQPN, rtr.RQPSN, rtr.AV = mtu, rem.QPN, rem.PSN, av
-		mask |= qp.AttrAV | qp.AttrPathMTU | qp.AttrDestQPN | qp.AttrRQPSN
-		if typ == qp.RC {
-			rtr.MaxDestRdAtomic, rtr.MinRNRTimer = 1, 12
-			mask |= qp.AttrMaxDestRdAtomic | qp.AttrMinRNRTimer
-		}
-	}
-	if err := ctx.qp.Modify(&rtr, mask); err != nil {
+	// The tools' attributes; the mask takes the ones typ's transition needs.
+	rtr := rvt.QPAttr{State: qp.RTR, PathMTU: mtu, DestQPN: rem.QPN, RQPSN: rem.PSN, AV: av,
+		MaxDestRdAtomic: 1, MinRNRTimer: 12}
+	if err := ctx.qp.Modify(&rtr, qp.RequiredAttrs(typ, qp.Init, qp.RTR)); err != nil {
 		return fmt.Errorf("Failed to modify QP to RTR: %w", err)
 	}
-	rts := rvt.QPAttr{State: qp.RTS, SQPSN: myPSN}
-	mask = qp.AttrState | qp.AttrSQPSN
-	if typ == qp.RC {
-		rts.Timeout, rts.RetryCnt, rts.RNRRetry, rts.MaxRdAtomic = 14, 7, 7, 1
-		mask |= qp.AttrTimeout | qp.AttrRetryCnt | qp.AttrRNRRetry | qp.AttrMaxQPRdAtomic
-	}
-	if err := ctx.qp.Modify(&rts, mask); err != nil {
+	rts := rvt.QPAttr{State: qp.RTS, SQPSN: myPSN, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1}
+	if err := ctx.qp.Modify(&rts, qp.RequiredAttrs(typ, qp.RTR, qp.RTS)); err != nil {
 		return fmt.Errorf("Failed to modify QP to RTS: %w", err)
 	}
 	if typ == qp.UD {
