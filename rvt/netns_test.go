@@ -11,6 +11,7 @@ package rvt
 import (
 	"encoding/binary"
 	"net/netip"
+	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -80,12 +81,26 @@ func TestNetnsUDP(t *testing.T) {
 }
 
 // TestUDPLinkDevices: two devices over UDP links on 127.0.0.1 and
-// 127.0.0.2 (no root needed).
+// 127.0.0.2. As root they bind in a namespace of their own, where port 4791
+// is always free; otherwise in this one, and the test is skipped if
+// something (rxe) holds the port.
 func TestUDPLinkDevices(t *testing.T) {
+	bind := func(ap netip.AddrPort) (*netdev.UDPLink, error) { return netdev.OpenUDP(ap) }
+	if os.Geteuid() == 0 {
+		nettest.RequireRoot(t)
+		ns := nettest.New(t)
+		bind = func(ap netip.AddrPort) (l *netdev.UDPLink, err error) {
+			err = ns.Do(func() error { l, err = netdev.OpenUDP(ap); return err })
+			return l, err
+		}
+	}
 	open := func(ip netip.Addr) *wirePeer {
-		l, err := netdev.OpenUDP(netip.AddrPortFrom(ip, netdev.RoCEv2Port))
+		l, err := bind(netip.AddrPortFrom(ip, netdev.RoCEv2Port))
 		if err != nil {
-			t.Skipf("cannot bind %v:4791 (in use?): %v", ip, err)
+			if os.Geteuid() == 0 {
+				t.Fatalf("bind %v:4791 in a fresh namespace: %v", ip, err)
+			}
+			t.Skipf("not root, and cannot bind %v:4791 here (rxe or another user holds it?): %v", ip, err)
 		}
 		t.Cleanup(func() { l.Close() })
 		gids := netdev.GIDOrder(l.HardwareAddr(), []netip.Addr{ip})

@@ -8,18 +8,15 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/softverbs/softverbs/netdev/nettest"
 )
 
 // TestPerfVeth runs `rvt perf --link all` briefly and checks that every
 // link kind has a row of positive numbers and that nothing was left
 // behind. Performance is reported, not asserted.
 func TestPerfVeth(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("rvt perf needs root (network namespaces, veth, TAP, AF_XDP); CI runs as root")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("rvt perf needs the ip command (iproute2)")
-	}
+	nettest.RequireRoot(t) // skips without root; fails as root without ip
 	var out, errb bytes.Buffer
 	code := run([]string{"perf", "--link", "all", "--seconds", "0.3"}, &out, &errb)
 	t.Logf("\n%s%s", out.String(), errb.String())
