@@ -191,6 +191,9 @@ func (p *FramePool) Get() []byte {
 	return make([]byte, p.size)
 }
 
+// Release is Put: a FramePool is the Releaser of the frames it lent.
+func (p *FramePool) Release(b []byte) { p.Put(b) }
+
 // Put returns b to the pool. The caller must not use b afterwards.
 func (p *FramePool) Put(b []byte) {
 	if cap(b) < p.size {

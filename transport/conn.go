@@ -66,8 +66,8 @@ func newConn(e *Engine, q *qp.QP) *Conn {
 	c := &Conn{
 		e: e, qp: q,
 		srcPort: 0xC000 | uint16(q.Num()*0x9E37)&0x3FFF,
-		reqTx:   make([]byte, netHeadroom+maxIBHdr+4096+4+ICRCLen),
-		respTx:  make([]byte, netHeadroom+maxIBHdr+4096+4+ICRCLen),
+		reqTx:   make([]byte, maxFrame),
+		respTx:  make([]byte, maxFrame),
 		ran:     make(chan struct{}, 1),
 	}
 	c.sendTask = task.New(e.cfg.Exec, "send", c.runSend)
