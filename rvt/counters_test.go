@@ -104,5 +104,9 @@ func TestLoopbackUDNoAlloc(t *testing.T) {
 	for range 10 {
 		round()
 	}
-	require.Zero(t, testing.AllocsPerRun(100, round))
+	allocs := testing.AllocsPerRun(100, round)
+	if raceEnabled {
+		t.Skipf("%v allocations per round, not checked: under the race detector sync.Pool drops items", allocs)
+	}
+	require.Zero(t, allocs)
 }

@@ -1,0 +1,5 @@
+//go:build !race
+
+package rvt
+
+const raceEnabled = false
