@@ -24,10 +24,10 @@ const MaxDepth = 1 << 20
 var (
 	// ErrInvalidArgument: a depth out of range, or a resize below the
 	// number of queued completions.
-	ErrInvalidArgument = verr.InvalidArgument
+	ErrInvalidArgument = verr.ErrInvalidArgument
 	// ErrBusy: Destroy of a CQ that QPs still reference or whose channel
 	// events have not all been acknowledged.
-	ErrBusy = verr.Busy
+	ErrBusy = verr.ErrBusy
 	// ErrDestroyed: the CQ has been destroyed.
 	ErrDestroyed = errors.New("cq destroyed")
 	// ErrOverflow: the CQ overflowed and is in the error state.

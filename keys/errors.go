@@ -20,13 +20,13 @@ var (
 	// ErrBounds: the address range is outside the MR or MW, or overflows.
 	ErrBounds = errors.New("out of bounds")
 	// ErrInvalidArgument: a verb was called with arguments it never accepts.
-	ErrInvalidArgument = verr.InvalidArgument
+	ErrInvalidArgument = verr.ErrInvalidArgument
 	// ErrBusy: the object is still in use (windows bound, references held).
-	ErrBusy = verr.Busy
+	ErrBusy = verr.ErrBusy
 	// ErrNoResources: the key table is full.
-	ErrNoResources = verr.NoResources
+	ErrNoResources = verr.ErrNoResources
 	// ErrInvalidState: the object is not in a state that allows the verb.
-	ErrInvalidState = verr.InvalidState
+	ErrInvalidState = verr.ErrInvalidState
 )
 
 // Errors of the check path are built once so that CheckLocal and CheckRemote

@@ -23,7 +23,7 @@ import (
 var (
 	// ErrInvalidArgument: not a multicast GID, a nil member, or an MGID
 	// attached with an MLID other than the one its group carries.
-	ErrInvalidArgument = verr.InvalidArgument
+	ErrInvalidArgument = verr.ErrInvalidArgument
 	// ErrExists: the member is already attached to the group.
 	ErrExists = errors.New("already attached")
 	// ErrNotAttached: the member is not attached to that group (no such
@@ -31,7 +31,7 @@ var (
 	ErrNotAttached = errors.New("not attached")
 	// ErrNoResources: the table's group limit or the group's member limit
 	// is reached.
-	ErrNoResources = verr.NoResources
+	ErrNoResources = verr.ErrNoResources
 )
 
 // GID is a 128-bit global identifier, in network byte order.

@@ -17,11 +17,11 @@ import (
 
 // Sentinel errors. Every error returned by this package wraps one of them.
 var (
-	ErrInvalidArgument = verr.InvalidArgument
-	ErrInvalidState    = verr.InvalidState
-	ErrNotSupported    = verr.NotSupported
+	ErrInvalidArgument = verr.ErrInvalidArgument
+	ErrInvalidState    = verr.ErrInvalidState
+	ErrNotSupported    = verr.ErrNotSupported
 	ErrQueueFull       = errors.New("queue full")
-	ErrBusy            = verr.Busy
+	ErrBusy            = verr.ErrBusy
 )
 
 // Type is the QP transport service type, with the kernel's ib_qp_type values.

@@ -35,11 +35,11 @@ import (
 // keys, cq, qp and mcast: the first five are the same values in every one of
 // them, so errors.Is(err, ErrBusy) holds for keys.ErrBusy too.
 var (
-	ErrInvalidArgument = verr.InvalidArgument
-	ErrInvalidState    = verr.InvalidState
-	ErrNotSupported    = verr.NotSupported
-	ErrBusy            = verr.Busy
-	ErrNoResources     = verr.NoResources
+	ErrInvalidArgument = verr.ErrInvalidArgument
+	ErrInvalidState    = verr.ErrInvalidState
+	ErrNotSupported    = verr.ErrNotSupported
+	ErrBusy            = verr.ErrBusy
+	ErrNoResources     = verr.ErrNoResources
 	ErrClosed          = errors.New("device closed")
 )
 

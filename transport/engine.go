@@ -32,9 +32,9 @@ import (
 
 // Errors returned by the engine's verbs.
 var (
-	ErrInvalidArgument = verr.InvalidArgument
+	ErrInvalidArgument = verr.ErrInvalidArgument
 	ErrExists          = errors.New("already exists")
-	ErrNoResources     = verr.NoResources
+	ErrNoResources     = verr.ErrNoResources
 )
 
 // EventType is an asynchronous event, with the ibv_event_type values.

@@ -9,15 +9,15 @@ package verr
 import "errors"
 
 var (
-	// InvalidArgument: a verb was called with arguments it never accepts
+	// ErrInvalidArgument: a verb was called with arguments it never accepts
 	// (EINVAL).
-	InvalidArgument = errors.New("invalid argument")
-	// InvalidState: the object is not in a state that allows the verb.
-	InvalidState = errors.New("invalid state")
-	// Busy: the object is still in use (EBUSY).
-	Busy = errors.New("resource busy")
-	// NoResources: a table or queue limit is reached (ENOMEM/ENOSPC).
-	NoResources = errors.New("no resources")
-	// NotSupported: the verb or attribute is not implemented (EOPNOTSUPP).
-	NotSupported = errors.New("not supported")
+	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrInvalidState: the object is not in a state that allows the verb.
+	ErrInvalidState = errors.New("invalid state")
+	// ErrBusy: the object is still in use (EBUSY).
+	ErrBusy = errors.New("resource busy")
+	// ErrNoResources: a table or queue limit is reached (ENOMEM/ENOSPC).
+	ErrNoResources = errors.New("no resources")
+	// ErrNotSupported: the verb or attribute is not implemented (EOPNOTSUPP).
+	ErrNotSupported = errors.New("not supported")
 )
