@@ -30,7 +30,6 @@ const (
 // safe for concurrent use.
 type Task struct {
 	state atomic.Int32
-	runs  atomic.Uint64
 	ex    Executor
 	fn    Func
 	name  string
@@ -53,9 +52,6 @@ func (t *Task) Name() string { return t.name }
 
 // String returns the task's name.
 func (t *Task) String() string { return t.name }
-
-// Runs returns how many times fn has returned.
-func (t *Task) Runs() uint64 { return t.runs.Load() }
 
 // Schedule asks for fn to run. An idle task is queued on its executor; a
 // running task is armed so that it runs once more after the current batch; a
@@ -143,7 +139,6 @@ func (t *Task) run() {
 // finish leaves a task whose fn has just returned idle, requeues it, or
 // completes a Stop.
 func (t *Task) finish(more bool) {
-	t.runs.Add(1)
 	for {
 		switch t.state.Load() {
 		case stateBusy:
