@@ -43,8 +43,10 @@ type Conn struct {
 	path path
 
 	// Packets sent, sent over the loopback path (which the device also
-	// counts as received), and taken in the current task run, under the QP
-	// lock: added to the counters once per run rather than once per packet.
+	// counts as received), and taken by the tasks, under the QP lock: the
+	// data path counts them with plain adds, and whoever reads the counters
+	// adds them in first (countLocked), so a message costs no locked
+	// instruction for its counts.
 	sent, looped, taken uint64
 
 	// Receive task state, under the QP lock.
@@ -79,8 +81,13 @@ func newConn(e *Engine, q *qp.QP) *Conn {
 // QP returns the queue pair.
 func (c *Conn) QP() *qp.QP { return c.qp }
 
-// Counters returns the QP's counters.
-func (c *Conn) Counters() *Counters { return &c.counters }
+// Counters returns the QP's counters, brought up to date.
+func (c *Conn) Counters() *Counters {
+	c.qp.Lock()
+	c.countLocked()
+	c.qp.Unlock()
+	return &c.counters
+}
 
 // SrcPort returns the UDP source port of the QP's packets.
 func (c *Conn) SrcPort() uint16 { return c.srcPort }
@@ -170,7 +177,9 @@ func (c *Conn) enqueue(pb *pktBuf, here bool) {
 	}
 }
 
-// countLocked adds the run's packet counts to the QP's counters.
+// countLocked moves the packet counts kept under the QP lock into the
+// counters (the QP's, and the device's for looped packets). Readers call
+// it; the data path never does.
 func (c *Conn) countLocked() {
 	if c.sent != 0 {
 		c.counters.c[SentPkts].Add(c.sent)
@@ -391,6 +400,7 @@ func (c *Conn) Snapshot() Snapshot {
 		NextPSN: c.req.psn, UnackedPSN: c.comp.psn, ExpectedPSN: c.resp.epsn, MSN: c.resp.msn,
 		SQPosted: c.qp.SQ.Len(), RQPosted: c.qp.RecvLenLocked(),
 	}
+	c.countLocked()
 	c.qp.Unlock()
 	s.Counters = c.counters.Snapshot()
 	return s

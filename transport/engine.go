@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"maps"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -289,21 +290,20 @@ func (e *Engine) GIDs() []netdev.GID {
 // Clock returns the engine's clock.
 func (e *Engine) Clock() clock.Clock { return e.clk }
 
-// Counters returns the device-wide counters that are not per QP (frames
-// received from the link, packets received over the loopback path, drops
-// before a QP is known) and the totals of destroyed QPs.
-func (e *Engine) Counters() *Counters { return &e.counters }
-
 // Snapshot returns the device's counters by name: its own plus the sum of
 // every QP's, live and destroyed. Received packets are the device's own
 // count (frames from the link, and packets a QP sent to one on this device
 // over the loopback path), not the QPs' sum, which leaves out packets no QP
 // took.
 func (e *Engine) Snapshot() map[string]uint64 {
-	m := e.counters.Snapshot()
 	e.mu.RLock()
-	defer e.mu.RUnlock()
-	for _, c := range e.conns {
+	conns := slices.Collect(maps.Values(e.conns))
+	e.mu.RUnlock()
+	for _, c := range conns {
+		c.Counters() // brings the device's looped count up to date too
+	}
+	m := e.counters.Snapshot()
+	for _, c := range conns {
 		for k, v := range c.counters.Snapshot() {
 			if k == RcvdPkts.String() {
 				continue // counted per frame at the link, or below
@@ -353,6 +353,7 @@ func (e *Engine) RemoveConn(c *Conn) {
 	e.publishLocked()
 	e.mu.Unlock()
 	c.stop()
+	c.Counters()
 	// Keep the destroyed QP's counts in the device totals.
 	for i := Counter(0); i < NumCounters; i++ {
 		if i != RcvdPkts {

@@ -57,7 +57,6 @@ func (c *Conn) runSend() bool {
 	if c.requestLocked() {
 		more = true
 	}
-	c.countLocked()
 	q.Unlock()
 	c.deliver(&c.sout)
 	c.signalRan()

@@ -90,7 +90,6 @@ func (c *Conn) runRecv() bool {
 	c.resp.urgent = false
 	more := c.respondLocked()
 	urgent := c.resp.urgent
-	c.countLocked()
 	q.Unlock()
 	// A run that sent only ACKs lets them wait briefly for the next
 	// transmit (the reply the receive completion is about to prompt,
