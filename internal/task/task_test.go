@@ -237,24 +237,39 @@ func TestStopWaitsForRun(t *testing.T) {
 	}
 }
 
-func TestPoolScheduleWhileBusyRunsAgain(t *testing.T) {
-	p := task.NewPool(4)
-	defer p.Close()
-	b := newBlocker()
-	tk := task.New(p, "t", b.fn)
-	tk.Schedule()
-	<-b.entered
-	tk.Schedule() // busy -> armed
-	tk.Schedule() // no-op
-	b.release <- struct{}{}
-	select {
-	case <-b.entered:
-	case <-time.After(waitFor):
-		t.Fatal("wake-up during a run was lost")
+// A wake-up while the task runs on a worker (Schedule, or RunHere, which
+// must not run it concurrently) arms it: it runs once more, on the pool.
+func TestPoolWakeWhileBusyRunsAgain(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		wake func(*task.Task)
+	}{
+		{"Schedule", func(tk *task.Task) {
+			tk.Schedule() // busy -> armed
+			tk.Schedule() // armed: no-op
+		}},
+		{"RunHere", func(tk *task.Task) { tk.RunHere() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := task.NewPool(2)
+			defer p.Close()
+			b := newBlocker()
+			tk := task.New(p, "t", b.fn)
+			tk.Schedule()
+			<-b.entered
+			tc.wake(tk)
+			require.EqualValues(t, 0, b.done.Load(), "the wake-up ran the task concurrently")
+			b.release <- struct{}{}
+			select {
+			case <-b.entered:
+			case <-time.After(waitFor):
+				t.Fatal("wake-up during a run was lost")
+			}
+			close(b.release)
+			require.Eventually(t, func() bool { return b.done.Load() == 2 }, waitFor, time.Millisecond)
+			require.EqualValues(t, 2, b.runs.Load(), "one extra run, no more")
+		})
 	}
-	close(b.release)
-	require.Eventually(t, func() bool { return b.done.Load() == 2 }, waitFor, time.Millisecond)
-	require.EqualValues(t, 2, b.runs.Load())
 }
 
 func TestPoolNeverConcurrentNoLostWakeups(t *testing.T) {
@@ -322,25 +337,6 @@ func TestPoolRunHereRunsOnCaller(t *testing.T) {
 	inCall = false
 	require.EqualValues(t, 1, runs.Load(), "RunHere on an idle task returns after the run")
 	require.True(t, onCaller.Load())
-}
-
-func TestPoolRunHereWhileBusyRunsAgainOnPool(t *testing.T) {
-	p := task.NewPool(2)
-	defer p.Close()
-	b := newBlocker()
-	tk := task.New(p, "t", b.fn)
-	tk.Schedule()
-	<-b.entered
-	tk.RunHere() // busy: arms instead of running concurrently
-	require.EqualValues(t, 0, b.done.Load())
-	b.release <- struct{}{}
-	select {
-	case <-b.entered:
-	case <-time.After(waitFor):
-		t.Fatal("RunHere during a run was lost")
-	}
-	close(b.release)
-	require.Eventually(t, func() bool { return b.done.Load() == 2 }, waitFor, time.Millisecond)
 }
 
 func TestPoolRunHereMoreGoesToPool(t *testing.T) {
