@@ -111,6 +111,15 @@ func (q *QP) Type() Type { return q.cfg.Type }
 // PD returns the protection domain.
 func (q *QP) PD() *keys.PD { return q.cfg.PD }
 
+// RecvPD returns the protection domain receive WQEs are posted under:
+// the SRQ's if the QP has one (it may differ from the QP's), else the QP's.
+func (q *QP) RecvPD() *keys.PD {
+	if q.cfg.SRQ != nil {
+		return q.cfg.SRQ.PD()
+	}
+	return q.cfg.PD
+}
+
 // SendCQ returns the send completion queue.
 func (q *QP) SendCQ() *cq.CQ { return q.cfg.SendCQ }
 

@@ -491,3 +491,32 @@ func TestSetAddrsGIDChange(t *testing.T) {
 	require.Equal(t, cq.RetryExcErr, wcs[0].Status)
 	require.ErrorIs(t, n.d.SetAddrs(nil), ErrInvalidArgument)
 }
+
+// A receive WQE posted to an SRQ is checked against the SRQ's PD, which may
+// differ from the QP's; a key change between post and use (which makes the
+// responder check again) must check against that same PD.
+func TestSRQInOtherPDAfterKeyChange(t *testing.T) {
+	n, clk := manualNode(t)
+	pd2, err := n.d.AllocPD()
+	require.NoError(t, err)
+	srq, err := pd2.CreateSRQ(4, 1)
+	require.NoError(t, err)
+	b, err := n.pd.CreateQP(QPInitAttr{Type: qp.RC, SendCQ: n.cq, RecvCQ: n.cq, SRQ: srq,
+		Cap: QPCap{MaxSendWR: 4, MaxSendSGE: 1}})
+	require.NoError(t, err)
+	a := n.qp(t, qp.RC)
+	connect(t, a, n.d, b, n.d, defaultAttrs())
+	dst, err := pd2.Reg(make([]byte, 64), keys.LocalWrite)
+	require.NoError(t, err)
+	src := n.mr(t, 64)
+	require.NoError(t, srq.Post([]RecvWR{{WRID: 7, SGL: sge(dst, 0, 64)}}))
+	other := n.mr(t, 64)
+	require.NoError(t, n.d.DeregMR(other)) // the key table changes after the post
+	require.NoError(t, a.PostSend(SendWR{WRID: 1, Opcode: qp.OpSend, Flags: qp.Signaled, SGL: sge(src, 0, 8)}))
+	by := map[uint64]WC{}
+	for _, w := range poll(t, n.cq, 2, func() { clk.AdvanceToNext() }) {
+		by[w.WRID] = w
+	}
+	require.Equal(t, cq.Success, by[7].Status, "receive into the SRQ's PD: %+v", by[7])
+	require.Equal(t, cq.Success, by[1].Status, "send: %+v", by[1])
+}

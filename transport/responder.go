@@ -193,7 +193,7 @@ func (c *Conn) takeWQELocked() respResult {
 		return respOK
 	}
 	for _, s := range c.resp.wqe.SGL {
-		mr, err := c.qp.Keys().CheckLocal(c.qp.PD(), s.Lkey, s.Addr, s.Length, keys.LocalWrite)
+		mr, err := c.qp.Keys().CheckLocal(c.qp.RecvPD(), s.Lkey, s.Addr, s.Length, keys.LocalWrite)
 		if err != nil {
 			c.recvWC(cq.WC{WRID: c.resp.wqe.WRID, Status: cq.LocProtErr, Opcode: cq.Recv})
 			c.resp.haveWQE = false
