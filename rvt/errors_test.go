@@ -520,3 +520,27 @@ func TestSRQInOtherPDAfterKeyChange(t *testing.T) {
 	require.Equal(t, cq.Success, by[7].Status, "receive into the SRQ's PD: %+v", by[7])
 	require.Equal(t, cq.Success, by[1].Status, "send: %+v", by[1])
 }
+
+// Each bind of a type-1 window gives it a new rkey (ibv_bind_mw bumps the
+// key byte, as ibv_inc_rkey does), so a key handed out for the old binding
+// no longer grants access.
+func TestBindMWType1NewRkey(t *testing.T) {
+	n, clk := manualNode(t)
+	a, b := n.qp(t, qp.RC), n.qp(t, qp.RC)
+	connect(t, a, n.d, b, n.d, defaultAttrs())
+	src := n.mr(t, 64)
+	mem, err := n.pd.Reg(make([]byte, 8192), keys.LocalWrite|keys.MWBind)
+	require.NoError(t, err)
+	mw, err := n.pd.AllocMW(keys.MWType1)
+	require.NoError(t, err)
+	old, err := n.d.BindMW(mw, mem, mem.IOVA, 1024, keys.RemoteWrite)
+	require.NoError(t, err)
+	fresh, err := n.d.BindMW(mw, mem, mem.IOVA+4096, 1024, keys.RemoteWrite)
+	require.NoError(t, err)
+	require.NotEqual(t, old, fresh, "a rebind keeps its rkey")
+	require.Equal(t, old&^0xff, fresh&^0xff, "only the key byte changes")
+	require.NoError(t, a.PostSend(SendWR{WRID: 1, Opcode: qp.OpRDMAWrite, Flags: qp.Signaled,
+		SGL: sge(src, 0, 8), RemoteAddr: mem.IOVA + 4096, Rkey: old}))
+	wcs := poll(t, n.cq, 1, func() { clk.AdvanceToNext() })
+	require.Equal(t, cq.RemAccessErr, wcs[0].Status, "the old rkey still works")
+}

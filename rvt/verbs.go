@@ -81,12 +81,15 @@ func (pd *PD) AllocMW(typ keys.MWType) (*MW, error) { return pd.d.keys.AllocMW(p
 // DeallocMW frees a memory window.
 func (d *Device) DeallocMW(mw *MW) error { return d.keys.DeallocMW(mw) }
 
-// BindMW binds a type-1 window (ibv_bind_mw) and returns its new rkey.
+// BindMW binds a type-1 window (ibv_bind_mw) and returns its new rkey:
+// each bind moves the key byte on by one, as ibv_bind_mw does with
+// ibv_inc_rkey, so a key handed out for the old binding stops working.
+// Binds of one window must not run concurrently (as in libibverbs).
 func (d *Device) BindMW(mw *MW, mr *MR, addr, length uint64, access Access) (uint32, error) {
 	if mw.Type != keys.MWType1 {
 		return 0, fmt.Errorf("bind MW: %w: type-2 windows are bound with a BIND_MW work request", ErrInvalidArgument)
 	}
-	return d.keys.BindMW(mw, mr, addr, length, access, 0)
+	return d.keys.BindMW(mw, mr, addr, length, access, uint8(mw.Rkey)+1)
 }
 
 // CreateAH creates an address handle (ibv_create_ah).
