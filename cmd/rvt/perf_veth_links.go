@@ -39,8 +39,8 @@ func (p *perfPeer) close() {
 
 // openPerfPeer opens the link of kind in namespace i of net and a device
 // on it. On error it closes what it opened.
-func openPerfPeer(net *perfNet, i int, kind string) (p *perfPeer, err error) {
-	p = &perfPeer{gid: 1}
+func openPerfPeer(net *perfNet, i int, kind string) (_ *perfPeer, err error) {
+	p := &perfPeer{gid: 1} // not the named result: "return nil, err" must not clear it
 	defer func() {
 		if err != nil {
 			p.close()
