@@ -427,23 +427,14 @@ func (e *Engine) ReceiveFrame(frame []byte) {
 // here runs the QP's task on this goroutine if it is idle; checked says the
 // frame's ICRC is known to be right (the engine wrote it).
 func (e *Engine) receiveFrame(frame []byte, rel netdev.Releaser, here, checked bool) {
-	fi, err := netdev.ParseFrame(frame)
-	if err != nil {
-		return // not ours to count: the link carries other traffic too
-	}
-	if fi.DstPort != RoCEv2Port {
+	fi, ok := e.roceFrame(frame, checked)
+	if !ok {
+		if rel != nil {
+			rel.Release(frame) // the link reuses it: not garbage
+		}
 		return
 	}
-	e.counters.c[RcvdPkts].Add(1)
 	end := fi.End()
-	if fi.PayloadLen < BTHLen+ICRCLen {
-		e.drop(nil, DropTruncated)
-		return
-	}
-	if !checked && !CheckICRC(frame[fi.IPOff:end]) {
-		e.drop(nil, DropBadICRC)
-		return
-	}
 	pb := e.getBuf()
 	pb.frame, pb.rel = frame, rel
 	if err := Parse(frame[fi.PayloadOff:end-ICRCLen], &pb.pkt); err != nil {
@@ -463,6 +454,26 @@ func (e *Engine) receiveFrame(frame []byte, rel netdev.Releaser, here, checked b
 		return
 	}
 	e.deliver(pb, here)
+}
+
+// roceFrame parses frame's headers and reports whether it is a RoCEv2
+// packet to take further: long enough, and with a good ICRC unless checked.
+// It counts what it drops; other traffic on the link is not counted.
+func (e *Engine) roceFrame(frame []byte, checked bool) (netdev.FrameInfo, bool) {
+	fi, err := netdev.ParseFrame(frame)
+	if err != nil || fi.DstPort != RoCEv2Port {
+		return fi, false
+	}
+	e.counters.c[RcvdPkts].Add(1)
+	if fi.PayloadLen < BTHLen+ICRCLen {
+		e.drop(nil, DropTruncated)
+		return fi, false
+	}
+	if !checked && !CheckICRC(frame[fi.IPOff:fi.End()]) {
+		e.drop(nil, DropBadICRC)
+		return fi, false
+	}
+	return fi, true
 }
 
 // deliver routes a parsed packet to its QP's queue, or to every member of
