@@ -544,3 +544,33 @@ func TestBindMWType1NewRkey(t *testing.T) {
 	wcs := poll(t, n.cq, 1, func() { clk.AdvanceToNext() })
 	require.Equal(t, cq.RemAccessErr, wcs[0].Status, "the old rkey still works")
 }
+
+// A packet from an address other than the QP's peer is dropped (rxe's
+// check_addr) before it can do anything, including raise COMM_EST in RTR.
+func TestBadSourceDroppedBeforeCommEst(t *testing.T) {
+	n, _ := manualNode(t)
+	ev := record(n.d)
+	a, b := n.qp(t, qp.RC), n.qp(t, qp.RC)
+	at := defaultAttrs()
+	bringUp(t, a, b, n.d, at) // a sends from GID 1 to GID 1
+	gid0, err := n.d.QueryGID(1, 0)
+	require.NoError(t, err)
+	gid1, err := n.d.QueryGID(1, 1)
+	require.NoError(t, err)
+	require.NotEqual(t, gid0, gid1)
+	require.NoError(t, b.Modify(&QPAttr{State: qp.Init, Port: 1, AccessFlags: at.access},
+		qp.RequiredAttrs(qp.RC, qp.Reset, qp.Init)))
+	// b expects its peer at GID 0, so a's packets come from a stranger.
+	require.NoError(t, b.Modify(&QPAttr{State: qp.RTR, PathMTU: at.mtu, DestQPN: a.Num(), RQPSN: 0x123456,
+		MaxDestRdAtomic: 16, MinRNRTimer: at.minRNR, AV: AddressVector{DGID: gid0, SGIDIndex: 0, HopLimit: 64, Port: 1}},
+		qp.RequiredAttrs(qp.RC, qp.Init, qp.RTR)))
+	dst, src := n.mr(t, 64), n.mr(t, 64)
+	require.NoError(t, b.PostRecv(RecvWR{WRID: 1, SGL: sge(dst, 0, 64)}))
+	require.NoError(t, a.PostSend(SendWR{WRID: 2, Opcode: qp.OpSend, SGL: sge(src, 0, 8)}))
+	require.Equal(t, uint64(1), b.Counters()["drop_"+transport.DropBadSource.String()])
+	ev.mu.Lock()
+	defer ev.mu.Unlock()
+	for _, e := range ev.evs {
+		require.NotEqual(t, transport.EventCommEst, e.Type, "COMM_EST from a stranger's packet")
+	}
+}

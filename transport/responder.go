@@ -119,14 +119,15 @@ func (c *Conn) respondLocked() bool {
 			c.e.putBuf(pb)
 			continue
 		}
-		if a.State == qp.RTR && !c.resp.commEst {
-			c.resp.commEst = true
-			c.rout.event(Event{Type: EventCommEst, QPN: c.qp.Num()})
-		}
 		if !c.qp.Type().Datagram() && pb.src != c.pathLocked(a).r.dst.IP {
 			c.e.drop(c, DropBadSource) // rxe's check_addr
 			c.e.putBuf(pb)
 			continue
+		}
+		if a.State == qp.RTR && !c.resp.commEst {
+			// Only a packet from the peer establishes communication.
+			c.resp.commEst = true
+			c.rout.event(Event{Type: EventCommEst, QPN: c.qp.Num()})
 		}
 		switch c.qp.Type() {
 		case qp.RC:
