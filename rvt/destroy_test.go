@@ -2,12 +2,14 @@ package rvt
 
 import (
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/softverbs/softverbs/cq"
+	"github.com/softverbs/softverbs/mcast"
 	"github.com/softverbs/softverbs/netdev"
 	"github.com/softverbs/softverbs/qp"
 )
@@ -120,6 +122,61 @@ func TestDestroyQPLeavesGroups(t *testing.T) {
 	require.NoError(t, b.Destroy())
 	require.Equal(t, []string{"leave ff0e::101"}, link.take())
 	require.Zero(t, n.d.mc.Groups())
+}
+
+// QPs attaching to and detaching from one group at once leave the link
+// in the group exactly while it has members: each attach that finds the
+// group empty joins it, each detach that empties it leaves.
+func TestMcastJoinLeaveConcurrently(t *testing.T) {
+	fab := netdev.NewFabric(nil, 1)
+	mac := netdev.MAC{0x02, 0, 0, 0, 0, 0x52}
+	link := &groupLink{FabricPort: fab.NewPort(mac, 4096)}
+	t.Cleanup(func() { link.Close() })
+	n := newNode(t, Options{Link: link, MAC: mac, Resolve: fab.Resolve})
+	const racers = 4
+	var qps [racers]*QP
+	for i := range qps {
+		qps[i] = n.qp(t, qp.UD)
+	}
+	g := GID(netip.MustParseAddr("ff0e::103").As16())
+	joined := func() int { // joins minus leaves so far
+		k := 0
+		for _, s := range link.take() {
+			if strings.HasPrefix(s, "join") {
+				k++
+			} else {
+				k--
+			}
+		}
+		return k
+	}
+	in := 0
+	for range 200 {
+		for _, op := range []func(*QP) error{
+			func(q *QP) error { return n.d.AttachMcast(q, g, 0) },
+			func(q *QP) error { return n.d.DetachMcast(q, g, 0) },
+		} {
+			var (
+				wg   sync.WaitGroup
+				errs [racers]error
+			)
+			start := make(chan struct{})
+			for i, q := range qps {
+				wg.Go(func() {
+					<-start
+					errs[i] = op(q)
+				})
+			}
+			close(start)
+			wg.Wait()
+			for _, err := range errs {
+				require.NoError(t, err)
+			}
+			in += joined()
+			_, members, _ := n.d.mc.Lookup(mcast.GID(g))
+			require.Equal(t, min(len(members), 1), in, "link in the group %d times with %d members", in, len(members))
+		}
+	}
 }
 
 // Of QPs created as the GSI QP at once, one is QP 1 and the others fail

@@ -122,14 +122,18 @@ const (
 
 // Device is one software RDMA device with one port.
 type Device struct {
-	name   string
-	opts   Options
-	clk    clock.Clock
-	log    *slog.Logger
-	exec   task.Executor
-	pool   *task.Pool
-	keys   *keys.Table
-	mc     *mcast.Table
+	name string
+	opts Options
+	clk  clock.Clock
+	log  *slog.Logger
+	exec task.Executor
+	pool *task.Pool
+	keys *keys.Table
+	mc   *mcast.Table
+	// mcMu makes a multicast attach or detach and the link join or leave
+	// it implies one step, so racing calls cannot leave the link out of
+	// a group that has members (or in one that has none).
+	mcMu   sync.Mutex
 	eng    *transport.Engine
 	limits qp.Limits
 

@@ -311,6 +311,8 @@ func (d *Device) AttachMcast(q *QP, gid GID, lid uint16) error {
 	if !q.Type().Datagram() {
 		return fmt.Errorf("attach mcast: %w: QP %#x is %v, not UD", ErrInvalidArgument, q.Num(), q.Type())
 	}
+	d.mcMu.Lock()
+	defer d.mcMu.Unlock()
 	if err := d.mc.Attach(mcast.GID(gid), lid, q.QP); err != nil {
 		return err
 	}
@@ -328,6 +330,8 @@ func (d *Device) AttachMcast(q *QP, gid GID, lid uint16) error {
 // DetachMcast detaches a QP from a multicast group; the last detachment
 // leaves the group on the link.
 func (d *Device) DetachMcast(q *QP, gid GID, lid uint16) error {
+	d.mcMu.Lock()
+	defer d.mcMu.Unlock()
 	if err := d.mc.Detach(mcast.GID(gid), lid, q.QP); err != nil {
 		return err
 	}
