@@ -342,12 +342,32 @@ func TestPoolRunHereRunsOnCaller(t *testing.T) {
 func TestPoolRunHereMoreGoesToPool(t *testing.T) {
 	p := task.NewPool(1)
 	defer p.Close()
-	var n atomic.Int32
-	fn, runs := counted(func() bool { return n.Add(1) < 3 })
+	var (
+		n        atomic.Int32
+		onCaller [3]atomic.Bool // whether run i+1 ran inside RunHere
+	)
+	returned := make(chan struct{}) // closed when RunHere has returned
+	fn, runs := counted(func() bool {
+		i := n.Add(1)
+		if i == 1 {
+			return true // the caller's run (TestPoolRunHereRunsOnCaller)
+		}
+		// A later run on a worker sees RunHere return; one inside RunHere
+		// would wait for itself, so give up after a while and say so.
+		select {
+		case <-returned:
+		case <-time.After(2 * time.Second):
+			onCaller[i-1].Store(true)
+		}
+		return i < 3
+	})
 	tk := task.New(p, "t", fn)
 	tk.RunHere()
+	close(returned)
 	require.Eventually(t, func() bool { return runs.Load() == 3 }, waitFor, time.Millisecond)
 	require.EqualValues(t, 3, n.Load())
+	require.False(t, onCaller[1].Load(), "more work went to the pool, not the caller")
+	require.False(t, onCaller[2].Load(), "more work went to the pool, not the caller")
 }
 
 func TestInlineRunHereIsSchedule(t *testing.T) {
