@@ -160,9 +160,6 @@ func (f *FaultLink) Stats() FaultStats {
 	return f.stats
 }
 
-// Inner returns the wrapped link.
-func (f *FaultLink) Inner() Link { return f.inner }
-
 // Unwrap returns the wrapped link (for As).
 func (f *FaultLink) Unwrap() Link { return f.inner }
 

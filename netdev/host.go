@@ -191,9 +191,6 @@ func (h *Host) Release(frame []byte) {
 	}
 }
 
-// Link returns the wrapped link.
-func (h *Host) Link() Link { return h.l }
-
 // Unwrap returns the wrapped link (for As).
 func (h *Host) Unwrap() Link { return h.l }
 
