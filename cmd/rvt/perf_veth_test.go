@@ -89,5 +89,10 @@ func TestPerfFlags(t *testing.T) {
 		if code := run(args, &out, &errb); code != 1 {
 			t.Errorf("%v: exit %d, want 1", args, code)
 		}
+		// Without root, refusing for that reason also exits 1: the message
+		// must name the bad flag.
+		if !strings.Contains(errb.String(), args[1]+" ") {
+			t.Errorf("%v: stderr %q does not name %s", args, errb.String(), args[1])
+		}
 	}
 }
