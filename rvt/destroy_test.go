@@ -102,14 +102,19 @@ func (l *groupLink) take() []string {
 	return r
 }
 
-// Destroying a QP leaves its multicast groups as DetachMcast does: the
-// link leaves a group once its last member is gone.
-func TestDestroyQPLeavesGroups(t *testing.T) {
+// groupNode is a device on a fabric port that records its group joins.
+func groupNode(t *testing.T) (*node, *groupLink) {
 	fab := netdev.NewFabric(nil, 1)
 	mac := netdev.MAC{0x02, 0, 0, 0, 0, 0x51}
 	link := &groupLink{FabricPort: fab.NewPort(mac, 4096)}
 	t.Cleanup(func() { link.Close() })
-	n := newNode(t, Options{Link: link, MAC: mac, Resolve: fab.Resolve})
+	return newNode(t, Options{Link: link, MAC: mac, Resolve: fab.Resolve}), link
+}
+
+// Destroying a QP leaves its multicast groups as DetachMcast does: the
+// link leaves a group once its last member is gone.
+func TestDestroyQPLeavesGroups(t *testing.T) {
+	n, link := groupNode(t)
 	a, b := n.qp(t, qp.UD), n.qp(t, qp.UD)
 	g1, g2 := GID(netip.MustParseAddr("ff0e::101").As16()), GID(netip.MustParseAddr("ff0e::102").As16())
 	require.NoError(t, n.d.AttachMcast(a, g1, 0))
@@ -128,11 +133,7 @@ func TestDestroyQPLeavesGroups(t *testing.T) {
 // in the group exactly while it has members: each attach that finds the
 // group empty joins it, each detach that empties it leaves.
 func TestMcastJoinLeaveConcurrently(t *testing.T) {
-	fab := netdev.NewFabric(nil, 1)
-	mac := netdev.MAC{0x02, 0, 0, 0, 0, 0x52}
-	link := &groupLink{FabricPort: fab.NewPort(mac, 4096)}
-	t.Cleanup(func() { link.Close() })
-	n := newNode(t, Options{Link: link, MAC: mac, Resolve: fab.Resolve})
+	n, link := groupNode(t)
 	const racers = 4
 	var qps [racers]*QP
 	for i := range qps {
