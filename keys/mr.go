@@ -49,8 +49,9 @@ var emptyMapping = &mapping{}
 // access, and takes a reference on pd. Lkey and Rkey are the same key, with
 // key byte 0.
 //
-// Errors: ErrInvalidArgument (nil pd, unknown access flags, RemoteWrite or
-// RemoteAtomic without LocalWrite, iova+len(buf) overflows), ErrNoResources
+// Errors: ErrInvalidArgument (nil or freed pd, unknown access flags,
+// RemoteWrite or RemoteAtomic without LocalWrite, iova+len(buf) overflows),
+// ErrNoResources
 // (table full). A zero-length MR is allowed; every non-empty range is out of
 // its bounds.
 func (t *Table) RegMR(pd *PD, buf []byte, iova uint64, access Access) (*MR, error) {
@@ -79,17 +80,20 @@ func (t *Table) RegMR(pd *PD, buf []byte, iova uint64, access Access) (*MR, erro
 // insertMR gives mr a slot and its keys (key byte 0, lkey == rkey) and takes
 // a reference on its PD.
 func (t *Table) insertMR(mr *MR) error {
+	if err := mr.PD.TryRef(); err != nil {
+		return err
+	}
 	t.mu.Lock() // a new key makes no passing check fail: the epoch stays
 	defer t.mu.Unlock()
 	idx, err := t.allocLocked()
 	if err != nil {
+		mr.PD.Unref()
 		return err
 	}
 	s := &t.slots[idx]
 	s.mr = mr
 	mr.Lkey = t.makeKey(idx, s.gen, 0)
 	mr.Rkey = mr.Lkey
-	mr.PD.Ref()
 	t.publishLocked(idx)
 	return nil
 }
@@ -99,7 +103,7 @@ func (t *Table) insertMR(mr *MR) error {
 // fail every check) and empty; MapPages gives it memory and FastReg makes it
 // valid.
 //
-// Errors: ErrInvalidArgument (nil pd, maxPages < 1), ErrNoResources.
+// Errors: ErrInvalidArgument (nil or freed pd, maxPages < 1), ErrNoResources.
 func (t *Table) AllocMR(pd *PD, maxPages int) (*MR, error) {
 	if pd == nil {
 		return nil, fmt.Errorf("alloc mr: nil pd: %w", ErrInvalidArgument)

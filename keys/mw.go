@@ -45,7 +45,7 @@ type MW struct {
 // AllocMW allocates an unbound memory window of pd and takes a reference on
 // pd. Its rkey has key byte 0 and fails checks until the window is bound.
 //
-// Errors: ErrInvalidArgument (nil pd, unknown type), ErrNoResources.
+// Errors: ErrInvalidArgument (nil or freed pd, unknown type), ErrNoResources.
 func (t *Table) AllocMW(pd *PD, typ MWType) (*MW, error) {
 	if pd == nil {
 		return nil, fmt.Errorf("alloc mw: nil pd: %w", ErrInvalidArgument)
@@ -53,17 +53,20 @@ func (t *Table) AllocMW(pd *PD, typ MWType) (*MW, error) {
 	if typ != MWType1 && typ != MWType2 {
 		return nil, fmt.Errorf("alloc mw: %s: %w", typ, ErrInvalidArgument)
 	}
+	if err := pd.TryRef(); err != nil {
+		return nil, fmt.Errorf("alloc mw: %w", err)
+	}
 	mw := &MW{PD: pd, Type: typ, table: t}
 	t.mu.Lock() // a new key makes no passing check fail: the epoch stays
 	defer t.mu.Unlock()
 	idx, err := t.allocLocked()
 	if err != nil {
+		pd.Unref()
 		return nil, fmt.Errorf("alloc mw: %w", err)
 	}
 	s := &t.slots[idx]
 	s.mw = mw
 	mw.Rkey = t.makeKey(idx, s.gen, 0)
-	pd.Ref()
 	return mw, nil
 }
 

@@ -190,16 +190,77 @@ func TestPDRefs(t *testing.T) {
 	require.NoError(t, err)
 	mw, err := tb.AllocMW(pd, MWType1)
 	require.NoError(t, err)
-	pd.Ref() // e.g. a QP
+	require.NoError(t, pd.TryRef()) // e.g. a QP
 	require.Equal(t, 4, pd.Refs())
 	require.True(t, pd.Busy())
 	require.NoError(t, tb.DeregMR(mr))
 	require.NoError(t, tb.DeregMR(fmr))
 	require.NoError(t, tb.DeallocMW(mw))
 	require.True(t, pd.Busy())
+	require.ErrorIs(t, pd.Free(), ErrBusy)
 	pd.Unref()
 	require.False(t, pd.Busy())
 	require.Panics(t, pd.Unref)
+}
+
+// A freed PD takes no references: every creating call fails, names the
+// PD, and leaves the count at zero; freeing it again fails.
+func TestFreedPD(t *testing.T) {
+	tb := NewTable(8)
+	pd := NewPD(9)
+	require.NoError(t, pd.Free())
+	require.ErrorIs(t, pd.TryRef(), ErrInvalidArgument)
+	_, err := tb.RegMR(pd, make([]byte, 8), 0, LocalWrite)
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	require.Contains(t, err.Error(), "PD 9")
+	_, err = tb.AllocMR(pd, 4)
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	_, err = tb.AllocMW(pd, MWType2)
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	require.Zero(t, pd.Refs())
+	require.False(t, pd.Busy())
+	require.ErrorIs(t, pd.Free(), ErrInvalidArgument)
+	require.Panics(t, pd.Unref, "a freed PD holds no reference to drop")
+}
+
+// A full table gives back the PD reference RegMR and AllocMW took.
+func TestFullTableKeepsNoPDRef(t *testing.T) {
+	tb := NewTable(MinTableBits)
+	pd := NewPD(1)
+	for {
+		if _, err := tb.AllocMW(pd, MWType2); err != nil {
+			require.ErrorIs(t, err, ErrNoResources)
+			break
+		}
+	}
+	refs := pd.Refs()
+	_, err := tb.RegMR(pd, make([]byte, 8), 0, LocalWrite)
+	require.ErrorIs(t, err, ErrNoResources)
+	_, err = tb.AllocMW(pd, MWType1)
+	require.ErrorIs(t, err, ErrNoResources)
+	require.Equal(t, refs, pd.Refs())
+}
+
+// TryRef and Free racing: either the reference wins (Free sees a busy PD)
+// or Free wins (TryRef fails), never both and never neither.
+func TestPDTryRefRacesFree(t *testing.T) {
+	for range 200 {
+		pd := NewPD(1)
+		var refErr, freeErr error
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); refErr = pd.TryRef() }()
+		go func() { defer wg.Done(); freeErr = pd.Free() }()
+		wg.Wait()
+		if refErr == nil {
+			require.ErrorIs(t, freeErr, ErrBusy)
+			require.Equal(t, 1, pd.Refs())
+		} else {
+			require.NoError(t, freeErr)
+			require.ErrorIs(t, refErr, ErrInvalidArgument)
+			require.Zero(t, pd.Refs())
+		}
+	}
 }
 
 // TestConcurrent runs verbs and checks from many goroutines; run with -race.

@@ -37,9 +37,9 @@ type QP struct {
 }
 
 // New creates a QP in the RESET state. The caller (the device) owns the QP
-// number space. Errors: ErrInvalidArgument, ErrNotSupported, and
-// cq.ErrDestroyed (naming which CQ) when either CQ has been destroyed,
-// ErrInvalidState when the SRQ has been destroyed.
+// number space. Errors: ErrInvalidArgument (also for a freed PD),
+// ErrNotSupported, cq.ErrDestroyed (naming which CQ) when either CQ has been
+// destroyed, and ErrInvalidState when the SRQ has been destroyed.
 func New(num uint32, cfg Config) (*QP, error) {
 	if cfg.PD == nil || cfg.SendCQ == nil || cfg.RecvCQ == nil || cfg.Keys == nil || cfg.Limits == nil {
 		return nil, fmt.Errorf("create QP: %w: PD, CQs, key table and limits are required", ErrInvalidArgument)
@@ -71,22 +71,37 @@ func New(num uint32, cfg Config) (*QP, error) {
 	if cfg.Type == GSI {
 		q.attr.QKey = GSIQKey
 	}
+	if err := q.ref(); err != nil {
+		return nil, fmt.Errorf("create QP %#x: %w", num, err)
+	}
+	return q, nil
+}
+
+// ref takes the references the QP holds (PD, CQs, SRQ): all of them, or
+// none and an error naming the object that refused.
+func (q *QP) ref() error {
+	cfg := q.cfg
+	if err := cfg.PD.TryRef(); err != nil {
+		return err
+	}
 	if err := cfg.SendCQ.TryRef(); err != nil {
-		return nil, fmt.Errorf("create QP: send CQ: %w", err)
+		cfg.PD.Unref()
+		return fmt.Errorf("send CQ: %w", err)
 	}
 	if err := cfg.RecvCQ.TryRef(); err != nil {
+		cfg.PD.Unref()
 		cfg.SendCQ.Unref()
-		return nil, fmt.Errorf("create QP: receive CQ: %w", err)
+		return fmt.Errorf("receive CQ: %w", err)
 	}
 	if cfg.SRQ != nil {
 		if err := cfg.SRQ.ref(); err != nil {
+			cfg.PD.Unref()
 			cfg.SendCQ.Unref()
 			cfg.RecvCQ.Unref()
-			return nil, fmt.Errorf("create QP: %w", err)
+			return err
 		}
 	}
-	cfg.PD.Ref()
-	return q, nil
+	return nil
 }
 
 // Release drops the references the QP holds; call it when destroying.

@@ -28,7 +28,9 @@ func NewSRQ(pd *keys.PD, kt *keys.Table, maxWR, maxSGE uint32) (*SRQ, error) {
 	if maxSGE == 0 {
 		maxSGE = 1
 	}
-	pd.Ref()
+	if err := pd.TryRef(); err != nil {
+		return nil, fmt.Errorf("create SRQ: %w", err)
+	}
 	return &SRQ{pd: pd, kt: kt, maxSGE: maxSGE, q: newRecvQueue(maxWR, maxSGE)}, nil
 }
 

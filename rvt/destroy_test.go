@@ -1,6 +1,7 @@
 package rvt
 
 import (
+	"fmt"
 	"net/netip"
 	"strings"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/softverbs/softverbs/cq"
+	"github.com/softverbs/softverbs/keys"
 	"github.com/softverbs/softverbs/mcast"
 	"github.com/softverbs/softverbs/netdev"
 	"github.com/softverbs/softverbs/qp"
@@ -72,6 +74,84 @@ func TestDeallocPDTwice(t *testing.T) {
 	require.NoError(t, err)
 	_, err = n.d.AllocPD()
 	require.ErrorIs(t, err, ErrNoResources, "the second dealloc freed nothing")
+}
+
+// A deallocated PD makes nothing new: every verb that creates an object
+// in it fails with ErrInvalidArgument, names the PD, and takes no
+// reference (libibverbs' handle is gone; the kernel's lookup fails).
+func TestFreedPDCreatesNothing(t *testing.T) {
+	n := newNode(t, Options{})
+	pd, err := n.d.AllocPD()
+	require.NoError(t, err)
+	srqPD, err := n.d.AllocPD()
+	require.NoError(t, err)
+	srq, err := srqPD.CreateSRQ(4, 1)
+	require.NoError(t, err)
+	require.NoError(t, pd.Dealloc())
+
+	creators := map[string]func() error{
+		"RegMR":   func() error { _, err := pd.RegMR(make([]byte, 64), 0x1000, keys.LocalWrite); return err },
+		"Reg":     func() error { _, err := pd.Reg(make([]byte, 64), keys.LocalWrite); return err },
+		"AllocMR": func() error { _, err := pd.AllocMR(4); return err },
+		"AllocMW": func() error { _, err := pd.AllocMW(keys.MWType2); return err },
+		"CreateAH": func() error {
+			_, err := pd.CreateAH(AddressVector{DGID: n.d.eng.GIDs()[0]})
+			return err
+		},
+		"CreateSRQ": func() error { _, err := pd.CreateSRQ(4, 1); return err },
+		"CreateQP": func() error {
+			_, err := pd.CreateQP(QPInitAttr{Type: qp.RC, SendCQ: n.cq, RecvCQ: n.cq,
+				Cap: QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+			return err
+		},
+		"CreateQP with SRQ": func() error {
+			_, err := pd.CreateQP(QPInitAttr{Type: qp.RC, SendCQ: n.cq, RecvCQ: n.cq, SRQ: srq,
+				Cap: QPCap{MaxSendWR: 4, MaxSendSGE: 1}})
+			return err
+		},
+	}
+	qps := len(n.d.QPs())
+	for name, create := range creators {
+		t.Run(name, func(t *testing.T) {
+			err := create()
+			require.ErrorIs(t, err, ErrInvalidArgument)
+			require.Contains(t, err.Error(), fmt.Sprintf("PD %d", pd.Handle))
+			require.Zero(t, pd.Refs(), "a refused creation takes no reference")
+		})
+	}
+	require.Len(t, n.d.QPs(), qps, "no QP number stays reserved")
+	require.Equal(t, 1, srqPD.Refs(), "the SRQ's PD lends no reference to a refused QP")
+	require.NoError(t, srq.Destroy())
+	require.ErrorIs(t, pd.Dealloc(), ErrInvalidArgument, "still freed")
+}
+
+// A source GID index with no GID behind it is refused the same way by
+// CreateAH and by Modify (as the kernel's GID attribute lookup refuses
+// both), and a populated one is accepted by both.
+func TestSourceGIDIndexChecked(t *testing.T) {
+	n := newNode(t, Options{})
+	gids := len(n.d.eng.GIDs())
+	require.Less(t, gids, gidTableLen, "the test needs an empty slot in the table")
+	gid, err := n.d.QueryGID(1, 1)
+	require.NoError(t, err)
+
+	_, err = n.pd.CreateAH(AddressVector{DGID: gid, SGIDIndex: uint8(gids)})
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	require.Contains(t, err.Error(), fmt.Sprintf("source GID index %d", gids))
+	_, err = n.pd.CreateAH(AddressVector{DGID: gid, SGIDIndex: uint8(gids - 1)})
+	require.NoError(t, err)
+
+	q := n.qp(t, qp.RC)
+	init := QPAttr{State: qp.Init, Port: 1, AccessFlags: keys.RemoteWrite}
+	require.NoError(t, q.Modify(&init, qp.RequiredAttrs(qp.RC, qp.Reset, qp.Init)))
+	rtr := QPAttr{State: qp.RTR, PathMTU: qp.MTU1024, DestQPN: q.Num(), MaxDestRdAtomic: 1,
+		AV: AddressVector{DGID: gid, SGIDIndex: uint8(gids), HopLimit: 64, Port: 1}}
+	err = q.Modify(&rtr, qp.RequiredAttrs(qp.RC, qp.Init, qp.RTR))
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	require.Contains(t, err.Error(), fmt.Sprintf("source GID index %d", gids))
+	require.Equal(t, qp.Init, q.Query().State, "a refused modify changes nothing")
+	rtr.AV.SGIDIndex = uint8(gids - 1)
+	require.NoError(t, q.Modify(&rtr, qp.RequiredAttrs(qp.RC, qp.Init, qp.RTR)))
 }
 
 // groupLink is a fabric port that records the multicast groups the device

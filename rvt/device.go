@@ -114,9 +114,10 @@ const (
 	maxMcastGroups   = 8192
 	maxMcastQPAttach = 56
 	maxMsgSize       = 1 << 31
-	// gidTableLen is the GID table's capacity: modify checks source GID
-	// indexes against it; an index with no address behind it drops the
-	// QP's packets (counted) until the address appears.
+	// gidTableLen is the GID table's capacity (ibv_query_port's
+	// gid_tbl_len). CreateAH and Modify refuse an index with no GID behind
+	// it (checkSGID); one whose GID goes away later drops the packets
+	// (counted) until it comes back.
 	gidTableLen = 16
 )
 

@@ -18,8 +18,6 @@ import (
 type PD struct {
 	*keys.PD
 	d *Device
-
-	deallocated bool // guarded by d.mu
 }
 
 // AllocPD allocates a protection domain (ibv_alloc_pd).
@@ -38,17 +36,12 @@ func (d *Device) AllocPD() (*PD, error) {
 }
 
 // Dealloc frees the PD; ErrBusy while MRs, MWs, QPs, SRQs or AHs use it,
-// ErrInvalidArgument if it was freed already.
+// ErrInvalidArgument if it was freed already. A freed PD makes nothing
+// new: its creating verbs fail with ErrInvalidArgument.
 func (pd *PD) Dealloc() error {
-	pd.d.mu.Lock()
-	defer pd.d.mu.Unlock()
-	if pd.deallocated {
-		return fmt.Errorf("dealloc PD %d: %w: deallocated already", pd.Handle, ErrInvalidArgument)
+	if err := pd.Free(); err != nil {
+		return fmt.Errorf("dealloc: %w", err)
 	}
-	if pd.Busy() {
-		return fmt.Errorf("dealloc PD %d: %w: %d objects use it", pd.Handle, ErrBusy, pd.Refs())
-	}
-	pd.deallocated = true
 	pd.d.nPD.Add(-1)
 	return nil
 }
@@ -94,15 +87,28 @@ func (d *Device) BindMW(mw *MW, mr *MR, addr, length uint64, access Access) (uin
 
 // CreateAH creates an address handle (ibv_create_ah).
 func (pd *PD) CreateAH(av AddressVector) (*AH, error) {
-	if int(av.SGIDIndex) >= len(pd.d.eng.GIDs()) {
-		return nil, fmt.Errorf("create AH: %w: source GID index %d", ErrInvalidArgument, av.SGIDIndex)
+	if err := pd.d.checkSGID(av.SGIDIndex); err != nil {
+		return nil, fmt.Errorf("create AH: %w", err)
+	}
+	if err := pd.TryRef(); err != nil {
+		return nil, fmt.Errorf("create AH: %w", err)
 	}
 	ah := &qp.AH{PD: pd.PD, AV: av}
 	pd.d.mu.Lock()
 	pd.d.ahs[ah] = struct{}{}
 	pd.d.mu.Unlock()
-	pd.Ref()
 	return ah, nil
+}
+
+// checkSGID refuses a source GID index with no GID behind it, as the
+// kernel's GID attribute lookup does for ibv_create_ah and ibv_modify_qp. A
+// GID removed later does not fail the AH or QP: their packets are dropped
+// (counted) until it comes back.
+func (d *Device) checkSGID(index uint8) error {
+	if n := len(d.eng.GIDs()); int(index) >= n {
+		return fmt.Errorf("%w: source GID index %d: the GID table holds %d GIDs", ErrInvalidArgument, index, n)
+	}
+	return nil
 }
 
 // DestroyAH releases an address handle (ibv_destroy_ah). An AH this device
@@ -250,7 +256,14 @@ func (d *Device) unreserveQPN(num uint32) {
 }
 
 // Modify changes the QP's attributes and state (ibv_modify_qp).
-func (q *QP) Modify(a *QPAttr, mask QPAttrMask) error { return q.conn.Modify(a, mask) }
+func (q *QP) Modify(a *QPAttr, mask QPAttrMask) error {
+	if mask&qp.AttrAV != 0 {
+		if err := q.d.checkSGID(a.AV.SGIDIndex); err != nil {
+			return fmt.Errorf("modify QP %#x: %w", q.Num(), err)
+		}
+	}
+	return q.conn.Modify(a, mask)
+}
 
 // PostSend posts send WRs (all or none): the error names the first bad WR.
 func (q *QP) PostSend(wrs ...SendWR) error { return q.conn.PostSend(wrs) }
