@@ -179,9 +179,9 @@ func (mr *MR) MapPages(pages [][]byte, pageSize int, iova uint64, length uint64)
 	defer t.unlockChanged()
 	switch {
 	case !mr.fast:
-		return fmt.Errorf("map pages: not a fast-register mr: %w", ErrInvalidArgument)
+		return fmt.Errorf("map pages: mr %#x is not a fast-register mr: %w", mr.Lkey, ErrInvalidArgument)
 	case mr.dead:
-		return fmt.Errorf("map pages: mr is deregistered: %w", ErrInvalidState)
+		return fmt.Errorf("map pages: mr %#x is deregistered: %w", mr.Lkey, ErrInvalidState)
 	case mr.valid:
 		return fmt.Errorf("map pages: mr %#x is valid, invalidate it first: %w", mr.Lkey, ErrInvalidState)
 	case len(pages) > mr.maxPages:
@@ -212,7 +212,7 @@ func (t *Table) FastReg(pd *PD, mr *MR, key uint8, access Access) error {
 	defer t.unlockChanged()
 	switch {
 	case mr.dead:
-		return fmt.Errorf("fast reg: mr is deregistered: %w", ErrInvalidState)
+		return fmt.Errorf("fast reg: mr %#x is deregistered: %w", mr.Lkey, ErrInvalidState)
 	case !mr.fast:
 		return fmt.Errorf("fast reg: mr %#x is not a fast-register mr: %w", mr.Lkey, ErrInvalidArgument)
 	case mr.PD != pd:
@@ -303,7 +303,7 @@ func (t *Table) DeregMR(mr *MR) error {
 	t.mu.Lock()
 	defer t.unlockChanged()
 	if mr.dead {
-		return fmt.Errorf("dereg mr: already deregistered: %w", ErrInvalidState)
+		return fmt.Errorf("dereg mr %#x: already deregistered: %w", mr.Lkey, ErrInvalidState)
 	}
 	if mr.windows > 0 {
 		return fmt.Errorf("dereg mr %#x: %d windows bound: %w", mr.Lkey, mr.windows, ErrBusy)

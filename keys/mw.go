@@ -97,7 +97,7 @@ func (t *Table) BindMW(mw *MW, mr *MR, addr, length uint64, access Access, key u
 	t.mu.Lock()
 	defer t.unlockChanged()
 	if mw.dead {
-		return 0, fmt.Errorf("bind mw: window deallocated: %w", ErrInvalidState)
+		return 0, fmt.Errorf("bind mw %#x: window deallocated: %w", mw.Rkey, ErrInvalidState)
 	}
 	if mw.Type == MWType2 {
 		switch {
@@ -158,7 +158,7 @@ func (t *Table) DeallocMW(mw *MW) error {
 	t.mu.Lock()
 	defer t.unlockChanged()
 	if mw.dead {
-		return fmt.Errorf("dealloc mw: already deallocated: %w", ErrInvalidState)
+		return fmt.Errorf("dealloc mw %#x: already deallocated: %w", mw.Rkey, ErrInvalidState)
 	}
 	mw.unbindLocked()
 	t.freeLocked(t.Index(mw.Rkey))

@@ -1,6 +1,7 @@
 package keys
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -93,9 +94,12 @@ func TestMWType1(t *testing.T) {
 
 	require.NoError(t, tb.DeregMR(mr))
 	require.NoError(t, tb.DeallocMW(mw))
-	require.ErrorIs(t, tb.DeallocMW(mw), ErrInvalidState)
+	err = tb.DeallocMW(mw)
+	require.ErrorIs(t, err, ErrInvalidState)
+	require.ErrorContains(t, err, fmt.Sprintf("mw %#x", mw.Rkey), "the error names the window")
 	_, err = tb.BindMW(mw, nil, 0, 0, 0, 0)
 	require.ErrorIs(t, err, ErrInvalidState)
+	require.ErrorContains(t, err, fmt.Sprintf("mw %#x", mw.Rkey))
 	require.False(t, pd.Busy())
 	require.Equal(t, 0, tb.Len())
 }
