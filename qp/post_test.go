@@ -660,8 +660,8 @@ func TestEnqueueSendLeavesNoStaleState(t *testing.T) {
 			dirty, clean := f.newQP(t, typ, defaultCap()), f.newQP(t, typ, defaultCap())
 			junk(reflect.ValueOf(dirty.SQ.At(dirty.SQ.head)).Elem())
 			w := wr
-			dirty.enqueueSend(&w)
-			clean.enqueueSend(&w)
+			dirty.enqueueSend(&w, 5)
+			clean.enqueueSend(&w, 5)
 			got, want := *dirty.SQ.At(dirty.SQ.head - 1), *clean.SQ.At(clean.SQ.head - 1)
 			// MRs is filled by the checks before enqueueSend; the rest
 			// must match, with pointers into each slot's own arrays.

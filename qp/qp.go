@@ -298,8 +298,7 @@ func (q *QP) PostSendLocked(wrs []SendWR) error {
 		}
 	}
 	for i := range wrs {
-		q.enqueueSend(&wrs[i])
-		q.SQ.At(q.SQ.head - 1).Epoch = epoch
+		q.enqueueSend(&wrs[i], epoch)
 	}
 	return nil
 }
@@ -331,17 +330,11 @@ func (q *QP) checkSendWR(wr *SendWR, mrs []*keys.MR) error {
 		if len(wr.InlineData) != 0 {
 			return fmt.Errorf("%w: InlineData without the Inline flag", ErrInvalidArgument)
 		}
-		access := keys.Access(0)
-		if wr.Opcode.ReadOrAtomic() {
-			access = keys.LocalWrite
-		}
-		for j, s := range wr.SGL {
-			mr, err := q.cfg.Keys.CheckLocal(q.cfg.PD, s.Lkey, s.Addr, s.Length, access)
-			if err != nil {
-				return fmt.Errorf("SGE %d (lkey %#x addr %#x len %d): %w", j, s.Lkey, s.Addr, s.Length, err)
-			}
-			mrs[j] = mr
-			total += uint64(s.Length)
+		var j int
+		var err error
+		if total, j, err = CheckSGL(q.cfg.Keys, q.cfg.PD, wr.SGL, wr.Opcode.SGLAccess(), mrs); err != nil {
+			s := wr.SGL[j]
+			return fmt.Errorf("SGE %d (lkey %#x addr %#x len %d): %w", j, s.Lkey, s.Addr, s.Length, err)
 		}
 	}
 	if total > MaxMessage {
@@ -376,7 +369,8 @@ func (q *QP) checkSendWR(wr *SendWR, mrs []*keys.MR) error {
 	return nil
 }
 
-func (q *QP) enqueueSend(wr *SendWR) {
+// enqueueSend queues a checked WR whose MRs were found at key table epoch.
+func (q *QP) enqueueSend(wr *SendWR, epoch uint64) {
 	w := q.SQ.At(q.SQ.head)
 	// Field by field, keeping the slot's backing arrays: a composite
 	// literal zeroed and rewrote all 296 bytes of it, 5% of a small SEND.
@@ -384,7 +378,7 @@ func (q *QP) enqueueSend(wr *SendWR) {
 	w.WR = *wr
 	w.State, w.Status = WQEPosted, 0
 	w.FirstPSN, w.LastPSN, w.Sent, w.Done, w.SSN = 0, 0, 0, 0, 0
-	w.Epoch, w.Assigned = 0, false
+	w.Epoch, w.Assigned = epoch, false
 	w.AH = AH{}
 	w.WR.SGL = append(w.sges[:0], wr.SGL...)
 	var total uint32
@@ -405,6 +399,32 @@ func (q *QP) enqueueSend(wr *SendWR) {
 	w.Length = total
 	w.Signaled = q.cfg.SigAll || wr.Flags&Signaled != 0
 	q.SQ.head++
+}
+
+// CheckSGL checks every SGE of sgl as a local key of pd with the given
+// access and stores its MR in mrs (which has room for len(sgl)). It
+// returns the SGL's total length, or the index of the first bad SGE and the
+// key table's error. Posting checks with it, and the engines check again
+// with it when keys changed since (keys.Table.Epoch).
+func CheckSGL(kt *keys.Table, pd *keys.PD, sgl []SGE, access keys.Access, mrs []*keys.MR) (total uint64, bad int, err error) {
+	for i, s := range sgl {
+		mr, err := kt.CheckLocal(pd, s.Lkey, s.Addr, s.Length, access)
+		if err != nil {
+			return 0, i, err
+		}
+		mrs[i] = mr
+		total += uint64(s.Length)
+	}
+	return total, 0, nil
+}
+
+// SGLAccess is the local access a WR of this opcode needs on its SGEs:
+// READ and atomic responses are written into them, the others only read.
+func (o Opcode) SGLAccess() keys.Access {
+	if o.ReadOrAtomic() {
+		return keys.LocalWrite
+	}
+	return 0
 }
 
 // PostRecvLocked validates and queues receive WRs, all or none. The caller
@@ -436,15 +456,10 @@ func postRecv(rq *RecvQueue, kt *keys.Table, pd *keys.PD, maxSGE uint32, wrs []R
 		if uint32(len(wr.SGL)) > maxSGE {
 			return fmt.Errorf("WR %d (wr_id %#x): %w: %d SGEs, max_recv_sge is %d", i, wr.WRID, ErrInvalidArgument, len(wr.SGL), maxSGE)
 		}
-		var total uint64
-		slot := rq.At(rq.head + uint32(i))
-		for j, s := range wr.SGL {
-			mr, err := kt.CheckLocal(pd, s.Lkey, s.Addr, s.Length, keys.LocalWrite)
-			if err != nil {
-				return fmt.Errorf("WR %d (wr_id %#x) SGE %d (lkey %#x addr %#x len %d): %w", i, wr.WRID, j, s.Lkey, s.Addr, s.Length, err)
-			}
-			slot.MRs[j] = mr
-			total += uint64(s.Length)
+		total, j, err := CheckSGL(kt, pd, wr.SGL, keys.LocalWrite, rq.At(rq.head+uint32(i)).MRs)
+		if err != nil {
+			s := wr.SGL[j]
+			return fmt.Errorf("WR %d (wr_id %#x) SGE %d (lkey %#x addr %#x len %d): %w", i, wr.WRID, j, s.Lkey, s.Addr, s.Length, err)
 		}
 		if total > MaxMessage {
 			return fmt.Errorf("WR %d (wr_id %#x): %w: %d bytes", i, wr.WRID, ErrInvalidArgument, total)

@@ -11,7 +11,6 @@ import (
 	"github.com/softverbs/softverbs/clock"
 	"github.com/softverbs/softverbs/cq"
 	"github.com/softverbs/softverbs/internal/task"
-	"github.com/softverbs/softverbs/keys"
 	"github.com/softverbs/softverbs/qp"
 )
 
@@ -74,7 +73,6 @@ func newConn(e *Engine, q *qp.QP) *Conn {
 	}
 	c.sendTask = task.New(e.cfg.Exec, "send", c.runSend)
 	c.recvTask = task.New(e.cfg.Exec, "recv", c.runRecv)
-	c.resp.mrs = make([]*keys.MR, 0, 4)
 	return c
 }
 
@@ -304,8 +302,7 @@ func (c *Conn) Modify(a *qp.Attr, mask qp.AttrMask) error {
 func (c *Conn) resetLocked() {
 	c.req = reqState{}
 	c.comp = compState{}
-	mrs := c.resp.mrs[:0]
-	c.resp = respState{mrs: mrs}
+	c.resp = respState{}
 	c.reqIn.drain(c.e)
 	c.respIn.drain(c.e)
 	c.reqQ.drain(c.e)

@@ -170,19 +170,11 @@ func (c *Conn) resolveSendLocked(w *qp.SendWQE) error {
 	if w.WR.Flags&qp.Inline != 0 {
 		return nil
 	}
-	access := keys.Access(0)
-	if w.WR.Opcode.ReadOrAtomic() {
-		access = keys.LocalWrite
-	}
 	// The epoch before the checks: a change during them moves it again
 	// and the next use checks again.
 	epoch := c.qp.Keys().Epoch()
-	for i, s := range w.WR.SGL {
-		mr, err := c.qp.Keys().CheckLocal(c.qp.PD(), s.Lkey, s.Addr, s.Length, access)
-		if err != nil {
-			return err
-		}
-		w.MRs[i] = mr
+	if _, _, err := qp.CheckSGL(c.qp.Keys(), c.qp.PD(), w.WR.SGL, w.WR.Opcode.SGLAccess(), w.MRs); err != nil {
+		return err
 	}
 	w.Epoch = epoch
 	return nil

@@ -16,10 +16,9 @@ type respState struct {
 	inWrite bool   // between the FIRST and LAST packets of a WRITE
 	dropMsg bool   // UC: dropping the rest of a broken message
 
-	wqe     qp.RecvWQE // the receive WQE of the message in progress
+	wqe     qp.RecvWQE // the receive WQE of the message in progress, with its MRs
 	haveWQE bool
-	mrs     []*keys.MR // its SGEs' MRs
-	off     uint32     // bytes placed in it
+	off     uint32 // bytes placed in it
 
 	wmr    *keys.MR // RDMA WRITE in progress
 	wva    uint64
@@ -187,20 +186,14 @@ func (c *Conn) takeWQELocked() respResult {
 	}
 	c.resp.haveWQE = true
 	c.resp.off = 0
-	c.resp.mrs = c.resp.mrs[:0]
-	if c.resp.wqe.Epoch == c.qp.Keys().Epoch() {
-		// Checked at post time and no key changed since.
-		c.resp.mrs = append(c.resp.mrs, c.resp.wqe.MRs...)
-		return respOK
+	w := &c.resp.wqe
+	if w.Epoch == c.qp.Keys().Epoch() {
+		return respOK // checked at post time and no key changed since
 	}
-	for _, s := range c.resp.wqe.SGL {
-		mr, err := c.qp.Keys().CheckLocal(c.qp.RecvPD(), s.Lkey, s.Addr, s.Length, keys.LocalWrite)
-		if err != nil {
-			c.recvWC(cq.WC{WRID: c.resp.wqe.WRID, Status: cq.LocProtErr, Opcode: cq.Recv})
-			c.resp.haveWQE = false
-			return respLocalProt
-		}
-		c.resp.mrs = append(c.resp.mrs, mr)
+	if _, _, err := qp.CheckSGL(c.qp.Keys(), c.qp.RecvPD(), w.SGL, keys.LocalWrite, w.MRs); err != nil {
+		c.recvWC(cq.WC{WRID: w.WRID, Status: cq.LocProtErr, Opcode: cq.Recv})
+		c.resp.haveWQE = false
+		return respLocalProt
 	}
 	return respOK
 }
@@ -210,7 +203,7 @@ func (c *Conn) placeLocked(data []byte) respResult {
 	if uint64(c.resp.off)+uint64(len(data)) > uint64(c.resp.wqe.Length) {
 		return respLocalLen
 	}
-	scatter(c.resp.wqe.SGL, c.resp.mrs, c.resp.off, data)
+	scatter(c.resp.wqe.SGL, c.resp.wqe.MRs, c.resp.off, data)
 	c.resp.off += uint32(len(data))
 	return respOK
 }
