@@ -39,17 +39,10 @@ func (t *Table) checkLocalSlow(pd *PD, lkey uint32, iova uint64, length uint32, 
 	if err != nil {
 		return nil, err
 	}
-	mr := s.mr
-	if mr == nil {
+	if s.mr == nil {
 		return nil, errMWAsLkey
 	}
-	if err := checkMRLocked(mr, mr.Lkey, pd, lkey, access); err != nil {
-		return nil, err
-	}
-	if err := mr.mem.Load().contains(iova, uint64(length)); err != nil {
-		return nil, err
-	}
-	return mr, nil
+	return checkMRLocked(s.mr, s.mr.Lkey, pd, lkey, iova, length, access)
 }
 
 // CheckRemote validates the rkey, address and length of an incoming RDMA
@@ -85,19 +78,14 @@ func (t *Table) checkRemoteSlow(pd *PD, rkey uint32, va uint64, length uint32, a
 	if err != nil {
 		return nil, err
 	}
-	if mr := s.mr; mr != nil {
-		if err := checkMRLocked(mr, mr.Rkey, pd, rkey, access); err != nil {
-			return nil, err
-		}
-		if err := mr.mem.Load().contains(va, uint64(length)); err != nil {
-			return nil, err
-		}
-		return mr, nil
+	if s.mr != nil {
+		return checkMRLocked(s.mr, s.mr.Rkey, pd, rkey, va, length, access)
 	}
 	mw := s.mw
+	if err := matchKey(mw.Rkey, rkey); err != nil {
+		return nil, err
+	}
 	switch {
-	case matchKey(mw.Rkey, rkey) != nil:
-		return nil, matchKey(mw.Rkey, rkey)
 	case mw.mr == nil || !mw.mr.valid:
 		return nil, errUnbound
 	case mw.PD != pd:
@@ -111,17 +99,21 @@ func (t *Table) checkRemoteSlow(pd *PD, rkey uint32, va uint64, length uint32, a
 	return mw.mr, nil
 }
 
-// checkMRLocked checks key, validity, PD and access of an MR.
-func checkMRLocked(mr *MR, have uint32, pd *PD, key uint32, access Access) error {
+// checkMRLocked checks key, validity, PD, access and range of an MR whose
+// key (lkey or rkey) is have, and returns it if all hold.
+func checkMRLocked(mr *MR, have uint32, pd *PD, key uint32, addr uint64, length uint32, access Access) (*MR, error) {
 	switch {
 	case have != key:
-		return matchKey(have, key)
+		return nil, matchKey(have, key)
 	case !mr.valid:
-		return errInvalidated
+		return nil, errInvalidated
 	case mr.PD != pd:
-		return errPD
+		return nil, errPD
 	case access&^mr.Access != 0:
-		return errAccess
+		return nil, errAccess
 	}
-	return nil
+	if err := mr.mem.Load().contains(addr, uint64(length)); err != nil {
+		return nil, err
+	}
+	return mr, nil
 }
