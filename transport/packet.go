@@ -226,17 +226,25 @@ func Parse(b []byte, p *Packet) error {
 		return DropBadPad.Err()
 	}
 	payload := rest - pad
+	if err := checkPayload(info, pad, payload); err != nil {
+		return err
+	}
+	fill(p, b, info, uint8(pad), uint32(payload))
+	return nil
+}
+
+// checkPayload applies Parse's payload and pad rules for an opcode.
+func checkPayload(info *OpInfo, pad, payload int) error {
 	switch {
-	case rest%4 != 0:
+	case (payload+pad)%4 != 0:
 		return DropBadLength.Err()
-	case info.Flags&FlagPayload == 0 && rest != 0:
+	case info.Flags&FlagPayload == 0 && payload+pad != 0:
 		return DropBadLength.Err()
 	case info.Flags&(FlagFirst|FlagMiddle) != 0 && pad != 0:
 		return DropBadPad.Err()
 	case info.Flags&(FlagFirst|FlagMiddle|FlagLast) != 0 && payload == 0:
 		return DropBadLength.Err()
 	}
-	fill(p, b, info, uint8(pad), uint32(payload))
 	return nil
 }
 
@@ -256,10 +264,9 @@ func parseExternal(hdr, payload []byte, span uint32, p *Packet) error {
 		return DropBadVersion.Err()
 	case len(hdr) != info.HdrLen:
 		return DropBadLength.Err()
-	case info.Flags&FlagPayload == 0 && len(payload) != 0:
-		return DropBadLength.Err()
-	case info.Flags&(FlagFirst|FlagMiddle|FlagLast) != 0 && len(payload) == 0:
-		return DropBadLength.Err()
+	}
+	if err := checkPayload(info, int(bth.PadCount()), len(payload)); err != nil {
+		return err
 	}
 	fill(p, hdr, info, bth.PadCount(), uint32(len(payload)))
 	if len(payload) != 0 {

@@ -169,3 +169,32 @@ func TestParseNoAlloc(t *testing.T) {
 	})
 	require.Zero(t, allocs)
 }
+
+// parseExternal (the loopback fast path: headers and payload apart)
+// accepts and refuses exactly what Parse does for the same packet, for
+// every opcode, payload length and pad count.
+func TestParseExternalMatchesParse(t *testing.T) {
+	for op := range 256 {
+		info := &opTable[op]
+		if !info.valid {
+			continue
+		}
+		for payload := range 10 {
+			for pad := range 4 {
+				b := make([]byte, info.HdrLen+payload+pad)
+				bth := BTH(b)
+				bth.Init(Opcode(op), DefaultPKey, 0x11, 0x22)
+				bth.SetPadCount(uint8(pad))
+				var want, got Packet
+				wantErr := Parse(b, &want)
+				gotErr := parseExternal(b[:info.HdrLen], b[info.HdrLen:info.HdrLen+payload], 1, &got)
+				wr, _ := DropReasonOf(wantErr)
+				gr, _ := DropReasonOf(gotErr)
+				require.Equal(t, wr, gr, "%v payload %d pad %d", Opcode(op), payload, pad)
+				if wantErr == nil {
+					require.Equal(t, want.PayloadLen, got.PayloadLen)
+				}
+			}
+		}
+	}
+}
