@@ -72,7 +72,7 @@ func (c *Conn) progressLocked(psn PSN) {
 	c.comp.psn = psn
 	c.req.retriedValid = false
 	c.req.limitOn = false
-	c.req.epoch++
+	c.req.progressed = true
 	a := c.qp.AttrLocked()
 	c.req.retryLeft = a.RetryCnt
 	c.req.rnrLeft = a.RNRRetry

@@ -357,7 +357,7 @@ func (c *Conn) armTimerLocked() {
 		return
 	}
 	c.req.timerOn = true
-	c.req.armedEpoch = c.req.epoch
+	c.req.progressed = false
 	c.timerMu.Lock()
 	c.timer = c.e.clk.AfterFunc(rto(t), c.onTimer)
 	c.timerMu.Unlock()
@@ -440,7 +440,7 @@ func (c *Conn) WaitFlushed(ctx context.Context) error {
 
 // path is a QP's cached route and path MTU.
 type path struct {
-	gen   uint64 // the engine's portGen they were computed for
+	port  *portState // the port they were computed for
 	valid bool
 	mtu   uint32
 	r     route
@@ -450,19 +450,18 @@ type path struct {
 // again when the attributes or the port changed.
 func (c *Conn) pathLocked(a *qp.Attr) *path {
 	p := &c.path
-	g := c.e.portGen.Load()
-	if p.valid && p.gen == g {
+	ps := c.e.port.Load()
+	if p.valid && p.port == ps {
 		return p
 	}
-	p.gen = g
-	active := c.e.mtu.Load()
-	p.mtu = active
+	p.port = ps
+	p.mtu = uint32(ps.mtu.Bytes())
 	if !c.qp.Type().Datagram() && a.PathMTU.Valid() {
-		p.mtu = min(uint32(a.PathMTU.Bytes()), active)
+		p.mtu = min(uint32(a.PathMTU.Bytes()), p.mtu)
 	}
 	p.valid = true
 	if !c.qp.Type().Datagram() {
-		p.r = c.e.routeTo(&a.AV, c.srcPort, false)
+		p.r = ps.routeTo(&a.AV, c.srcPort, false)
 		// A failed route is not kept: the next packet tries again (a
 		// neighbour may have been learned meanwhile without a port change).
 		p.valid = !p.r.bad

@@ -76,3 +76,18 @@ func (cs *Counters) Snapshot() map[string]uint64 {
 	}
 	return m
 }
+
+// add adds o's counts to cs: every counter and drop, but rcvd_pkts only if
+// rcvd. A device's totals take a QP's counts without it: the device counts
+// received packets itself (per frame at the link, and looped packets), and
+// the QPs' sum would leave out packets no QP took.
+func (cs *Counters) add(o *Counters, rcvd bool) {
+	for i := range o.c {
+		if rcvd || Counter(i) != RcvdPkts {
+			cs.c[i].Add(o.c[i].Load())
+		}
+	}
+	for r := range o.drops {
+		cs.drops[r].Add(o.drops[r].Load())
+	}
+}

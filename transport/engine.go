@@ -17,7 +17,6 @@ import (
 	"log/slog"
 	"maps"
 	"net/netip"
-	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -137,17 +136,13 @@ type Engine struct {
 	keys *keys.Table
 	mc   *mcast.Table
 
-	mu    sync.RWMutex
-	conns map[uint32]*Conn                 // guarded by mu
-	byQPN atomic.Pointer[map[uint32]*Conn] // read-only copy of conns
-	// port is replaced whole (under mu) and never modified: every packet
-	// reads it, so the hot paths take no lock.
-	port atomic.Pointer[portState]
-
-	// portGen counts SetPort calls: QPs cache their route and MTU and
-	// recompute them when it moves. mtu is the active MTU in bytes.
-	portGen atomic.Uint64
-	mtu     atomic.Uint32
+	// mu serialises the writers of byQPN and port. Both are replaced whole
+	// and never modified: every packet reads them, so the hot paths take
+	// no lock. QPs cache their route and MTU with the port they were
+	// computed for, and compute them again when port moves.
+	mu    sync.Mutex
+	byQPN atomic.Pointer[map[uint32]*Conn]
+	port  atomic.Pointer[portState]
 
 	atomicMu sync.Mutex // serialises atomics on memory
 
@@ -185,11 +180,11 @@ func NewEngine(cfg Config) (*Engine, error) {
 	}
 	e := &Engine{
 		cfg: cfg, clk: clock.OrReal(cfg.Clock), log: log, keys: cfg.Keys, mc: cfg.Mcast,
-		conns: make(map[uint32]*Conn), local: netdev.NewFramePool(maxFrame),
+		local: netdev.NewFramePool(maxFrame),
 	}
 	e.pool.New = func() any { return &pktBuf{own: make([]byte, 0, maxFrame)} }
 	e.port.Store(&portState{mtu: qp.MTU4096})
-	e.mtu.Store(4096)
+	e.byQPN.Store(&map[uint32]*Conn{})
 	return e, nil
 }
 
@@ -222,8 +217,6 @@ func (e *Engine) SetPort(pc PortConfig) error {
 		ps.here = o.ReceivesOnOwnGoroutine()
 	}
 	e.port.Store(ps)
-	e.mtu.Store(uint32(m.Bytes()))
-	e.portGen.Add(1)
 	e.mu.Unlock()
 	if pc.Link != nil {
 		pc.Link.SetHandler(e.ReceiveFrame)
@@ -243,7 +236,6 @@ func (e *Engine) SetAddrs(addrs []netip.Addr) {
 	ps := *e.port.Load()
 	ps.gids = gids
 	e.port.Store(&ps)
-	e.portGen.Add(1)
 	e.mu.Unlock()
 }
 
@@ -280,7 +272,7 @@ func (e *Engine) PollLink() bool {
 }
 
 // ActiveMTU returns the port's active path MTU.
-func (e *Engine) ActiveMTU() qp.MTU { return qp.MTUFromBytes(int(e.mtu.Load())) }
+func (e *Engine) ActiveMTU() qp.MTU { return e.port.Load().mtu }
 
 // GIDs returns a copy of the GID table.
 func (e *Engine) GIDs() []netdev.GID {
@@ -296,22 +288,16 @@ func (e *Engine) Clock() clock.Clock { return e.clk }
 // over the loopback path), not the QPs' sum, which leaves out packets no QP
 // took.
 func (e *Engine) Snapshot() map[string]uint64 {
-	e.mu.RLock()
-	conns := slices.Collect(maps.Values(e.conns))
-	e.mu.RUnlock()
+	conns := *e.byQPN.Load()
 	for _, c := range conns {
 		c.Counters() // brings the device's looped count up to date too
 	}
-	m := e.counters.Snapshot()
+	var total Counters
+	total.add(&e.counters, true)
 	for _, c := range conns {
-		for k, v := range c.counters.Snapshot() {
-			if k == RcvdPkts.String() {
-				continue // counted per frame at the link, or below
-			}
-			m[k] += v
-		}
+		total.add(&c.counters, false)
 	}
-	return m
+	return total.Snapshot()
 }
 
 func (e *Engine) event(ev Event) {
@@ -325,19 +311,14 @@ func (e *Engine) NewConn(q *qp.QP) (*Conn, error) {
 	c := newConn(e, q)
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if _, dup := e.conns[q.Num()]; dup {
+	old := *e.byQPN.Load()
+	if _, dup := old[q.Num()]; dup {
 		return nil, fmt.Errorf("new QP %#x: %w", q.Num(), ErrExists)
 	}
-	e.conns[q.Num()] = c
-	e.publishLocked()
-	return c, nil
-}
-
-// publishLocked gives the receive path a fresh copy of the QP table: it
-// looks QPs up on every packet without a lock, and QPs come and go rarely.
-func (e *Engine) publishLocked() {
-	m := maps.Clone(e.conns)
+	m := maps.Clone(old)
+	m[q.Num()] = c
 	e.byQPN.Store(&m)
+	return c, nil
 }
 
 // RemoveConn unregisters a QP and stops its tasks and timers. A conn that
@@ -345,32 +326,21 @@ func (e *Engine) publishLocked() {
 // added to the device totals once.
 func (e *Engine) RemoveConn(c *Conn) {
 	e.mu.Lock()
-	if e.conns[c.qp.Num()] != c {
+	old := *e.byQPN.Load()
+	if old[c.qp.Num()] != c {
 		e.mu.Unlock()
 		return
 	}
-	delete(e.conns, c.qp.Num())
-	e.publishLocked()
+	m := maps.Clone(old)
+	delete(m, c.qp.Num())
+	e.byQPN.Store(&m)
 	e.mu.Unlock()
 	c.stop()
 	c.Counters()
-	// Keep the destroyed QP's counts in the device totals.
-	for i := Counter(0); i < NumCounters; i++ {
-		if i != RcvdPkts {
-			e.counters.c[i].Add(c.counters.c[i].Load())
-		}
-	}
-	for r := range c.counters.drops {
-		e.counters.drops[r].Add(c.counters.drops[r].Load())
-	}
+	e.counters.add(&c.counters, false) // the destroyed QP stays in the totals
 }
 
-func (e *Engine) lookup(qpn uint32) *Conn {
-	if m := e.byQPN.Load(); m != nil {
-		return (*m)[qpn]
-	}
-	return nil
-}
+func (e *Engine) lookup(qpn uint32) *Conn { return (*e.byQPN.Load())[qpn] }
 
 // pktBuf is a received packet: the parsed descriptor plus where it came
 // from. own is a pooled buffer for packets that were copied (loopback);
@@ -560,8 +530,7 @@ type route struct {
 }
 
 // routeTo resolves a destination GID from a source GID index.
-func (e *Engine) routeTo(av *qp.AddressVector, srcPort uint16, datagram bool) route {
-	ps := e.port.Load()
+func (ps *portState) routeTo(av *qp.AddressVector, srcPort uint16, datagram bool) route {
 	var r route
 	if int(av.SGIDIndex) >= len(ps.gids) {
 		r.bad = true

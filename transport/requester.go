@@ -18,8 +18,7 @@ type reqState struct {
 	retryPSN    PSN
 	rnrWait     bool
 	timerOn     bool
-	epoch       uint64 // counts progress (ACKs, responses)
-	armedEpoch  uint64 // epoch when the timer was armed
+	progressed  bool // ACKs or responses arrived since the timer was armed
 	drainedSent bool
 	// retried is the PSN the last retry restarted from; until progress is
 	// made, gaps and NAKs for that same PSN do not restart again (the old
@@ -300,11 +299,12 @@ func (c *Conn) sendPacketLocked(w *qp.SendWQE, a *qp.Attr) {
 	rem := w.Length - w.Sent
 	n := min(rem, mtu)
 	last := n == rem
-	var r route
+	var r *route
 	if typ.Datagram() {
-		r = c.e.routeTo(&w.AH.AV, c.srcPort, true)
+		ud := c.e.port.Load().routeTo(&w.AH.AV, c.srcPort, true)
+		r = &ud
 	} else {
-		r = c.pathLocked(a).r
+		r = &c.pathLocked(a).r
 	}
 	// Loopback: a whole SEND or WRITE whose source is contiguous travels
 	// as one burst covering all its PSNs (nothing on a wire to segment).
@@ -406,10 +406,10 @@ func (c *Conn) sendPacketLocked(w *qp.SendWQE, a *qp.Attr) {
 		}
 	}
 	if ext != nil {
-		c.e.xmitSpan(c, &r, c.reqTx, hl, ext, span)
+		c.e.xmitSpan(c, r, c.reqTx, hl, ext, span)
 	} else {
 		clear(b[hl+int(payload) : hl+int(payload+pad)])
-		c.e.xmit(c, &r, c.reqTx, hl+int(payload+pad), nil)
+		c.e.xmit(c, r, c.reqTx, hl+int(payload+pad), nil)
 	}
 
 	// Advance the WQE and the PSN.
@@ -425,11 +425,8 @@ func (c *Conn) sendPacketLocked(w *qp.SendWQE, a *qp.Attr) {
 		c.req.psn = psn.Add(span)
 		w.Sent += n
 	}
-	if typ == qp.RC {
-		c.armTimerLocked()
-	}
 	if !last {
-		return
+		return // requestLocked arms the retransmit timer after the batch
 	}
 	c.qp.SQ.Next++
 	if typ != qp.RC {
@@ -476,7 +473,7 @@ func (c *Conn) onTimeoutLocked() {
 	if c.comp.psn == c.req.maxPSN {
 		return // nothing outstanding
 	}
-	if c.req.rnrWait || c.req.epoch != c.req.armedEpoch {
+	if c.req.rnrWait || c.req.progressed {
 		// Waiting out an RNR NAK, or progress since the timer was set.
 		c.armTimerLocked()
 		return

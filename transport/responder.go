@@ -521,8 +521,8 @@ func (c *Conn) sendAckLocked(syn Syndrome, psn PSN) {
 		c.flushAckLocked()
 	}
 	a := c.qp.AttrLocked()
-	c.respHeaderLocked(RCAck, psn, syn, a)
-	c.e.xmit(c, &c.pathLocked(a).r, c.respTx, BTHLen+AETHLen, nil)
+	_, info := c.respHeaderLocked(RCAck, psn, syn, a)
+	c.e.xmit(c, &c.pathLocked(a).r, c.respTx, info.HdrLen, nil)
 }
 
 func (c *Conn) sendAtomicAckLocked(psn PSN, orig uint64) {
