@@ -209,12 +209,16 @@ type XDPLink struct {
 	frames    [][]byte // batch of received frames handed out after the rings are updated
 
 	// closeMu guards the fd against Close: Send, kick and Stats hold the
-	// read side; Close takes the write side once.
+	// read side; Close takes the write side once. closing is the one
+	// closed state. Close sets it first, without the lock, so that a Send
+	// waiting for TX room gives up at once instead of holding Close off
+	// for its remaining rounds; teardown sets it again under the write
+	// lock before it closes the fd, so a holder of the read side that saw
+	// it false may use the fd until it unlocks.
 	closeMu sync.RWMutex
 	closing atomic.Bool
 
 	txMu       sync.Mutex
-	closed     bool // guarded by txMu (and set under closeMu)
 	tx         descRing
 	comp       addrRing
 	txFree     []uint64 // free TX chunk offsets
@@ -224,6 +228,8 @@ type XDPLink struct {
 	lazyArmed  atomic.Bool  // a FlushLazy kick is pending on the clock
 	clk        clock.Clock
 	flushArmed atomic.Bool
+	lazyTimer  rearmTimer // FlushLazy's kick, armed under lazyArmed
+	flushTimer rearmTimer // armFlush's kick, armed under flushArmed
 	txFrames   atomic.Uint64
 	txBytes    atomic.Uint64
 
@@ -312,6 +318,8 @@ func OpenXDP(ifname string, opts XDPOptions) (*XDPLink, error) {
 		frameSize: uint64(opts.FrameSize), log: log, fd: -1, rxDone: make(chan struct{}),
 		clk: clock.OrReal(opts.Clock), mcFD4: -1, mcFD6: -1, groups: map[netip.Addr]int{},
 	}
+	l.lazyTimer = newRearmTimer(l.clk, l.lazyKick)
+	l.flushTimer = newRearmTimer(l.clk, l.flushKick)
 	ok = false
 	defer func() {
 		if !ok {
@@ -667,7 +675,7 @@ func (l *XDPLink) Send(frame []byte) error {
 	defer l.closeMu.RUnlock()
 	l.txMu.Lock()
 	for round := 0; ; round++ {
-		if l.closed {
+		if l.closing.Load() {
 			l.txMu.Unlock()
 			return ErrClosed
 		}
@@ -728,14 +736,17 @@ func (l *XDPLink) FlushLazy() {
 		return
 	}
 	l.lazyFlushes.Add(1)
-	l.clk.AfterFunc(LazyFlushDelay, func() {
-		l.lazyArmed.Store(false)
-		l.closeMu.RLock()
-		defer l.closeMu.RUnlock()
-		if !l.closing.Load() && l.holders.Load() == 0 && l.tx.pending() > 0 {
-			l.kickRLocked()
-		}
-	})
+	l.lazyTimer.arm(LazyFlushDelay)
+}
+
+// lazyKick is FlushLazy's timer callback.
+func (l *XDPLink) lazyKick() {
+	l.lazyArmed.Store(false)
+	l.closeMu.RLock()
+	defer l.closeMu.RUnlock()
+	if !l.closing.Load() && l.holders.Load() == 0 && l.tx.pending() > 0 {
+		l.kickRLocked()
+	}
 }
 
 // Flush ends a Hold; the last one kicks the kernel for the queued frames.
@@ -824,14 +835,46 @@ func (l *XDPLink) armFlush() {
 		return
 	}
 	l.flushTimers.Add(1)
-	l.clk.AfterFunc(flushDelay, func() {
-		l.flushArmed.Store(false)
-		l.closeMu.RLock()
-		defer l.closeMu.RUnlock()
-		if !l.closing.Load() {
-			l.kickRLocked()
-		}
-	})
+	l.flushTimer.arm(flushDelay)
+}
+
+// flushKick is armFlush's timer callback.
+func (l *XDPLink) flushKick() {
+	l.flushArmed.Store(false)
+	l.closeMu.RLock()
+	defer l.closeMu.RUnlock()
+	if !l.closing.Load() {
+		l.kickRLocked()
+	}
+}
+
+// rearmTimer calls f after a delay each time it is armed, and allocates
+// nothing per arm: f is bound once, and a timer that can be reset (the
+// real clock's *time.Timer) is made once and reset. A clock whose timers
+// cannot be reset (clock.Manual) gets one AfterFunc per arm. The caller
+// arms it only once f has begun since the last arm (an armed flag that f
+// clears first), so at most one call is pending, and a reset always
+// finds the timer stopped or fired.
+type rearmTimer struct {
+	clk clock.Clock
+	f   func()
+	t   interface{ Reset(time.Duration) bool } // nil: AfterFunc per arm
+}
+
+func newRearmTimer(clk clock.Clock, f func()) rearmTimer {
+	r := rearmTimer{clk: clk, f: f}
+	t := clk.AfterFunc(time.Hour, f)
+	t.Stop()
+	r.t, _ = t.(interface{ Reset(time.Duration) bool })
+	return r
+}
+
+func (r *rearmTimer) arm(d time.Duration) {
+	if r.t != nil {
+		r.t.Reset(d)
+		return
+	}
+	r.clk.AfterFunc(d, r.f)
 }
 
 // Stats returns the link's counters, the socket's kernel statistics and the
@@ -869,17 +912,29 @@ func (l *XDPLink) Stats() XDPStats {
 	return s
 }
 
-// Close detaches the program (closing its bpf_link), stops the receive
-// goroutine, closes the socket and unmaps its memory. Later Sends return
-// ErrClosed.
+// Close sends what is queued, detaches the program (closing its
+// bpf_link), stops the receive goroutine, closes the socket and unmaps its
+// memory. Later Sends return ErrClosed.
 func (l *XDPLink) Close() error {
 	l.closeOnce.Do(func() {
-		l.txMu.Lock()
-		l.closed = true
-		l.txMu.Unlock()
+		l.sendQueued()
+		l.closing.Store(true)
 		l.closeErr = l.teardown()
 	})
 	return l.closeErr
+}
+
+// sendQueued hands the kernel the frames still on the TX ring. FlushLazy
+// leaves acknowledgements there for up to LazyFlushDelay, and a program
+// that closes its device right after its last receive completion (as
+// ibv_rc_pingpong does) would otherwise take its last ACK with it: the
+// peer then retries until its retry count runs out.
+func (l *XDPLink) sendQueued() {
+	l.closeMu.RLock()
+	defer l.closeMu.RUnlock()
+	if !l.closing.Load() && l.fd >= 0 && l.tx.pending() > 0 {
+		l.kickRLocked()
+	}
 }
 
 // teardown releases whatever has been set up; it also serves OpenXDP's

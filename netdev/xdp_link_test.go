@@ -286,6 +286,22 @@ func TestXDPLinkFlushLazy(t *testing.T) {
 	require.Zero(t, la.Stats().TxDropped)
 }
 
+// TestXDPLinkCloseSendsQueued checks that Close sends what FlushLazy left
+// on the TX ring instead of dropping it: a program that closes right after
+// its last receive would lose its last ACK, and its peer would retry.
+func TestXDPLinkCloseSendsQueued(t *testing.T) {
+	la, lb, src, dst := xdpLinkPair(t, 0xc005)
+	sink := newFrameSink()
+	lb.SetHandler(sink.handle)
+	f := roceFrame(src, dst, bytes.Repeat([]byte{7}, 64))
+	la.Hold()
+	require.NoError(t, la.Send(f))
+	la.FlushLazy()
+	require.NoError(t, la.Close())
+	got := sink.wait(t, 1, 5*time.Second)
+	require.Equal(t, f, got[0])
+}
+
 // TestXDPLinkPollReceive checks that a busy poller and the receive
 // goroutine share the RX ring: every frame is handled exactly once, in
 // order, whoever takes it; and that PollReceive after Close is harmless.

@@ -172,9 +172,10 @@ func (k *KernelNeighbours) Trigger(ip netip.Addr) error {
 }
 
 // Addrs returns the interface's addresses in GID index order: the IPv6
-// link-local addresses first, then the IPv4 addresses (as rxe and the
-// engine carry them, IPv4-mapped), then the other IPv6 addresses. Tentative
-// (DAD in progress) and DAD-failed IPv6 addresses are left out.
+// link-local addresses first, then the IPv4 addresses, then the other IPv6
+// addresses. IPv4 addresses are returned plain (Is4), as GIDOrder returns
+// them; their GIDs are IPv4-mapped, which GIDFromIP does. Tentative (DAD
+// in progress) and DAD-failed IPv6 addresses are left out.
 func (k *KernelNeighbours) Addrs() ([]netip.Addr, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()

@@ -1,0 +1,152 @@
+//go:build linux
+
+package netdev
+
+import (
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/softverbs/softverbs/clock"
+)
+
+// stubClock has room for one pending call and allocates nothing, so that
+// AllocsPerRun counts the link's allocations only. Its timers can be
+// reset if resettable, like *time.Timer, else not, like clock.Manual's.
+type stubClock struct {
+	resettable     bool
+	timers         [2]stubTimer // reused in turn; resettable, only two are made
+	pending        func()       // the call due, nil if none
+	afters, resets int
+}
+
+func (c *stubClock) Now() time.Time { return time.Time{} }
+
+func (c *stubClock) AfterFunc(_ time.Duration, f func()) clock.Timer {
+	t := &c.timers[c.afters%len(c.timers)]
+	c.afters++
+	t.c, t.f = c, f
+	c.pending = f
+	if c.resettable {
+		return (*stubResetTimer)(t)
+	}
+	return t
+}
+
+// fire runs the pending call; it reports false if there was none.
+func (c *stubClock) fire() bool {
+	f := c.pending
+	c.pending = nil
+	if f == nil {
+		return false
+	}
+	f()
+	return true
+}
+
+type stubTimer struct {
+	c *stubClock
+	f func()
+}
+
+func (t *stubTimer) Stop() bool {
+	ok := t.c.pending != nil
+	t.c.pending = nil
+	return ok
+}
+
+type stubResetTimer stubTimer
+
+func (t *stubResetTimer) Stop() bool { return (*stubTimer)(t).Stop() }
+
+func (t *stubResetTimer) Reset(time.Duration) bool {
+	t.c.resets++
+	ok := t.c.pending != nil
+	t.c.pending = t.f
+	return ok
+}
+
+// stubXDPLink is an XDPLink with no socket: its TX ring is three words
+// in memory saying one descriptor is queued and no wake-up is needed, so
+// a kick finds nothing to do and makes no system call.
+func stubXDPLink(clk clock.Clock) *XDPLink {
+	l := &XDPLink{fd: -1, clk: clk}
+	var words [3]uint32
+	l.tx.prod, l.tx.cons, l.tx.flags = &words[0], &words[1], &words[2]
+	words[0] = 1
+	l.lazyTimer = newRearmTimer(clk, l.lazyKick)
+	l.flushTimer = newRearmTimer(clk, l.flushKick)
+	return l
+}
+
+// TestXDPFlushTimersAllocs checks that arming FlushLazy's and a stalled
+// kick's timers, and their firing, allocate nothing: with a clock whose
+// timers can be reset the timer is made once, and otherwise the clock's
+// AfterFunc is the only allocation left.
+func TestXDPFlushTimersAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	for _, resettable := range []bool{false, true} {
+		name := map[bool]string{false: "AfterFunc", true: "Reset"}[resettable]
+		t.Run(name, func(t *testing.T) {
+			c := &stubClock{resettable: resettable}
+			l := stubXDPLink(c)
+			require.Equal(t, 2, c.afters, "one timer each, made and stopped at open")
+			const runs = 100
+			lazy := testing.AllocsPerRun(runs, func() {
+				l.Hold()
+				l.FlushLazy()
+				if !c.fire() {
+					panic("FlushLazy armed no timer")
+				}
+			})
+			flush := testing.AllocsPerRun(runs, func() {
+				l.armFlush()
+				if !c.fire() {
+					panic("armFlush armed no timer")
+				}
+			})
+			require.Zero(t, lazy, "FlushLazy")
+			require.Zero(t, flush, "armFlush")
+			require.EqualValues(t, runs+1, l.lazyFlushes.Load()) // AllocsPerRun runs once more to warm up
+			require.EqualValues(t, runs+1, l.flushTimers.Load())
+			require.False(t, l.lazyArmed.Load())
+			require.False(t, l.flushArmed.Load())
+			require.Zero(t, l.kickers.Load())
+			if resettable {
+				require.Equal(t, 2, c.afters)
+				require.Equal(t, 2*(runs+1), c.resets)
+			} else {
+				require.Equal(t, 2+2*(runs+1), c.afters)
+			}
+		})
+	}
+}
+
+// TestXDPFlushLazyRealClock checks FlushLazy's timer on the real clock:
+// it fires after each arm, and an arm costs no allocation.
+func TestXDPFlushLazyRealClock(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	l := stubXDPLink(clock.Real())
+	require.NotNil(t, l.lazyTimer.t, "the real clock's timers can be reset")
+	wait := func() {
+		for deadline := time.Now().Add(5 * time.Second); l.lazyArmed.Load(); {
+			if time.Now().After(deadline) {
+				panic("FlushLazy's timer did not fire")
+			}
+			runtime.Gosched()
+		}
+	}
+	allocs := testing.AllocsPerRun(100, func() {
+		l.Hold()
+		l.FlushLazy()
+		wait()
+	})
+	require.Zero(t, allocs)
+	require.EqualValues(t, 101, l.lazyFlushes.Load())
+}
