@@ -21,82 +21,57 @@ import (
 // the veth ends into bridges, which the others must not see.
 var perfLinkKinds = []string{"xdp", "udp", "tap"}
 
-// perfPeer is one device of a link run and how to close it.
+// perfPeer is one device of a link run and the port it sits on.
 type perfPeer struct {
 	*node
-	gid     int // GID index of its IPv4 address
-	ip      netip.Addr
-	resolve func(netip.Addr) (netdev.MAC, bool)
-	closers []func()
-}
-
-func (p *perfPeer) close() {
-	for i := len(p.closers) - 1; i >= 0; i-- {
-		p.closers[i]()
-	}
-	p.closers = nil
+	*ppLink
+	ip netip.Addr // the address its peer resolves
 }
 
 // openPerfPeer opens the link of kind in namespace i of net and a device
 // on it. On error it closes what it opened.
 func openPerfPeer(net *perfNet, i int, kind string) (_ *perfPeer, err error) {
-	p := &perfPeer{gid: 1} // not the named result: "return nil, err" must not clear it
+	p := &perfPeer{ip: net.ip[i]} // not the named result: "return nil, err" must not clear it
 	defer func() {
-		if err != nil {
+		if err != nil && p.ppLink != nil {
 			p.close()
 		}
 	}()
-	ns := net.ns[i]
 	var (
-		link netdev.Link
-		mac  netdev.MAC
+		open func() (*ppLink, error)
+		tap  string // the TAP to bridge with the veth end
 	)
 	switch kind {
 	case "udp":
-		var l *netdev.UDPLink
-		if err := ns.do(func() (err error) {
-			l, err = netdev.OpenUDP(netip.AddrPortFrom(net.ip[i], netdev.RoCEv2Port))
-			return err
-		}); err != nil {
-			return nil, err
-		}
-		p.closers = append(p.closers, func() { _ = l.Close() })
-		link, mac, p.ip, p.resolve = l, l.HardwareAddr(), net.ip[i], l.Resolve
+		open = func() (*ppLink, error) { return openUDPPort(netip.AddrPortFrom(p.ip, netdev.RoCEv2Port), 0) }
 	case "xdp":
-		var l *netdev.XDPLink
-		if err := ns.do(func() (err error) {
-			l, err = netdev.OpenXDP(net.veth[i], netdev.XDPOptions{})
-			return err
-		}); err != nil {
-			return nil, err
-		}
-		p.closers = append(p.closers, func() { _ = l.Close() })
-		link, mac, p.ip, p.resolve = l, l.HardwareAddr(), net.ip[i], l.Neighbours().Resolve
+		open = func() (*ppLink, error) { return openXDPPort(net.veth[i], p.ip) }
 	case "tap":
-		name := net.name(fmt.Sprintf("t%d", i))
-		var t *netdev.TAP
-		if err := ns.do(func() (err error) {
-			t, err = netdev.OpenTAP(name, net.mtu)
-			return err
-		}); err != nil {
-			return nil, err
+		tap, p.ip = net.name(fmt.Sprintf("t%d", i)), perfTAPAddrs[i]
+		mac := netdev.MAC{0x02, 0x73, 0x76, 0x70, 0x00, byte(i + 1)}
+		open = func() (*ppLink, error) {
+			l, _, err := openTAPPort(tap, net.mtu, mac, p.ip)
+			return l, err
 		}
-		p.closers = append(p.closers, func() { _ = t.Close() })
-		del, err := net.bridge(i, name)
+	default:
+		return nil, fmt.Errorf("unknown link %q", kind)
+	}
+	if err := net.ns[i].do(func() (err error) {
+		p.ppLink, err = open()
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	if tap != "" {
+		del, err := net.bridge(i, tap)
 		if err != nil {
 			return nil, err
 		}
 		p.closers = append(p.closers, del)
-		mac = netdev.MAC{0x02, 0x73, 0x76, 0x70, 0x00, byte(i + 1)}
-		p.ip = perfTAPAddrs[i]
-		h := netdev.NewHost(t, mac, netdev.GIDOrder(mac, []netip.Addr{p.ip}), nil)
-		link, p.resolve = h, h.Resolve
-	default:
-		return nil, fmt.Errorf("unknown link %q", kind)
 	}
-	addrs := netdev.GIDOrder(mac, []netip.Addr{p.ip})
+	l := p.ppLink
 	dev, err := rvt.Open(rvt.Options{Name: fmt.Sprintf("%s%d", kind, i), Workers: 2,
-		Link: link, MAC: mac, Addrs: addrs, Resolve: p.resolve})
+		Link: l.link, MAC: l.mac, Addrs: l.addrs, Resolve: l.resolve})
 	if err != nil {
 		return nil, err
 	}
@@ -105,24 +80,8 @@ func openPerfPeer(net *perfNet, i int, kind string) (_ *perfPeer, err error) {
 	if err != nil {
 		return nil, err
 	}
-	p.node = &node{dev: dev, pd: pd, mac: mac, addrs: addrs}
+	p.node = &node{dev: dev, pd: pd, mac: l.mac, addrs: l.addrs}
 	return p, nil
-}
-
-// warm resolves peer's MAC ahead of the first packet (ARP through the
-// kernel or softverbs' own host), so the runs do not start with a lost
-// packet and a retransmission timeout.
-func (p *perfPeer) warm(peer netip.Addr) error {
-	deadline := time.Now().Add(3 * time.Second)
-	for {
-		if _, ok := p.resolve(peer); ok {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%v: no neighbour entry for %v after 3s", p.dev.Name(), peer)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 // perfLinkResult is what one link kind measured.
@@ -152,9 +111,12 @@ func runPerfLink(ctx context.Context, net *perfNet, kind string, mtu rvt.MTU, si
 		}
 		peers[i] = p
 	}
+	// Resolve each peer's MAC (ARP through the kernel or softverbs' own
+	// host) before the runs, so they do not start with a lost packet and
+	// a retransmission timeout.
 	for i, p := range peers {
-		if err := p.warm(peers[1-i].ip); err != nil {
-			return res, err
+		if ip := peers[1-i].ip; !p.awaitNeighbour(ip) {
+			return res, fmt.Errorf("%v: no neighbour entry for %v after %v", p.dev.Name(), ip, warmTimeout)
 		}
 	}
 	if port, err := peers[0].dev.QueryPort(1); err != nil {
@@ -306,16 +268,22 @@ func (w *cqWaiter) poll(c *rvt.CQ, buf []rvt.WC, deadline time.Time, stop <-chan
 
 // latency is a set of round-trip times, reported as half round trips.
 type latency struct {
-	rtts []time.Duration
+	rtts []time.Duration // sorted once the run is over (see sorted)
 }
 
+// sorted sorts the round trips in place and returns l. A run calls it once
+// when it ends, so that each quantile is an index rather than a sort.
+func (l latency) sorted() latency {
+	slices.Sort(l.rtts)
+	return l
+}
+
+// quantile returns the q quantile of the round trips, which must be sorted.
 func (l latency) quantile(q float64) time.Duration {
 	if len(l.rtts) == 0 {
 		return 0
 	}
-	s := slices.Clone(l.rtts)
-	slices.Sort(s)
-	return s[min(len(s)-1, int(q*float64(len(s))))]
+	return l.rtts[min(len(l.rtts)-1, int(q*float64(len(l.rtts))))]
 }
 
 // halfMicros returns the q quantile of the half round trip, in µs.
@@ -411,7 +379,7 @@ func sendPingpong(ctx context.Context, a, b *endpoint, wa, wb cqPoller, dur time
 		if serr := <-srvErr; err == nil {
 			err = serr
 		}
-		return lat, err
+		return lat.sorted(), err
 	}
 
 	buf := make([]rvt.WC, 16)

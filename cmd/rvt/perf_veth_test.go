@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/softverbs/softverbs/netdev/nettest"
 )
@@ -94,5 +95,24 @@ func TestPerfFlags(t *testing.T) {
 		if !strings.Contains(errb.String(), args[1]+" ") {
 			t.Errorf("%v: stderr %q does not name %s", args, errb.String(), args[1])
 		}
+	}
+}
+
+// TestLatencyQuantile checks the quantiles of a run's round trips, which
+// the run sorts once when it ends.
+func TestLatencyQuantile(t *testing.T) {
+	lat := latency{rtts: []time.Duration{50, 10, 40, 20, 30}}.sorted()
+	for _, tc := range []struct {
+		q    float64
+		want time.Duration
+	}{
+		{0, 10}, {0.5, 30}, {0.99, 50}, {1, 50},
+	} {
+		if got := lat.quantile(tc.q); got != tc.want {
+			t.Errorf("quantile(%v) = %v, want %v", tc.q, got, tc.want)
+		}
+	}
+	if got := (latency{}).quantile(0.5); got != 0 {
+		t.Errorf("quantile of no samples = %v, want 0", got)
 	}
 }

@@ -178,7 +178,7 @@ func udpPingpong(ctx context.Context, n *perfNet, dur time.Duration, busy bool) 
 		if serr := <-srvDone; err == nil {
 			err = serr
 		}
-		return lat, err
+		return lat.sorted(), err
 	}
 
 	if err := tx.SetReadDeadline(hard); err != nil {

@@ -13,8 +13,8 @@ import (
 	"github.com/softverbs/softverbs/netdev"
 )
 
-// ppLink is the port a pingpong device sits on: the link and what the
-// device needs to know about it.
+// ppLink is the port a pingpong (or perf) device sits on: the link and
+// what the device needs to know about it.
 type ppLink struct {
 	link    netdev.Link
 	mac     netdev.MAC
@@ -32,24 +32,33 @@ func (l *ppLink) close() {
 	l.closers = nil
 }
 
-// warmTimeout bounds how long warm waits for a neighbour.
+// warmTimeout bounds how long awaitNeighbour waits.
 const warmTimeout = 3 * time.Second
 
-// warm resolves the peer's MAC ahead of the first packet. Links whose
-// resolver learns asynchronously (ARP, ND) answer false until the reply is
-// in; after warmTimeout the transport is left to find out on its own.
+// awaitNeighbour asks the link's resolver for ip until it answers or
+// warmTimeout passes, and reports whether it answered. Links whose
+// resolver learns asynchronously (ARP, ND) answer false until the reply
+// is in.
+func (l *ppLink) awaitNeighbour(ip netip.Addr) bool {
+	deadline := time.Now().Add(warmTimeout)
+	for {
+		if _, ok := l.resolve(ip); ok {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// warm resolves the peer's MAC ahead of the first packet; if that takes
+// longer than warmTimeout, the transport is left to find out on its own.
 func (l *ppLink) warm(g netdev.GID) {
 	if l.resolve == nil || g.IsZero() {
 		return
 	}
-	ip := g.IP()
-	deadline := time.Now().Add(warmTimeout)
-	for {
-		if _, ok := l.resolve(ip); ok || time.Now().After(deadline) {
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	l.awaitNeighbour(g.IP())
 }
 
 // openPingpongLink opens the link the flags select, wrapped with the

@@ -22,35 +22,55 @@ func openTAPLink(cfg *pingpongConfig) (*ppLink, error) {
 	if err != nil {
 		return nil, err
 	}
-	tap, err := netdev.OpenTAP(cfg.TAP, cfg.tapMTU())
+	l, h, err := openTAPPort(cfg.TAP, cfg.tapMTU(), mac, pfx.Addr())
 	if err != nil {
 		return nil, err
 	}
-	addrs := netdev.GIDOrder(mac, []netip.Addr{pfx.Addr()})
-	h := netdev.NewHost(tap, mac, addrs, clock.Real())
 	h.Announce(pfx.Addr())
+	return l, nil
+}
+
+// openTAPPort creates TAP name with Ethernet MTU mtu and makes softverbs
+// a host on it with mac and ip. It also returns the host, for callers
+// that announce the address.
+func openTAPPort(name string, mtu int, mac netdev.MAC, ip netip.Addr) (*ppLink, *netdev.Host, error) {
+	tap, err := netdev.OpenTAP(name, mtu)
+	if err != nil {
+		return nil, nil, err
+	}
+	addrs := netdev.GIDOrder(mac, []netip.Addr{ip})
+	h := netdev.NewHost(tap, mac, addrs, clock.Real())
 	return &ppLink{link: h, mac: mac, addrs: addrs, resolve: h.Resolve,
-		closers: []func(){func() { _ = h.Close() }}}, nil
+		closers: []func(){func() { _ = h.Close() }}}, h, nil
 }
 
 // openXDPLink attaches AF_XDP to an interface the kernel keeps: the GIDs
 // are the interface's addresses (or --ip alone), the MAC is its MAC, and
 // peers are resolved through the kernel's neighbour table.
 func openXDPLink(cfg *pingpongConfig) (*ppLink, error) {
-	x, err := netdev.OpenXDP(cfg.XDP, netdev.XDPOptions{})
+	var ip netip.Addr
+	if cfg.IP != "" {
+		pfx, err := parsePrefix(cfg.IP)
+		if err != nil {
+			return nil, err
+		}
+		ip = pfx.Addr()
+	}
+	return openXDPPort(cfg.XDP, ip)
+}
+
+// openXDPPort attaches AF_XDP to iface, with ip as the GID source or, if
+// ip is the zero Addr, the interface's addresses.
+func openXDPPort(iface string, ip netip.Addr) (*ppLink, error) {
+	x, err := netdev.OpenXDP(iface, netdev.XDPOptions{})
 	if err != nil {
 		return nil, err
 	}
 	mac := x.HardwareAddr()
 	var addrs []netip.Addr
-	if cfg.IP != "" {
-		pfx, err := parsePrefix(cfg.IP)
-		if err != nil {
-			_ = x.Close()
-			return nil, err
-		}
-		addrs = netdev.GIDOrder(mac, []netip.Addr{pfx.Addr()})
-	} else if addrs, err = netdev.GIDsFromInterface(cfg.XDP); err != nil {
+	if ip.IsValid() {
+		addrs = netdev.GIDOrder(mac, []netip.Addr{ip})
+	} else if addrs, err = netdev.GIDsFromInterface(iface); err != nil {
 		_ = x.Close()
 		return nil, err
 	}
@@ -59,9 +79,7 @@ func openXDPLink(cfg *pingpongConfig) (*ppLink, error) {
 }
 
 // openUDPLink opens the unprivileged UDP-socket link on --udp (IP or
-// IP:port, port 4791 by default), or on --ip. The kernel does IP and ARP;
-// the GID table is a link-local GID derived from the link's made-up MAC,
-// then the address, so -g 1 is the address as on rxe.
+// IP:port, port 4791 by default), or on --ip.
 func openUDPLink(cfg *pingpongConfig) (*ppLink, error) {
 	s := cfg.UDP
 	if s == "" {
@@ -78,7 +96,15 @@ func openUDPLink(cfg *pingpongConfig) (*ppLink, error) {
 		}
 		ap = netip.AddrPortFrom(a, 0)
 	}
-	u, err := netdev.OpenUDPConfig(netdev.UDPConfig{Addr: ap, MTU: cfg.LinkMTU})
+	return openUDPPort(ap, cfg.LinkMTU)
+}
+
+// openUDPPort opens the UDP-socket link on ap with Ethernet MTU mtu (0:
+// the interface's). The kernel does IP and ARP; the GID table is a
+// link-local GID derived from the link's made-up MAC, then ap's address,
+// so GID index 1 is the address as on rxe.
+func openUDPPort(ap netip.AddrPort, mtu int) (*ppLink, error) {
+	u, err := netdev.OpenUDPConfig(netdev.UDPConfig{Addr: ap, MTU: mtu})
 	if err != nil {
 		return nil, err
 	}
