@@ -20,7 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/softverbs/softverbs/internal/netns"
+	"github.com/softverbs/softverbs/netdev/internal/netns"
 )
 
 // udpRcvBuf is the receive buffer the link asks for.

@@ -7,7 +7,7 @@ package main
 // it. Nothing is configured outside the two namespaces: the veth is
 // created inside the first one and its peer moved into the second.
 //
-// Code enters a namespace with internal/netns: on an OS thread of its own
+// Code enters a namespace with netdev.InNetns: on an OS thread of its own
 // that never returns to the scheduler (its goroutine exits locked), so no
 // other goroutine ever runs there by accident. File descriptors opened on it (sockets, TAPs,
 // AF_XDP sockets) stay in the namespace and are usable from any goroutine.
@@ -21,7 +21,7 @@ import (
 	"strings"
 	"sync/atomic"
 
-	"github.com/softverbs/softverbs/internal/netns"
+	"github.com/softverbs/softverbs/netdev"
 )
 
 // perfSeq numbers the networks of one process.
@@ -38,7 +38,7 @@ func (n perfNetns) ip(args ...string) error {
 // do runs f on a fresh OS thread inside the namespace and returns its
 // error.
 func (n perfNetns) do(f func() error) error {
-	return netns.Do("/run/netns/"+string(n), f)
+	return netdev.InNetns("/run/netns/"+string(n), f)
 }
 
 func runIP(args ...string) error {

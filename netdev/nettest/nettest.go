@@ -18,7 +18,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/softverbs/softverbs/internal/netns"
+	"github.com/softverbs/softverbs/netdev/internal/netns"
 )
 
 // RequireRoot skips t unless it runs as root. As root (CI) the test must

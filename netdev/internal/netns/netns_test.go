@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"github.com/softverbs/softverbs/internal/netns"
+	"github.com/softverbs/softverbs/netdev/internal/netns"
 )
 
 func inode(t *testing.T, path string) uint64 {
