@@ -279,15 +279,9 @@ func (c *CQ) Resize(depth int) error {
 	return nil
 }
 
-// Ref records a reference to c (a QP using it as send or receive CQ).
-func (c *CQ) Ref() {
-	c.mu.Lock()
-	c.refs++
-	c.mu.Unlock()
-}
-
-// TryRef is Ref that fails with ErrDestroyed on a destroyed CQ, so a QP
-// cannot bind to a CQ being destroyed concurrently.
+// TryRef records a reference to c (a QP using it as send or receive CQ);
+// it fails with ErrDestroyed on a destroyed CQ, so a QP cannot bind to a CQ
+// being destroyed concurrently.
 func (c *CQ) TryRef() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -298,7 +292,7 @@ func (c *CQ) TryRef() error {
 	return nil
 }
 
-// Unref drops a reference taken by Ref. It panics if there is none: that is a
+// Unref drops a reference taken by TryRef. It panics if there is none: that is a
 // reference-counting bug in the caller.
 func (c *CQ) Unref() {
 	c.mu.Lock()

@@ -297,7 +297,7 @@ func TestDestroy(t *testing.T) {
 	c, err := New(4)
 	require.NoError(t, err)
 	push(t, c, WC{WRID: 1})
-	c.Ref()
+	require.NoError(t, c.TryRef())
 	require.NoError(t, c.TryRef())
 	require.Equal(t, 2, c.Refs())
 	require.ErrorIs(t, c.Destroy(), ErrBusy)

@@ -83,7 +83,7 @@ func (t *Table) insertMR(mr *MR) error {
 	if err := mr.PD.TryRef(); err != nil {
 		return err
 	}
-	t.mu.Lock() // a new key makes no passing check fail: the epoch stays
+	t.mu.Lock()
 	defer t.mu.Unlock()
 	idx, err := t.allocLocked()
 	if err != nil {
@@ -176,7 +176,7 @@ func (mr *MR) MapPages(pages [][]byte, pageSize int, iova uint64, length uint64)
 
 	t := mr.table
 	t.mu.Lock()
-	defer t.unlockChanged()
+	defer t.mu.Unlock()
 	switch {
 	case !mr.fast:
 		return fmt.Errorf("map pages: mr %#x is not a fast-register mr: %w", mr.Lkey, ErrInvalidArgument)
@@ -209,7 +209,7 @@ func (t *Table) FastReg(pd *PD, mr *MR, key uint8, access Access) error {
 		return fmt.Errorf("fast reg: %w", err)
 	}
 	t.mu.Lock()
-	defer t.unlockChanged()
+	defer t.mu.Unlock()
 	switch {
 	case mr.dead:
 		return fmt.Errorf("fast reg: mr %#x is deregistered: %w", mr.Lkey, ErrInvalidState)
@@ -256,7 +256,7 @@ func (t *Table) FastReg(pd *PD, mr *MR, key uint8, access Access) error {
 // (windows bound to the MR).
 func (t *Table) Invalidate(pd *PD, key uint32) error {
 	t.mu.Lock()
-	defer t.unlockChanged()
+	defer t.mu.Unlock()
 	s, err := t.lookupLocked(key)
 	if err != nil {
 		return fmt.Errorf("invalidate %#x: %w", key, err)
@@ -301,7 +301,7 @@ func (t *Table) DeregMR(mr *MR) error {
 		return fmt.Errorf("dereg mr: nil or foreign mr: %w", ErrInvalidArgument)
 	}
 	t.mu.Lock()
-	defer t.unlockChanged()
+	defer t.mu.Unlock()
 	if mr.dead {
 		return fmt.Errorf("dereg mr %#x: already deregistered: %w", mr.Lkey, ErrInvalidState)
 	}

@@ -57,7 +57,7 @@ func (t *Table) AllocMW(pd *PD, typ MWType) (*MW, error) {
 		return nil, fmt.Errorf("alloc mw: %w", err)
 	}
 	mw := &MW{PD: pd, Type: typ, table: t}
-	t.mu.Lock() // a new key makes no passing check fail: the epoch stays
+	t.mu.Lock()
 	defer t.mu.Unlock()
 	idx, err := t.allocLocked()
 	if err != nil {
@@ -95,7 +95,7 @@ func (t *Table) BindMW(mw *MW, mr *MR, addr, length uint64, access Access, key u
 		return 0, fmt.Errorf("bind mw: window access %s: %w", bad, ErrInvalidArgument)
 	}
 	t.mu.Lock()
-	defer t.unlockChanged()
+	defer t.mu.Unlock()
 	if mw.dead {
 		return 0, fmt.Errorf("bind mw %#x: window deallocated: %w", mw.Rkey, ErrInvalidState)
 	}
@@ -156,7 +156,7 @@ func (t *Table) DeallocMW(mw *MW) error {
 		return fmt.Errorf("dealloc mw: nil or foreign mw: %w", ErrInvalidArgument)
 	}
 	t.mu.Lock()
-	defer t.unlockChanged()
+	defer t.mu.Unlock()
 	if mw.dead {
 		return fmt.Errorf("dealloc mw %#x: already deallocated: %w", mw.Rkey, ErrInvalidState)
 	}

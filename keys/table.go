@@ -23,9 +23,10 @@ type Table struct {
 	genMask uint32 // generation field mask, before shifting by 8
 	size    int    // 1 << bits
 
-	// epoch moves on every change that may make a passing check fail
-	// (see unlockChanged): a caller that read it, then checked a key and
-	// kept the MR, may reuse the MR while Epoch is unchanged.
+	// epoch moves whenever a valid MR's grant is replaced or cleared (see
+	// publishLocked), the only change that can make a passing CheckLocal
+	// fail: a caller that read it, then checked a key and kept the MR, may
+	// reuse the MR while Epoch is unchanged.
 	epoch atomic.Uint64
 
 	// grants is the read side of the MR slots, for CheckLocal and
@@ -52,7 +53,12 @@ type grant struct {
 	access Access
 }
 
-// publishLocked updates the grant of slot idx after a change to it.
+// publishLocked updates the grant of slot idx after a change to it. When
+// it replaces or clears a grant it moves the epoch, after the store and
+// before the caller unlocks: a caller that reads the epoch and then checks
+// a key must not see the new epoch with the old grant, or it would keep a
+// stale result as current. Making an MR valid (RegMR, FastReg) makes no
+// passing check fail and leaves the epoch alone.
 func (t *Table) publishLocked(idx uint32) {
 	var g *grant
 	if mr := t.slots[idx].mr; mr != nil && mr.valid {
@@ -76,9 +82,12 @@ func (t *Table) publishLocked(idx uint32) {
 		t.grants.Store(&grown)
 		gs = &grown
 	}
-	(*gs)[idx].Store(g)
+	old := (*gs)[idx].Swap(g)
 	if t.onPublish != nil {
 		t.onPublish()
+	}
+	if old != nil {
+		t.epoch.Add(1)
 	}
 }
 
@@ -121,20 +130,11 @@ func NewTable(bits int) *Table {
 	return t
 }
 
-// Epoch returns the table's change count. Results of CheckLocal and
-// CheckRemote stay valid while it is unchanged: the transport checks keys
-// when a WR is posted and checks again at execution only if it moved.
+// Epoch returns the table's change count. Results of CheckLocal stay valid
+// while it is unchanged: the transport checks lkeys when a WR is posted and
+// checks again at execution only if it moved. (Nothing keeps results of
+// CheckRemote, which memory windows change without moving it.)
 func (t *Table) Epoch() uint64 { return t.epoch.Load() }
-
-// unlockChanged ends a change that may make a passing check fail: it moves
-// the epoch, then releases the lock. The epoch moves after the change is
-// published (to the slots and the lock-free grants), never before: a
-// caller that reads the epoch and then checks a key must not see the new
-// epoch with the old grant, or it would keep a stale result as current.
-func (t *Table) unlockChanged() {
-	t.epoch.Add(1)
-	t.mu.Unlock()
-}
 
 // Bits returns the index width the table was created with.
 func (t *Table) Bits() int { return int(t.bits) }

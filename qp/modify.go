@@ -150,7 +150,25 @@ type Limits struct {
 	MaxDestRdAtomic uint8 // max_qp_rd_atom
 	PkeyTableLen    int
 	GIDTableLen     int
-	Ports           uint8
+	// GIDs, if set, counts the GID entries that hold a GID now (at most
+	// GIDTableLen): a source GID index beyond them is refused.
+	GIDs  func() int
+	Ports uint8
+}
+
+// CheckSGID refuses a source GID index with no GID behind it, as the
+// kernel's GID attribute lookup does for ibv_create_ah and ibv_modify_qp.
+// A GID removed later does not fail the AH or QP: the transport drops its
+// packets (counted) until the GID comes back.
+func (l *Limits) CheckSGID(index uint8) error {
+	n := l.GIDTableLen
+	if l.GIDs != nil {
+		n = min(n, l.GIDs())
+	}
+	if int(index) >= n {
+		return fmt.Errorf("%w: source GID index %d: the GID table holds %d GIDs", ErrInvalidArgument, index, n)
+	}
+	return nil
 }
 
 // checkValues validates the values of the attributes selected by mask. It
@@ -200,8 +218,8 @@ func checkValues(a *Attr, mask AttrMask, t Type, lim *Limits) error {
 		return bad("P_Key index", a.PkeyIndex)
 	}
 	if mask&AttrAV != 0 {
-		if int(a.AV.SGIDIndex) >= lim.GIDTableLen {
-			return bad("source GID index", a.AV.SGIDIndex)
+		if err := lim.CheckSGID(a.AV.SGIDIndex); err != nil {
+			return fmt.Errorf("modify: %w", err)
 		}
 		if a.AV.Port != 0 && (a.AV.Port < 1 || a.AV.Port > lim.Ports) {
 			return bad("AV port", a.AV.Port)

@@ -655,16 +655,21 @@ func junk(v reflect.Value) {
 func TestEnqueueSendLeavesNoStaleState(t *testing.T) {
 	f := newFixture(t)
 	for _, typ := range []Type{RC, UD} {
-		for _, wr := range []SendWR{f.sendWR(typ, 7),
-			{WRID: 8, Opcode: OpSend, Flags: Inline | Signaled, InlineData: []byte("inline")}} {
+		inline := f.sendWR(typ, 8)
+		inline.SGL, inline.Flags, inline.InlineData = nil, Inline|Signaled, []byte("inline")
+		for _, wr := range []SendWR{f.sendWR(typ, 7), inline} {
 			dirty, clean := f.newQP(t, typ, defaultCap()), f.newQP(t, typ, defaultCap())
 			junk(reflect.ValueOf(dirty.SQ.At(dirty.SQ.head)).Elem())
 			w := wr
-			dirty.enqueueSend(&w, 5)
-			clean.enqueueSend(&w, 5)
+			for _, q := range []*QP{dirty, clean} {
+				require.NoError(t, q.checkSendWR(&w, q.SQ.At(q.SQ.head)))
+				q.enqueueSend(&w, 5)
+			}
 			got, want := *dirty.SQ.At(dirty.SQ.head - 1), *clean.SQ.At(clean.SQ.head - 1)
-			// MRs is filled by the checks before enqueueSend; the rest
+			// MRs and Length are filled by the checks before enqueueSend
+			// (MRs compared below only as far as the SGL goes); the rest
 			// must match, with pointers into each slot's own arrays.
+			require.Equal(t, want.MRs[:len(w.SGL)], got.MRs[:len(w.SGL)])
 			got.MRs, want.MRs = nil, nil
 			got.sges, want.sges, got.inline, want.inline = nil, nil, nil, nil
 			if got.WR.AH != nil {

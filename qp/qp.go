@@ -2,6 +2,7 @@ package qp
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/softverbs/softverbs/cq"
@@ -79,27 +80,30 @@ func New(num uint32, cfg Config) (*QP, error) {
 
 // ref takes the references the QP holds (PD, CQs, SRQ): all of them, or
 // none and an error naming the object that refused.
-func (q *QP) ref() error {
+func (q *QP) ref() (err error) {
 	cfg := q.cfg
+	var taken []func() // Unref of each reference taken, in order
+	defer func() {
+		if err != nil {
+			for _, unref := range slices.Backward(taken) {
+				unref()
+			}
+		}
+	}()
 	if err := cfg.PD.TryRef(); err != nil {
 		return err
 	}
+	taken = append(taken, cfg.PD.Unref)
 	if err := cfg.SendCQ.TryRef(); err != nil {
-		cfg.PD.Unref()
 		return fmt.Errorf("send CQ: %w", err)
 	}
+	taken = append(taken, cfg.SendCQ.Unref)
 	if err := cfg.RecvCQ.TryRef(); err != nil {
-		cfg.PD.Unref()
-		cfg.SendCQ.Unref()
 		return fmt.Errorf("receive CQ: %w", err)
 	}
 	if cfg.SRQ != nil {
-		if err := cfg.SRQ.ref(); err != nil {
-			cfg.PD.Unref()
-			cfg.SendCQ.Unref()
-			cfg.RecvCQ.Unref()
-			return err
-		}
+		taken = append(taken, cfg.RecvCQ.Unref)
+		return cfg.SRQ.ref()
 	}
 	return nil
 }
@@ -288,12 +292,13 @@ func (q *QP) PostSendLocked(wrs []SendWR) error {
 	if q.SQ.Free() < len(wrs) {
 		return fmt.Errorf("post send on QP %#x: %w: %d WRs, %d free of %d", q.num, ErrQueueFull, len(wrs), q.SQ.Free(), q.SQ.Cap())
 	}
-	// The MRs found while checking go straight into the free slots the WRs
-	// will take, with the key table's epoch: the requester checks again at
-	// execution only if keys changed meanwhile.
+	// The MRs found while checking, and the message length, go straight
+	// into the free slots the WRs will take, with the key table's epoch:
+	// the requester checks again at execution only if keys changed
+	// meanwhile.
 	epoch := q.cfg.Keys.Epoch()
 	for i := range wrs {
-		if err := q.checkSendWR(&wrs[i], q.SQ.At(q.SQ.head+uint32(i)).MRs); err != nil {
+		if err := q.checkSendWR(&wrs[i], q.SQ.At(q.SQ.head+uint32(i))); err != nil {
 			return fmt.Errorf("post send on QP %#x: WR %d (wr_id %#x): %w", q.num, i, wrs[i].WRID, err)
 		}
 	}
@@ -303,7 +308,9 @@ func (q *QP) PostSendLocked(wrs []SendWR) error {
 	return nil
 }
 
-func (q *QP) checkSendWR(wr *SendWR, mrs []*keys.MR) error {
+// checkSendWR validates wr and records in slot, the free WQE it will take,
+// the MRs of its SGEs and its length.
+func (q *QP) checkSendWR(wr *SendWR, slot *SendWQE) error {
 	c := &q.cfg.Cap
 	if !opAllowed(q.cfg.Type, wr.Opcode) {
 		return fmt.Errorf("%w: opcode %v on a %v QP", ErrInvalidArgument, wr.Opcode, q.cfg.Type)
@@ -330,11 +337,9 @@ func (q *QP) checkSendWR(wr *SendWR, mrs []*keys.MR) error {
 		if len(wr.InlineData) != 0 {
 			return fmt.Errorf("%w: InlineData without the Inline flag", ErrInvalidArgument)
 		}
-		var j int
 		var err error
-		if total, j, err = CheckSGL(q.cfg.Keys, q.cfg.PD, wr.SGL, wr.Opcode.SGLAccess(), mrs); err != nil {
-			s := wr.SGL[j]
-			return fmt.Errorf("SGE %d (lkey %#x addr %#x len %d): %w", j, s.Lkey, s.Addr, s.Length, err)
+		if total, err = CheckSGL(q.cfg.Keys, q.cfg.PD, wr.SGL, wr.Opcode.SGLAccess(), slot.MRs); err != nil {
+			return err
 		}
 	}
 	if total > MaxMessage {
@@ -366,10 +371,12 @@ func (q *QP) checkSendWR(wr *SendWR, mrs []*keys.MR) error {
 			return fmt.Errorf("%w: remote QPN %#x", ErrInvalidArgument, wr.RemoteQPN)
 		}
 	}
+	slot.Length = uint32(total)
 	return nil
 }
 
-// enqueueSend queues a checked WR whose MRs were found at key table epoch.
+// enqueueSend queues a WR that checkSendWR passed (leaving its MRs and
+// length in the slot) at key table epoch.
 func (q *QP) enqueueSend(wr *SendWR, epoch uint64) {
 	w := q.SQ.At(q.SQ.head)
 	// Field by field, keeping the slot's backing arrays: a composite
@@ -381,41 +388,35 @@ func (q *QP) enqueueSend(wr *SendWR, epoch uint64) {
 	w.Epoch, w.Assigned = epoch, false
 	w.AH = AH{}
 	w.WR.SGL = append(w.sges[:0], wr.SGL...)
-	var total uint32
+	w.WR.InlineData = nil
 	if wr.Flags&Inline != 0 {
 		// w.inline is MaxInlineData long, which checkSendWR enforced.
 		w.WR.InlineData = w.inline[:copy(w.inline, wr.InlineData)]
-		total = uint32(len(wr.InlineData))
-	} else {
-		w.WR.InlineData = nil
-		for _, s := range wr.SGL {
-			total += s.Length
-		}
 	}
 	if wr.AH != nil {
 		w.AH = *wr.AH
 		w.WR.AH = &w.AH
 	}
-	w.Length = total
 	w.Signaled = q.cfg.SigAll || wr.Flags&Signaled != 0
 	q.SQ.head++
 }
 
 // CheckSGL checks every SGE of sgl as a local key of pd with the given
-// access and stores its MR in mrs (which has room for len(sgl)). It
-// returns the SGL's total length, or the index of the first bad SGE and the
-// key table's error. Posting checks with it, and the engines check again
-// with it when keys changed since (keys.Table.Epoch).
-func CheckSGL(kt *keys.Table, pd *keys.PD, sgl []SGE, access keys.Access, mrs []*keys.MR) (total uint64, bad int, err error) {
+// access and stores its MR in mrs (which has room for len(sgl)). It returns
+// the SGL's total length, or an error naming the first bad SGE (formatted
+// only then: a passing check does not allocate). Posting checks with it,
+// and the engines check again with it when keys changed since
+// (keys.Table.Epoch).
+func CheckSGL(kt *keys.Table, pd *keys.PD, sgl []SGE, access keys.Access, mrs []*keys.MR) (total uint64, err error) {
 	for i, s := range sgl {
 		mr, err := kt.CheckLocal(pd, s.Lkey, s.Addr, s.Length, access)
 		if err != nil {
-			return 0, i, err
+			return 0, fmt.Errorf("SGE %d (lkey %#x addr %#x len %d): %w", i, s.Lkey, s.Addr, s.Length, err)
 		}
 		mrs[i] = mr
 		total += uint64(s.Length)
 	}
-	return total, 0, nil
+	return total, nil
 }
 
 // SGLAccess is the local access a WR of this opcode needs on its SGEs:
@@ -456,25 +457,21 @@ func postRecv(rq *RecvQueue, kt *keys.Table, pd *keys.PD, maxSGE uint32, wrs []R
 		if uint32(len(wr.SGL)) > maxSGE {
 			return fmt.Errorf("WR %d (wr_id %#x): %w: %d SGEs, max_recv_sge is %d", i, wr.WRID, ErrInvalidArgument, len(wr.SGL), maxSGE)
 		}
-		total, j, err := CheckSGL(kt, pd, wr.SGL, keys.LocalWrite, rq.At(rq.head+uint32(i)).MRs)
+		slot := rq.At(rq.head + uint32(i))
+		total, err := CheckSGL(kt, pd, wr.SGL, keys.LocalWrite, slot.MRs)
 		if err != nil {
-			s := wr.SGL[j]
-			return fmt.Errorf("WR %d (wr_id %#x) SGE %d (lkey %#x addr %#x len %d): %w", i, wr.WRID, j, s.Lkey, s.Addr, s.Length, err)
+			return fmt.Errorf("WR %d (wr_id %#x) %w", i, wr.WRID, err)
 		}
 		if total > MaxMessage {
 			return fmt.Errorf("WR %d (wr_id %#x): %w: %d bytes", i, wr.WRID, ErrInvalidArgument, total)
 		}
+		slot.Length = uint32(total)
 	}
 	for i := range wrs {
 		w := rq.At(rq.head)
 		w.WRID = wrs[i].WRID
 		w.SGL = append(w.sges[:0], wrs[i].SGL...)
-		var total uint32
-		for _, s := range wrs[i].SGL {
-			total += s.Length
-		}
-		w.Length = total
-		w.Epoch = epoch
+		w.Epoch = epoch // MRs and Length are in place from the checks
 		rq.head++
 	}
 	return nil

@@ -17,9 +17,7 @@ import (
 // the request and its ACK are each sent once and received once, and each
 // QP counts what it took.
 func TestLoopbackPacketCounts(t *testing.T) {
-	n, clk := manualNode(t)
-	a, b := n.qp(t, qp.RC), n.qp(t, qp.RC)
-	connect(t, a, n.d, b, n.d, defaultAttrs())
+	n, clk, a, b := rcPair(t)
 	src, dst := n.mr(t, 64), n.mr(t, 64)
 	require.NoError(t, b.PostRecv(RecvWR{WRID: 1, SGL: sge(dst, 0, 64)}))
 	require.NoError(t, a.PostSend(SendWR{WRID: 2, Opcode: qp.OpSend, Flags: qp.Signaled, SGL: sge(src, 0, 8)}))

@@ -116,8 +116,7 @@ const (
 	maxMsgSize       = 1 << 31
 	// gidTableLen is the GID table's capacity (ibv_query_port's
 	// gid_tbl_len). CreateAH and Modify refuse an index with no GID behind
-	// it (checkSGID); one whose GID goes away later drops the packets
-	// (counted) until it comes back.
+	// it (qp.Limits.CheckSGID).
 	gidTableLen = 16
 )
 
@@ -230,20 +229,21 @@ func Open(o Options) (*Device, error) {
 	}
 	d.limits = qp.Limits{
 		MaxMTU: eng.ActiveMTU(), MaxRdAtomic: maxRdAtom, MaxDestRdAtomic: maxRdAtom,
-		PkeyTableLen: 1, GIDTableLen: gidTableLen, Ports: 1,
+		PkeyTableLen: 1, GIDTableLen: gidTableLen, GIDs: eng.NumGIDs, Ports: 1,
 	}
 	return d, nil
 }
 
 // SetAddrs replaces the port's GID table (addresses in GID index order, see
 // netdev.GIDOrder), as when the interface's addresses change, and raises
-// EventGIDChange. A link that answers for the addresses (netdev.Host) is
-// updated too and announces the new ones.
+// EventGIDChange. A link that answers for the addresses (netdev.Host),
+// also behind wrappers (netdev.As), is updated too and announces the new
+// ones.
 func (d *Device) SetAddrs(addrs []netip.Addr) error {
 	if len(addrs) == 0 {
 		return fmt.Errorf("set addresses: %w: the GID table needs at least one address", ErrInvalidArgument)
 	}
-	if h, ok := d.opts.Link.(interface{ SetAddrs([]netip.Addr) }); ok {
+	if h, ok := netdev.As[interface{ SetAddrs([]netip.Addr) }](d.opts.Link); ok {
 		h.SetAddrs(addrs)
 	}
 	d.eng.SetAddrs(addrs)

@@ -58,6 +58,27 @@ func manualNode(t *testing.T) (*node, *clock.Manual) {
 	return newNode(t, Options{Inline: true, Clock: clk}), clk
 }
 
+// rcPair is a manual-clock node with two RC QPs connected to each other
+// with defaultAttrs.
+func rcPair(t *testing.T) (*node, *clock.Manual, *QP, *QP) {
+	t.Helper()
+	n, clk := manualNode(t)
+	a, b := n.qp(t, qp.RC), n.qp(t, qp.RC)
+	connect(t, a, n.d, b, n.d, defaultAttrs())
+	return n, clk, a, b
+}
+
+// windowed registers an 8 KiB region windows may bind to and allocates a
+// type-1 window.
+func windowed(t *testing.T, n *node) (*MR, *MW) {
+	t.Helper()
+	mem, err := n.pd.Reg(make([]byte, 8192), keys.LocalWrite|keys.MWBind)
+	require.NoError(t, err)
+	mw, err := n.pd.AllocMW(keys.MWType1)
+	require.NoError(t, err)
+	return mem, mw
+}
+
 func sge(mr *MR, off uint64, n uint32) []SGE {
 	return []SGE{{Addr: mr.IOVA + off, Length: n, Lkey: mr.Lkey}}
 }
@@ -152,9 +173,7 @@ func TestRemoteAccessErrors(t *testing.T) {
 }
 
 func TestLocalLengthError(t *testing.T) {
-	n, clk := manualNode(t)
-	a, b := n.qp(t, qp.RC), n.qp(t, qp.RC)
-	connect(t, a, n.d, b, n.d, defaultAttrs())
+	n, clk, a, b := rcPair(t)
 	src, dst := n.mr(t, 8192), n.mr(t, 8192)
 	require.NoError(t, b.PostRecv(RecvWR{WRID: 1, SGL: sge(dst, 0, 100)}))
 	require.NoError(t, a.PostSend(SendWR{WRID: 2, Opcode: qp.OpSend, Flags: qp.Signaled, SGL: sge(src, 0, 3000)}))
@@ -349,9 +368,7 @@ func TestMulticastLoopback(t *testing.T) {
 }
 
 func TestFenceSolicitedUnsignaled(t *testing.T) {
-	n, clk := manualNode(t)
-	a, b := n.qp(t, qp.RC), n.qp(t, qp.RC)
-	connect(t, a, n.d, b, n.d, defaultAttrs())
+	n, clk, a, b := rcPair(t)
 	src, dst := n.mr(t, 8192), n.mr(t, 8192)
 	dst.WriteAt([]byte("remote!!"), dst.IOVA)
 	var solicited int
@@ -424,14 +441,9 @@ func TestSendWithInvalidateAndFastReg(t *testing.T) {
 }
 
 func TestMemoryWindows(t *testing.T) {
-	n, clk := manualNode(t)
-	a, b := n.qp(t, qp.RC), n.qp(t, qp.RC)
-	connect(t, a, n.d, b, n.d, defaultAttrs())
+	n, clk, a, b := rcPair(t)
 	src := n.mr(t, 4096)
-	mem, err := n.pd.Reg(make([]byte, 8192), keys.LocalWrite|keys.MWBind)
-	require.NoError(t, err)
-	mw1, err := n.pd.AllocMW(keys.MWType1)
-	require.NoError(t, err)
+	mem, mw1 := windowed(t, n)
 	rkey, err := n.d.BindMW(mw1, mem, mem.IOVA+1024, 1024, keys.RemoteWrite)
 	require.NoError(t, err)
 	require.ErrorIs(t, n.d.DeregMR(mem), keys.ErrBusy, "windows are bound")
@@ -492,6 +504,23 @@ func TestSetAddrsGIDChange(t *testing.T) {
 	require.ErrorIs(t, n.d.SetAddrs(nil), ErrInvalidArgument)
 }
 
+// SetAddrs reaches the host answering for the addresses through the link
+// wrappers (here a fault injector), as multicast joins do.
+func TestSetAddrsThroughWrappers(t *testing.T) {
+	fab := netdev.NewFabric(nil, 1)
+	mac := netdev.MAC{0x02, 0, 0, 0, 0, 0x61}
+	port := fab.NewPort(mac, 4096)
+	t.Cleanup(func() { port.Close() })
+	old := []netip.Addr{netip.MustParseAddr("fe80::61"), netip.MustParseAddr("198.18.0.61")}
+	h := netdev.NewHost(port, mac, old, nil)
+	fl, err := netdev.NewFaultLink(h, nil, 1, netdev.Faults{})
+	require.NoError(t, err)
+	n := newNode(t, Options{Link: fl, MAC: mac, Addrs: old, Resolve: h.Resolve})
+	next := []netip.Addr{old[0], netip.MustParseAddr("198.18.0.62")}
+	require.NoError(t, n.d.SetAddrs(next))
+	require.Equal(t, next, h.Addrs(), "the wrapped host answers for the new addresses")
+}
+
 // A receive WQE posted to an SRQ is checked against the SRQ's PD, which may
 // differ from the QP's; a key change between post and use (which makes the
 // responder check again) must check against that same PD.
@@ -525,14 +554,9 @@ func TestSRQInOtherPDAfterKeyChange(t *testing.T) {
 // key byte, as ibv_inc_rkey does), so a key handed out for the old binding
 // no longer grants access.
 func TestBindMWType1NewRkey(t *testing.T) {
-	n, clk := manualNode(t)
-	a, b := n.qp(t, qp.RC), n.qp(t, qp.RC)
-	connect(t, a, n.d, b, n.d, defaultAttrs())
+	n, clk, a, _ := rcPair(t)
 	src := n.mr(t, 64)
-	mem, err := n.pd.Reg(make([]byte, 8192), keys.LocalWrite|keys.MWBind)
-	require.NoError(t, err)
-	mw, err := n.pd.AllocMW(keys.MWType1)
-	require.NoError(t, err)
+	mem, mw := windowed(t, n)
 	old, err := n.d.BindMW(mw, mem, mem.IOVA, 1024, keys.RemoteWrite)
 	require.NoError(t, err)
 	fresh, err := n.d.BindMW(mw, mem, mem.IOVA+4096, 1024, keys.RemoteWrite)

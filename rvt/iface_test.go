@@ -128,5 +128,5 @@ func TestInterfaceFollowsAddrs(t *testing.T) {
 // TestInterfaceMissing: Open fails when the interface does not exist.
 func TestInterfaceMissing(t *testing.T) {
 	_, err := Open(Options{Name: "iface", Workers: 1, Interface: "sv-no-such-if"})
-	require.Error(t, err)
+	require.ErrorContains(t, err, "sv-no-such-if", "the error names the interface")
 }

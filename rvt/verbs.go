@@ -87,7 +87,7 @@ func (d *Device) BindMW(mw *MW, mr *MR, addr, length uint64, access Access) (uin
 
 // CreateAH creates an address handle (ibv_create_ah).
 func (pd *PD) CreateAH(av AddressVector) (*AH, error) {
-	if err := pd.d.checkSGID(av.SGIDIndex); err != nil {
+	if err := pd.d.limits.CheckSGID(av.SGIDIndex); err != nil {
 		return nil, fmt.Errorf("create AH: %w", err)
 	}
 	if err := pd.TryRef(); err != nil {
@@ -98,17 +98,6 @@ func (pd *PD) CreateAH(av AddressVector) (*AH, error) {
 	pd.d.ahs[ah] = struct{}{}
 	pd.d.mu.Unlock()
 	return ah, nil
-}
-
-// checkSGID refuses a source GID index with no GID behind it, as the
-// kernel's GID attribute lookup does for ibv_create_ah and ibv_modify_qp. A
-// GID removed later does not fail the AH or QP: their packets are dropped
-// (counted) until it comes back.
-func (d *Device) checkSGID(index uint8) error {
-	if n := len(d.eng.GIDs()); int(index) >= n {
-		return fmt.Errorf("%w: source GID index %d: the GID table holds %d GIDs", ErrInvalidArgument, index, n)
-	}
-	return nil
 }
 
 // DestroyAH releases an address handle (ibv_destroy_ah). An AH this device
@@ -256,14 +245,7 @@ func (d *Device) unreserveQPN(num uint32) {
 }
 
 // Modify changes the QP's attributes and state (ibv_modify_qp).
-func (q *QP) Modify(a *QPAttr, mask QPAttrMask) error {
-	if mask&qp.AttrAV != 0 {
-		if err := q.d.checkSGID(a.AV.SGIDIndex); err != nil {
-			return fmt.Errorf("modify QP %#x: %w", q.Num(), err)
-		}
-	}
-	return q.conn.Modify(a, mask)
-}
+func (q *QP) Modify(a *QPAttr, mask QPAttrMask) error { return q.conn.Modify(a, mask) }
 
 // PostSend posts send WRs (all or none): the error names the first bad WR.
 func (q *QP) PostSend(wrs ...SendWR) error { return q.conn.PostSend(wrs) }

@@ -279,6 +279,9 @@ func (e *Engine) GIDs() []netdev.GID {
 	return append([]netdev.GID(nil), e.port.Load().gids...)
 }
 
+// NumGIDs returns the number of GIDs in the table.
+func (e *Engine) NumGIDs() int { return len(e.port.Load().gids) }
+
 // Clock returns the engine's clock.
 func (e *Engine) Clock() clock.Clock { return e.clk }
 

@@ -172,7 +172,7 @@ func (c *Conn) resolveSendLocked(w *qp.SendWQE) error {
 	// The epoch before the checks: a change during them moves it again
 	// and the next use checks again.
 	epoch := c.qp.Keys().Epoch()
-	if _, _, err := qp.CheckSGL(c.qp.Keys(), c.qp.PD(), w.WR.SGL, w.WR.Opcode.SGLAccess(), w.MRs); err != nil {
+	if _, err := qp.CheckSGL(c.qp.Keys(), c.qp.PD(), w.WR.SGL, w.WR.Opcode.SGLAccess(), w.MRs); err != nil {
 		return err
 	}
 	w.Epoch = epoch

@@ -190,7 +190,7 @@ func (c *Conn) takeWQELocked() respResult {
 	if w.Epoch == c.qp.Keys().Epoch() {
 		return respOK // checked at post time and no key changed since
 	}
-	if _, _, err := qp.CheckSGL(c.qp.Keys(), c.qp.RecvPD(), w.SGL, keys.LocalWrite, w.MRs); err != nil {
+	if _, err := qp.CheckSGL(c.qp.Keys(), c.qp.RecvPD(), w.SGL, keys.LocalWrite, w.MRs); err != nil {
 		c.recvWC(cq.WC{WRID: w.WRID, Status: cq.LocProtErr, Opcode: cq.Recv})
 		c.resp.haveWQE = false
 		return respLocalProt
