@@ -23,8 +23,11 @@ import (
 	"github.com/softverbs/softverbs/netdev/internal/netns"
 )
 
-// udpRcvBuf is the receive buffer the link asks for.
-const udpRcvBuf = 8 << 20
+// UDPRcvBuf is the receive buffer, in bytes, a UDPLink asks for on the
+// sockets it receives on: with SO_RCVBUFFORCE, which goes beyond
+// net.core.rmem_max when privileged, or else with SO_RCVBUF, which the
+// limit caps.
+const UDPRcvBuf = 8 << 20
 
 // UDPConfig configures a UDP-socket link.
 type UDPConfig struct {
@@ -314,8 +317,8 @@ func (l *UDPLink) sockopts(fd int, group bool) error {
 	// A requester bursts up to its window: give the receive queue room
 	// (beyond net.core.rmem_max when privileged), or the kernel drops
 	// datagrams and RC falls back on retransmission.
-	if set(unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, udpRcvBuf) != nil {
-		_ = set(unix.SOL_SOCKET, unix.SO_RCVBUF, udpRcvBuf)
+	if set(unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, UDPRcvBuf) != nil {
+		_ = set(unix.SOL_SOCKET, unix.SO_RCVBUF, UDPRcvBuf)
 	}
 	if group {
 		if err := set(unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); err != nil {

@@ -33,6 +33,13 @@ func defaultDemoConfig() demoConfig {
 	return demoConfig{Seconds: 1, Size: 64 << 10, MTU: 4096, Seed: 1}
 }
 
+// exactMTU returns the path MTU of exactly n bytes, and false unless n is
+// 256, 512, 1024, 2048 or 4096.
+func exactMTU(n int) (rvt.MTU, bool) {
+	m := qp.MTUFromBytes(n)
+	return m, m != 0 && m.Bytes() == n
+}
+
 // errChecks is returned when one or more demo checks failed.
 var errChecks = errors.New("checks failed")
 
@@ -50,8 +57,8 @@ type demo struct {
 // operation, a throughput run and the counters. It returns errChecks
 // (wrapped) if any check failed.
 func runDemo(w io.Writer, cfg demoConfig) error {
-	mtu := qp.MTUFromBytes(cfg.MTU)
-	if mtu == 0 || mtu.Bytes() != cfg.MTU {
+	mtu, ok := exactMTU(cfg.MTU)
+	if !ok {
 		return fmt.Errorf("--mtu %d: want 256, 512, 1024, 2048 or 4096", cfg.MTU)
 	}
 	if cfg.Size <= 0 || cfg.Size > 1<<30 {
@@ -195,9 +202,24 @@ func firstErr(errs ...error) error {
 	return nil
 }
 
+// sge returns a new one-entry SGL: n bytes of mr at offset off.
 func sge(mr *rvt.MR, off uint64, n int) []rvt.SGE {
 	return []rvt.SGE{{Addr: mr.IOVA + off, Length: uint32(n), Lkey: mr.Lkey}}
 }
+
+// slotSGEs returns one SGE for each of n consecutive size-byte slots of
+// mr, for loops that repost receives: a QP copies the SGL it is given, so
+// one slice made up front serves every post (see slotSGL).
+func slotSGEs(mr *rvt.MR, n, size int) []rvt.SGE {
+	s := make([]rvt.SGE, n)
+	for i := range s {
+		s[i] = rvt.SGE{Addr: mr.IOVA + uint64(i*size), Length: uint32(size), Lkey: mr.Lkey}
+	}
+	return s
+}
+
+// slotSGL is the one-entry SGL of slot i of s, without allocating.
+func slotSGL(s []rvt.SGE, i uint64) []rvt.SGE { return s[i : i+1 : i+1] }
 
 // message sends n bytes from a to b with op (a SEND variant) and checks
 // both completions and the data. It returns the receive completion.

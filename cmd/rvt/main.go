@@ -132,18 +132,31 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 2
 }
 
-// parseInterspersed parses args into fs. With positional true, one
-// positional argument may also stand before or between the flags, as
-// getopt allows ("rvt pingpong 10.0.0.1 -n 10"): it is moved to the end.
+// parseInterspersed parses args into fs and leaves the positional
+// arguments, in the order given, as fs.Args. With positional true they may
+// also stand before or between the flags, as getopt allows ("rvt pingpong
+// 10.0.0.1 -n 10"); after a "--" everything is positional.
 func parseInterspersed(fs *flag.FlagSet, args []string, positional bool) error {
-	if err := fs.Parse(args); err != nil || !positional || fs.NArg() < 2 {
+	if err := fs.Parse(args); err != nil || !positional {
 		return err
 	}
-	rest := fs.Args()
-	if rest[1] == "--" {
-		return nil
+	var pos []string
+	for {
+		rest := fs.Args()
+		// Parse stops at the first positional argument, or just past "--".
+		if n := len(args) - len(rest); len(rest) == 0 || (n > 0 && args[n-1] == "--") {
+			pos = append(pos, rest...)
+			break
+		}
+		pos, args = append(pos, rest[0]), rest[1:]
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
 	}
-	return fs.Parse(append(append([]string(nil), rest[1:]...), "--", rest[0]))
+	if len(pos) == fs.NArg() {
+		return nil // nothing was interspersed: fs.Args is pos already
+	}
+	return fs.Parse(append([]string{"--"}, pos...))
 }
 
 func usage(w io.Writer, cmds []command) {

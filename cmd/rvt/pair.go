@@ -94,21 +94,38 @@ func openPair(pc pairConfig) (p *pair, err error) {
 			p.faults = append(p.faults, fl)
 			link = &rcFaults{Link: link, faulty: fl}
 		}
-		dev, err := rvt.Open(rvt.Options{
+		n, err := openNode(rvt.Options{
 			Name: fmt.Sprintf("rvt%d", i), Link: link, MAC: mac, Addrs: addrs,
 			Resolve: p.fab.Resolve,
 		})
 		if err != nil {
 			return nil, err
 		}
-		p.cleanup = append(p.cleanup, func() { _ = dev.Close() })
-		pd, err := dev.AllocPD()
-		if err != nil {
-			return nil, err
-		}
-		p.n[i] = &node{dev: dev, pd: pd, mac: mac, addrs: addrs, port: port}
+		p.cleanup = append(p.cleanup, func() { _ = n.dev.Close() })
+		n.port = port
+		p.n[i] = n
 	}
 	return p, nil
+}
+
+// errAllocPD is wrapped by openNode's errors from allocating the PD (as
+// opposed to opening the device); its text is rdma-core's.
+var errAllocPD = errors.New("couldn't allocate PD")
+
+// openNode opens a device with o and allocates its PD. An error from the
+// PD wraps errAllocPD; an error from rvt.Open is returned as it is. On
+// error nothing is left open.
+func openNode(o rvt.Options) (*node, error) {
+	dev, err := rvt.Open(o)
+	if err != nil {
+		return nil, err
+	}
+	pd, err := dev.AllocPD()
+	if err != nil {
+		_ = dev.Close()
+		return nil, fmt.Errorf("%w: %w", errAllocPD, err)
+	}
+	return &node{dev: dev, pd: pd, mac: o.MAC, addrs: o.Addrs}, nil
 }
 
 // Close closes the devices and the ports, last opened first.

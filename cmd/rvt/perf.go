@@ -134,8 +134,9 @@ func sendRun(a, b *endpoint, dur time.Duration) (runResult, error) {
 	if err != nil {
 		return r, err
 	}
+	slots := slotSGEs(rbuf, recvDepth, n)
 	recv := func(slot uint64) error {
-		return b.PostRecv(rvt.RecvWR{WRID: slot, SGL: sge(rbuf, slot*n, n)})
+		return b.PostRecv(rvt.RecvWR{WRID: slot, SGL: slotSGL(slots, slot)})
 	}
 	for i := range uint64(recvDepth) {
 		if err := recv(i); err != nil {

@@ -86,7 +86,10 @@ func (cfg perfConfig) check() (links []string, mtus []perfMTU, err error) {
 	for _, s := range strings.Split(cfg.MTUs, ",") {
 		m, ok := perfMTUs[strings.TrimSpace(s)]
 		if !ok {
-			return nil, nil, fmt.Errorf("--mtu %q: want 4096 and/or 1024", s)
+			return nil, nil, fmt.Errorf("--mtu %q: %q is not a path MTU: want 4096 and/or 1024", cfg.MTUs, s)
+		}
+		if slices.Contains(mtus, m) {
+			return nil, nil, fmt.Errorf("--mtu %q: path MTU %d given twice", cfg.MTUs, m.size)
 		}
 		mtus = append(mtus, m)
 	}

@@ -70,17 +70,13 @@ func openPerfPeer(net *perfNet, i int, kind string) (_ *perfPeer, err error) {
 		p.closers = append(p.closers, del)
 	}
 	l := p.ppLink
-	dev, err := rvt.Open(rvt.Options{Name: fmt.Sprintf("%s%d", kind, i), Workers: 2,
+	n, err := openNode(rvt.Options{Name: fmt.Sprintf("%s%d", kind, i), Workers: 2,
 		Link: l.link, MAC: l.mac, Addrs: l.addrs, Resolve: l.resolve})
 	if err != nil {
 		return nil, err
 	}
-	p.closers = append(p.closers, func() { _ = dev.Close() })
-	pd, err := dev.AllocPD()
-	if err != nil {
-		return nil, err
-	}
-	p.node = &node{dev: dev, pd: pd, mac: l.mac, addrs: l.addrs}
+	p.closers = append(p.closers, func() { _ = n.dev.Close() })
+	p.node = n
 	return p, nil
 }
 
@@ -212,7 +208,15 @@ func (w busyWaiter) poll(c *rvt.CQ, buf []rvt.WC, deadline time.Time, stop <-cha
 }
 
 // cqWaiter turns a CQ's completion handler into something to wait on.
-type cqWaiter struct{ ch chan struct{} }
+// One goroutine at a time waits on it (poll or wait).
+type cqWaiter struct {
+	ch chan struct{}
+	// timer bounds a wait with a deadline: made by the first such wait,
+	// re-armed by the next and stopped when each returns. Since Go 1.23
+	// Reset and Stop leave no stale tick in timer.C, so it needs no
+	// draining.
+	timer *time.Timer
+}
 
 func newCQWaiter() *cqWaiter { return &cqWaiter{ch: make(chan struct{}, 1)} }
 
@@ -224,6 +228,35 @@ func (w *cqWaiter) notify(*rvt.CQ) {
 	}
 }
 
+// wait sleeps until the completion handler runs (or has run since the
+// last wait), until deadline (the zero Time: no deadline) or until stop
+// closes (nil: never). It returns errTimeout at the deadline, and
+// context.Canceled on stop.
+func (w *cqWaiter) wait(deadline time.Time, stop <-chan struct{}) error {
+	var expired <-chan time.Time
+	if !deadline.IsZero() {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return errTimeout
+		}
+		if w.timer == nil {
+			w.timer = time.NewTimer(left)
+		} else {
+			w.timer.Reset(left)
+		}
+		defer w.timer.Stop()
+		expired = w.timer.C
+	}
+	select {
+	case <-w.ch:
+		return nil
+	case <-expired:
+		return errTimeout
+	case <-stop:
+		return context.Canceled
+	}
+}
+
 // poll returns at least one completion of c in buf, event-driven like
 // ibv_rc_pingpong -e: it polls, arms the CQ and sleeps until the completion
 // handler wakes it, until deadline or stop. It does not spin: a goroutine
@@ -231,12 +264,6 @@ func (w *cqWaiter) notify(*rvt.CQ) {
 // netpoller, which on two CPUs delays the links' receive goroutines by
 // as long as the spinning lasts.
 func (w *cqWaiter) poll(c *rvt.CQ, buf []rvt.WC, deadline time.Time, stop <-chan struct{}) (int, error) {
-	var timer *time.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
 	for {
 		if k := c.Poll(buf); k > 0 {
 			return k, nil
@@ -248,20 +275,13 @@ func (w *cqWaiter) poll(c *rvt.CQ, buf []rvt.WC, deadline time.Time, stop <-chan
 		if queued {
 			continue
 		}
-		left := time.Until(deadline)
-		if left <= 0 {
+		if time.Until(deadline) <= 0 {
 			return 0, errTimeout
 		}
-		if timer == nil {
-			timer = time.NewTimer(left)
-		} else {
-			timer.Reset(left)
-		}
-		select {
-		case <-w.ch:
-		case <-timer.C:
-		case <-stop:
-			return 0, context.Canceled
+		// A wait that ends at the deadline polls once more, then gives up
+		// above.
+		if err := w.wait(deadline, stop); err != nil && err != errTimeout {
+			return 0, err
 		}
 	}
 }
@@ -320,21 +340,23 @@ func pingMore(ctx context.Context, it int, deadline time.Time) bool {
 // pingWarmup unrecorded ones, for dur.
 func sendPingpong(ctx context.Context, a, b *endpoint, wa, wb cqPoller, dur time.Duration) (latency, error) {
 	var lat latency
-	rbuf := [2]*rvt.MR{}
+	// Each side's receive slots, one SGE each, made once: the QP copies
+	// the SGL it is given, so reposting a slot allocates nothing.
+	var slots [2][]rvt.SGE
 	for i, e := range []*endpoint{a, b} {
 		mr, _, err := e.n.buffer(pingSize*pingRecvs, 0)
 		if err != nil {
 			return lat, err
 		}
-		rbuf[i] = mr
+		slots[i] = slotSGEs(mr, pingRecvs, pingSize)
 		for s := range uint64(pingRecvs) {
-			if err := e.PostRecv(rvt.RecvWR{WRID: s, SGL: sge(mr, s*pingSize, pingSize)}); err != nil {
+			if err := e.PostRecv(rvt.RecvWR{WRID: s, SGL: slotSGL(slots[i], s)}); err != nil {
 				return lat, err
 			}
 		}
 	}
-	repost := func(e *endpoint, mr *rvt.MR, slot uint64) error {
-		return e.PostRecv(rvt.RecvWR{WRID: slot, SGL: sge(mr, slot*pingSize, pingSize)})
+	repost := func(e *endpoint, slots []rvt.SGE, slot uint64) error {
+		return e.PostRecv(rvt.RecvWR{WRID: slot, SGL: slotSGL(slots, slot)})
 	}
 	msg := make([]byte, pingSize)
 	hard := time.Now().Add(dur + waitTimeout)
@@ -362,7 +384,7 @@ func sendPingpong(ctx context.Context, a, b *endpoint, wa, wb cqPoller, dur time
 				if !wc.Opcode.IsRecv() {
 					continue
 				}
-				if err := repost(b, rbuf[1], wc.WRID); err != nil {
+				if err := repost(b, slots[1], wc.WRID); err != nil {
 					srvErr <- err
 					return
 				}
@@ -409,7 +431,7 @@ func sendPingpong(ctx context.Context, a, b *endpoint, wa, wb cqPoller, dur time
 					return finish(fmt.Errorf("reply of %d bytes", wc.ByteLen))
 				}
 				rtt, got = time.Since(start), true
-				if err := repost(a, rbuf[0], wc.WRID); err != nil {
+				if err := repost(a, slots[0], wc.WRID); err != nil {
 					return finish(err)
 				}
 			}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"os/exec"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/softverbs/softverbs/netdev/nettest"
+	"github.com/softverbs/softverbs/rvt"
 )
 
 // TestPerfVeth runs `rvt perf --link all` briefly and checks that every
@@ -81,19 +83,51 @@ func TestPerfNonRoot(t *testing.T) {
 
 // TestPerfFlags checks flag validation, which needs no root.
 func TestPerfFlags(t *testing.T) {
-	for _, args := range [][]string{
-		{"perf", "--link", "ib"},
-		{"perf", "--mtu", "2048"},
-		{"perf", "--seconds", "0"},
+	for _, tc := range []struct {
+		args []string
+		want string // in stderr, beside the flag's name
+	}{
+		{[]string{"perf", "--link", "ib"}, `--link "ib"`},
+		{[]string{"perf", "--mtu", "2048"}, `--mtu "2048": "2048" is not a path MTU`},
+		// The whole value is quoted, and the bad element named in it.
+		{[]string{"perf", "--mtu", "4096,,1024"}, `--mtu "4096,,1024": "" is not a path MTU`},
+		{[]string{"perf", "--mtu", "4096, 1024,x"}, `--mtu "4096, 1024,x": "x" is not a path MTU`},
+		{[]string{"perf", "--mtu", "4096,1024,4096"}, `--mtu "4096,1024,4096": path MTU 4096 given twice`},
+		{[]string{"perf", "--mtu", "1024, 1024"}, `--mtu "1024, 1024": path MTU 1024 given twice`},
+		{[]string{"perf", "--seconds", "0"}, "--seconds 0"},
 	} {
 		var out, errb bytes.Buffer
-		if code := run(args, &out, &errb); code != 1 {
-			t.Errorf("%v: exit %d, want 1", args, code)
+		if code := run(tc.args, &out, &errb); code != 1 {
+			t.Errorf("%v: exit %d, want 1", tc.args, code)
 		}
 		// Without root, refusing for that reason also exits 1: the message
 		// must name the bad flag.
-		if !strings.Contains(errb.String(), args[1]+" ") {
-			t.Errorf("%v: stderr %q does not name %s", args, errb.String(), args[1])
+		if !strings.Contains(errb.String(), tc.want) {
+			t.Errorf("%v: stderr %q does not say %s", tc.args, errb.String(), tc.want)
+		}
+	}
+	// Valid lists pass the check, in the order given.
+	for _, tc := range []struct {
+		mtus string
+		want []int
+	}{
+		{"4096,1024", []int{4096, 1024}},
+		{"1024, 4096", []int{1024, 4096}},
+		{"1024", []int{1024}},
+	} {
+		cfg := defaultPerfConfig()
+		cfg.MTUs = tc.mtus
+		_, mtus, err := cfg.check()
+		if err != nil {
+			t.Errorf("--mtu %q: %v", tc.mtus, err)
+			continue
+		}
+		var got []int
+		for _, m := range mtus {
+			got = append(got, m.size)
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("--mtu %q: MTUs %v, want %v", tc.mtus, got, tc.want)
 		}
 	}
 }
@@ -114,5 +148,71 @@ func TestLatencyQuantile(t *testing.T) {
 	}
 	if got := (latency{}).quantile(0.5); got != 0 {
 		t.Errorf("quantile of no samples = %v, want 0", got)
+	}
+}
+
+// TestCQWaiterWait checks cqWaiter.wait's wake-ups, its deadline and stop,
+// and that waits reuse one timer: a wait that timed out leaves no tick
+// behind for the next, and a wait allocates nothing.
+func TestCQWaiterWait(t *testing.T) {
+	w := newCQWaiter()
+	long := time.Now().Add(time.Hour)
+	if err := w.wait(time.Now().Add(-time.Second), nil); err != errTimeout {
+		t.Errorf("wait past the deadline: %v, want errTimeout", err)
+	}
+	if err := w.wait(time.Now().Add(10*time.Millisecond), nil); err != errTimeout {
+		t.Errorf("wait with no event: %v, want errTimeout", err)
+	}
+	timer := w.timer
+	if timer == nil {
+		t.Fatal("a wait with a deadline made no timer")
+	}
+	w.notify(nil)
+	w.notify(nil) // a second notification before the wait is one wake-up
+	if err := w.wait(long, nil); err != nil {
+		t.Errorf("wait after notify: %v", err)
+	}
+	stop := make(chan struct{})
+	close(stop)
+	if err := w.wait(long, stop); err != context.Canceled {
+		t.Errorf("wait with stop closed: %v, want context.Canceled", err)
+	}
+	// The timer of the timed-out wait left nothing to fire early.
+	start := time.Now()
+	if err := w.wait(time.Now().Add(30*time.Millisecond), nil); err != errTimeout {
+		t.Errorf("wait after a timeout: %v, want errTimeout", err)
+	}
+	if d := time.Since(start); d < 30*time.Millisecond {
+		t.Errorf("wait with a 30ms deadline returned after %v", d)
+	}
+	if w.timer != timer {
+		t.Error("a later wait made a new timer")
+	}
+	w.notify(nil)
+	if err := w.wait(time.Time{}, nil); err != nil {
+		t.Errorf("wait with no deadline after notify: %v", err)
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		w.notify(nil)
+		_ = w.wait(long, nil)
+	}); n != 0 {
+		t.Errorf("notify and wait: %v allocations, want 0", n)
+	}
+}
+
+// TestSlotSGL checks the receive slots the ping-pong and message-rate
+// loops repost: one SGE per slot, each a one-entry SGL got without
+// allocating.
+func TestSlotSGL(t *testing.T) {
+	mr := &rvt.MR{IOVA: 0x1000, Lkey: 0x42}
+	slots := slotSGEs(mr, 4, 8)
+	for i := range uint64(4) {
+		want := sge(mr, i*8, 8)
+		if got := slotSGL(slots, i); !slices.Equal(got, want) || cap(got) != 1 {
+			t.Errorf("slot %d: %+v (cap %d), want %+v (cap 1)", i, got, cap(got), want)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = slotSGL(slots, 3) }); n != 0 {
+		t.Errorf("slotSGL: %v allocations, want 0", n)
 	}
 }

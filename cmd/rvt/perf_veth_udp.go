@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/softverbs/softverbs/netdev"
 )
 
 // Ports of the baselines (not 4791: the RoCEv2 links own that one).
@@ -22,10 +24,6 @@ const (
 	perfUDPStreamPort = 18601
 	perfUDPPingPort   = 18602
 )
-
-// perfUDPRcvBuf is the baseline receiver's socket buffer: the same as the
-// UDP link asks for. Keep it equal to netdev's udpRcvBuf (unexported).
-const perfUDPRcvBuf = 8 << 20
 
 // udpPair opens a socket bound to port in namespace 1 and one in namespace
 // 0 connected to it.
@@ -37,7 +35,8 @@ func udpPair(net_ *perfNet, port uint16) (tx, rx *net.UDPConn, err error) {
 	}); err != nil {
 		return nil, nil, err
 	}
-	if err := setRcvBuf(rx, perfUDPRcvBuf); err != nil {
+	// The baseline receiver gets the socket buffer the UDP link asks for.
+	if err := setRcvBuf(rx, netdev.UDPRcvBuf); err != nil {
 		rx.Close()
 		return nil, nil, err
 	}
@@ -53,7 +52,7 @@ func udpPair(net_ *perfNet, port uint16) (tx, rx *net.UDPConn, err error) {
 }
 
 // setRcvBuf sets the receive buffer beyond net.core.rmem_max (we are root),
-// or as far as the limit allows.
+// or as far as the limit allows, falling back as netdev's UDP link does.
 func setRcvBuf(c *net.UDPConn, n int) error {
 	rc, err := c.SyscallConn()
 	if err != nil {

@@ -187,8 +187,8 @@ func (cfg *pingpongConfig) check() (qp.MTU, error) {
 			cfg.Size = 2048
 		}
 	}
-	mtu := qp.MTUFromBytes(cfg.MTU)
-	if mtu == 0 || mtu.Bytes() != cfg.MTU {
+	mtu, ok := exactMTU(cfg.MTU)
+	if !ok {
 		return 0, fmt.Errorf("-m %d: the path MTU is 256, 512, 1024, 2048 or 4096", cfg.MTU)
 	}
 	switch {
@@ -241,8 +241,12 @@ type ppCtx struct {
 	cq     *rvt.CQ
 	qp     *rvt.QP
 	ah     *rvt.AH
-	notify chan struct{} // CQ events (-e)
+	events *cqWaiter // CQ events (-e); nil when polling
 	link   *ppLink
+
+	// The SGLs of every receive and every SEND, made once: the QP copies
+	// the SGL it is given.
+	recvSGL, sendSGL []rvt.SGE
 
 	size    int
 	routs   int
@@ -282,12 +286,16 @@ func newPPCtx(cfg *pingpongConfig, l *ppLink) (_ *ppCtx, err error) {
 			ctx.close()
 		}
 	}()
-	ctx.dev, err = rvt.Open(rvt.Options{
-		Name: cfg.Device, Link: l.link, MAC: l.mac, Addrs: l.addrs, Resolve: l.resolve, MTU: l.mtu,
+	n, err := openNode(rvt.Options{
+		Name: cfg.Device, Link: l.link, MAC: l.mac, Addrs: l.addrs, Resolve: l.resolve,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("couldn't get context for %s: %w", cfg.Device, err)
+		if !errors.Is(err, errAllocPD) { // that one says "couldn't allocate PD"
+			err = fmt.Errorf("couldn't get context for %s: %w", cfg.Device, err)
+		}
+		return nil, err
 	}
+	ctx.dev, ctx.pd = n.dev, n.pd
 	pa, err := ctx.dev.QueryPort(uint8(cfg.IBPort))
 	if err != nil {
 		return nil, fmt.Errorf("unable to query port info for port %d: %w", cfg.IBPort, err)
@@ -299,10 +307,6 @@ func newPPCtx(cfg *pingpongConfig, l *ppLink) (_ *ppCtx, err error) {
 		}
 		bufLen += grhLen
 	}
-	ctx.pd, err = ctx.dev.AllocPD()
-	if err != nil {
-		return nil, fmt.Errorf("couldn't allocate PD: %w", err)
-	}
 	ctx.buf = make([]byte, bufLen)
 	for i := range ctx.buf {
 		ctx.buf[i] = 0x7b
@@ -311,15 +315,16 @@ func newPPCtx(cfg *pingpongConfig, l *ppLink) (_ *ppCtx, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("couldn't register MR: %w", err)
 	}
+	ctx.recvSGL = []rvt.SGE{{Addr: ctx.mr.IOVA, Length: uint32(len(ctx.buf)), Lkey: ctx.mr.Lkey}}
+	sendOff := uint64(0)
+	if cfg.Mode == "ud" {
+		sendOff = grhLen // the message goes after the GRH room
+	}
+	ctx.sendSGL = []rvt.SGE{{Addr: ctx.mr.IOVA + sendOff, Length: uint32(ctx.size), Lkey: ctx.mr.Lkey}}
 	var onComp func(*rvt.CQ)
 	if cfg.Events {
-		ctx.notify = make(chan struct{}, 1)
-		onComp = func(*rvt.CQ) {
-			select {
-			case ctx.notify <- struct{}{}:
-			default:
-			}
-		}
+		ctx.events = newCQWaiter()
+		onComp = ctx.events.notify
 	}
 	ctx.cq, err = ctx.dev.CreateCQ(cfg.RxDepth+1, onComp)
 	if err != nil {
@@ -353,9 +358,8 @@ func (ctx *ppCtx) close() {
 // postRecv posts up to n receives of the whole buffer and returns how many
 // it posted.
 func (ctx *ppCtx) postRecv(n int) int {
-	sge := []rvt.SGE{{Addr: ctx.mr.IOVA, Length: uint32(len(ctx.buf)), Lkey: ctx.mr.Lkey}}
 	for i := 0; i < n; i++ {
-		if err := ctx.qp.PostRecv(rvt.RecvWR{WRID: ppRecvWRID, SGL: sge}); err != nil {
+		if err := ctx.qp.PostRecv(rvt.RecvWR{WRID: ppRecvWRID, SGL: ctx.recvSGL}); err != nil {
 			return i
 		}
 	}
@@ -364,13 +368,10 @@ func (ctx *ppCtx) postRecv(n int) int {
 
 // postSend posts one signalled SEND of size bytes (UD: after the GRH room).
 func (ctx *ppCtx) postSend() error {
-	addr := ctx.mr.IOVA
-	wr := rvt.SendWR{WRID: ppSendWRID, Opcode: qp.OpSend, Flags: qp.Signaled}
+	wr := rvt.SendWR{WRID: ppSendWRID, Opcode: qp.OpSend, Flags: qp.Signaled, SGL: ctx.sendSGL}
 	if ctx.ah != nil {
-		addr += grhLen
 		wr.AH, wr.RemoteQPN, wr.RemoteQKey = ctx.ah, ctx.remQPN, udQKey
 	}
-	wr.SGL = []rvt.SGE{{Addr: addr, Length: uint32(ctx.size), Lkey: ctx.mr.Lkey}}
 	return ctx.qp.PostSend(wr)
 }
 
@@ -591,7 +592,7 @@ func (ctx *ppCtx) loop() error {
 				return fmt.Errorf("Couldn't request CQ notification: %w", err)
 			}
 			if !queued {
-				if err := ctx.waitEvent(deadline); err != nil {
+				if err := ctx.events.wait(deadline, nil); err != nil {
 					return fmt.Errorf("Failed to get cq_event: %w (sent %d, received %d of %d)", err, scnt, rcnt, cfg.Iters)
 				}
 			}
@@ -626,21 +627,4 @@ func (ctx *ppCtx) loop() error {
 		}
 	}
 	return nil
-}
-
-// waitEvent waits for a CQ event (ibv_get_cq_event) until the deadline, if
-// there is one.
-func (ctx *ppCtx) waitEvent(deadline time.Time) error {
-	if deadline.IsZero() {
-		<-ctx.notify
-		return nil
-	}
-	t := time.NewTimer(time.Until(deadline))
-	defer t.Stop()
-	select {
-	case <-ctx.notify:
-		return nil
-	case <-t.C:
-		return errTimeout
-	}
 }

@@ -20,7 +20,6 @@ type ppLink struct {
 	mac     netdev.MAC
 	addrs   []netip.Addr // GID table sources: link-local first, then ours
 	resolve func(netip.Addr) (netdev.MAC, bool)
-	mtu     int // Ethernet MTU for the device (0: the link's)
 	closers []func()
 }
 

@@ -81,18 +81,18 @@ func openXDPPort(iface string, ip netip.Addr) (*ppLink, error) {
 // openUDPLink opens the unprivileged UDP-socket link on --udp (IP or
 // IP:port, port 4791 by default), or on --ip.
 func openUDPLink(cfg *pingpongConfig) (*ppLink, error) {
-	s := cfg.UDP
-	if s == "" {
-		s = cfg.IP
-		if i := strings.IndexByte(s, '/'); i >= 0 {
-			s = s[:i]
-		}
+	// An error names the flag the address came from, with its whole value.
+	name, val, want := "--udp", cfg.UDP, "IP or IP:port"
+	s := val
+	if val == "" {
+		name, val, want = "--ip", cfg.IP, "IP or IP/prefix"
+		s, _, _ = strings.Cut(val, "/")
 	}
 	ap, err := netip.ParseAddrPort(s)
 	if err != nil {
 		a, err2 := netip.ParseAddr(s)
 		if err2 != nil {
-			return nil, fmt.Errorf("--udp %q: want IP or IP:port", s)
+			return nil, fmt.Errorf("%s %q: want %s", name, val, want)
 		}
 		ap = netip.AddrPortFrom(a, 0)
 	}

@@ -175,6 +175,12 @@ func TestPingpongFlags(t *testing.T) {
 	require.True(t, cfg.Check)
 	require.True(t, cfg.Events)
 
+	// Positional arguments keep the order they were typed in.
+	cfg, rest = parse("-n", "7", "x", "-c", "y", "--", "-z")
+	require.Equal(t, []string{"x", "y", "-z"}, rest)
+	require.Equal(t, 7, cfg.Iters)
+	require.True(t, cfg.Check)
+
 	cfg, rest = parse("-d", "rxe0", "--uc", "-m", "4096", "--tap", "svtap0", "--ip", "10.50.0.200/24")
 	require.Empty(t, rest)
 	require.Equal(t, "uc", cfg.Mode)
@@ -384,12 +390,45 @@ func TestPingpongCLI(t *testing.T) {
 	errb.Reset()
 	require.Equal(t, 1, run([]string{"pingpong", "-n", "1"}, &out, &errb))
 	require.Contains(t, errb.String(), "no link")
+	// Extra positional arguments are reported as they were typed, wherever
+	// they stand among the flags.
+	for _, args := range [][]string{
+		{"a", "b"},
+		{"a", "-n", "1", "b"},
+		{"-n", "1", "a", "b"},
+		{"a", "--", "b"},
+		{"--", "a", "b"},
+	} {
+		errb.Reset()
+		require.Equal(t, 2, run(append([]string{"pingpong"}, args...), &out, &errb), "%q", args)
+		require.Equal(t, "rvt pingpong: unexpected arguments [\"a\" \"b\"]\n", errb.String(), "%q", args)
+	}
+	// A bad address names the flag it came from, with its whole value.
 	errb.Reset()
-	require.Equal(t, 2, run([]string{"pingpong", "a", "b"}, &out, &errb))
-	require.Contains(t, errb.String(), "unexpected arguments")
+	require.Equal(t, 1, run([]string{"pingpong", "--ip", "1.2.3/24"}, &out, &errb))
+	require.Equal(t, "rvt pingpong: link: --ip \"1.2.3/24\": want IP or IP/prefix\n", errb.String())
 	out.Reset()
 	require.Equal(t, 0, run([]string{"help", "pingpong"}, &out, &errb))
 	require.Contains(t, out.String(), "usage: rvt pingpong [flags] [server]")
+}
+
+// openUDPLink's errors name the flag the address came from (--udp wins
+// over --ip) and quote its whole value.
+func TestOpenUDPLinkErrors(t *testing.T) {
+	for _, tc := range []struct {
+		udp, ip string
+		err     string
+	}{
+		{udp: "1.2.3", err: `--udp "1.2.3": want IP or IP:port`},
+		{udp: "10.0.0.1:x", ip: "10.0.0.1/24", err: `--udp "10.0.0.1:x": want IP or IP:port`},
+		{ip: "1.2.3/24", err: `--ip "1.2.3/24": want IP or IP/prefix`},
+		{ip: "1.2.3", err: `--ip "1.2.3": want IP or IP/prefix`},
+		{ip: "/24", err: `--ip "/24": want IP or IP/prefix`},
+	} {
+		l, err := openUDPLink(&pingpongConfig{UDP: tc.udp, IP: tc.ip})
+		require.Nil(t, l, "--udp %q --ip %q", tc.udp, tc.ip)
+		require.EqualError(t, err, tc.err, "--udp %q --ip %q", tc.udp, tc.ip)
+	}
 }
 
 // TestPingpongLinks runs the RC ping-pong over links the flags select, the
