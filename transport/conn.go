@@ -112,6 +112,7 @@ func (c *Conn) stop() {
 // one swap, where a mutex-guarded queue cost three atomic operations on
 // each side; a packet is pushed and taken once per hop. There is no ABA
 // hazard: the consumer never pops one node, it takes the whole stack.
+// task.Inline's run queue is the same queue, kept apart: a generic costs an indirect call.
 type pktQueue struct {
 	top atomic.Pointer[pktBuf]
 }
@@ -133,13 +134,13 @@ func (pq *pktQueue) empty() bool { return pq.top.Load() == nil }
 func (pq *pktQueue) takeAll(b []*pktBuf) []*pktBuf {
 	pb := pq.top.Swap(nil)
 	n := len(b)
-	for ; pb != nil; pb = pb.next {
+	for pb != nil {
+		next := pb.next
+		pb.next = nil
 		b = append(b, pb)
+		pb = next
 	}
 	slices.Reverse(b[n:])
-	for _, pb := range b[n:] {
-		pb.next = nil
-	}
 	return b
 }
 
@@ -270,7 +271,7 @@ func (c *Conn) Modify(a *qp.Attr, mask qp.AttrMask) error {
 		return err
 	}
 	at := q.AttrLocked()
-	c.path.valid = false
+	c.path.port = nil // computed again for the new attributes
 	switch {
 	case to == qp.Reset:
 		c.resetLocked()
@@ -440,10 +441,9 @@ func (c *Conn) WaitFlushed(ctx context.Context) error {
 
 // path is a QP's cached route and path MTU.
 type path struct {
-	port  *portState // the port they were computed for
-	valid bool
-	mtu   uint32
-	r     route
+	port *portState // the port they were computed for; nil: compute again
+	mtu  uint32
+	r    route
 }
 
 // pathLocked returns the QP's route (connected QPs) and path MTU, computed
@@ -451,7 +451,7 @@ type path struct {
 func (c *Conn) pathLocked(a *qp.Attr) *path {
 	p := &c.path
 	ps := c.e.port.Load()
-	if p.valid && p.port == ps {
+	if p.port == ps {
 		return p
 	}
 	p.port = ps
@@ -459,12 +459,14 @@ func (c *Conn) pathLocked(a *qp.Attr) *path {
 	if !c.qp.Type().Datagram() && a.PathMTU.Valid() {
 		p.mtu = min(uint32(a.PathMTU.Bytes()), p.mtu)
 	}
-	p.valid = true
 	if !c.qp.Type().Datagram() {
 		p.r = ps.routeTo(&a.AV, c.srcPort, false)
-		// A failed route is not kept: the next packet tries again (a
-		// neighbour may have been learned meanwhile without a port change).
-		p.valid = !p.r.bad
+		if p.r.bad {
+			// A failed route is not kept: the next packet tries again (a
+			// neighbour may have been learned meanwhile without a port
+			// change).
+			p.port = nil
+		}
 	}
 	return p
 }

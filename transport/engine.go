@@ -155,6 +155,7 @@ type portState struct {
 	link    netdev.Link
 	rel     netdev.Releaser // the link takes frames back, if it can
 	hold    netdev.Holder   // the link batches transmits, if it can
+	poll    netdev.Poller   // the link's receive ring can be polled, if it can
 	here    bool            // the link's handler runs on its own goroutine
 	mac     netdev.MAC
 	gids    []netdev.GID
@@ -213,6 +214,7 @@ func (e *Engine) SetPort(pc PortConfig) error {
 	ps := &portState{link: pc.Link, mac: pc.MAC, gids: gids, resolve: pc.Resolve, mtu: m, ttl: pc.TTL}
 	ps.rel, _ = pc.Link.(netdev.Releaser)
 	ps.hold, _ = netdev.As[netdev.Holder](pc.Link)
+	ps.poll, _ = netdev.As[netdev.Poller](pc.Link)
 	if o, ok := netdev.As[netdev.OwnReceiver](pc.Link); ok {
 		ps.here = o.ReceivesOnOwnGoroutine()
 	}
@@ -267,8 +269,8 @@ func flush(h netdev.Holder, lazy bool) {
 // A goroutine that spins on a CQ calls it between polls (busy polling);
 // on other links it returns false at once.
 func (e *Engine) PollLink() bool {
-	p, ok := netdev.As[netdev.Poller](e.port.Load().link)
-	return ok && p.PollReceive()
+	p := e.port.Load().poll
+	return p != nil && p.PollReceive()
 }
 
 // ActiveMTU returns the port's active path MTU.
@@ -291,15 +293,13 @@ func (e *Engine) Clock() clock.Clock { return e.clk }
 // over the loopback path), not the QPs' sum, which leaves out packets no QP
 // took.
 func (e *Engine) Snapshot() map[string]uint64 {
-	conns := *e.byQPN.Load()
-	for _, c := range conns {
-		c.Counters() // brings the device's looped count up to date too
-	}
 	var total Counters
-	total.add(&e.counters, true)
-	for _, c := range conns {
-		total.add(&c.counters, false)
+	for _, c := range *e.byQPN.Load() {
+		// Counters also moves the QP's looped packets into the device's
+		// count, so the device's own counters are added after the loop.
+		total.add(c.Counters(), false)
 	}
+	total.add(&e.counters, true)
 	return total.Snapshot()
 }
 
@@ -339,8 +339,7 @@ func (e *Engine) RemoveConn(c *Conn) {
 	e.byQPN.Store(&m)
 	e.mu.Unlock()
 	c.stop()
-	c.Counters()
-	e.counters.add(&c.counters, false) // the destroyed QP stays in the totals
+	e.counters.add(c.Counters(), false) // the destroyed QP stays in the totals
 }
 
 func (e *Engine) lookup(qpn uint32) *Conn { return (*e.byQPN.Load())[qpn] }

@@ -190,9 +190,12 @@ func TestParseExternalMatchesParse(t *testing.T) {
 				gotErr := parseExternal(b[:info.HdrLen], b[info.HdrLen:info.HdrLen+payload], 1, &got)
 				wr, _ := DropReasonOf(wantErr)
 				gr, _ := DropReasonOf(gotErr)
-				require.Equal(t, wr, gr, "%v payload %d pad %d", Opcode(op), payload, pad)
+				msg := fmt.Sprintf("%v payload %d pad %d", Opcode(op), payload, pad)
+				require.Equal(t, wr, gr, msg)
 				if wantErr == nil {
-					require.Equal(t, want.PayloadLen, got.PayloadLen)
+					require.Equal(t, want.PayloadLen, got.PayloadLen, msg)
+					require.Equal(t, want.HdrLen, got.HdrLen, msg)
+					require.Equal(t, want.PadCount, got.PadCount, msg)
 				}
 			}
 		}

@@ -37,7 +37,6 @@ type reqState struct {
 	// After an RNR NAK only the NAKed message is sent again until the
 	// responder accepts it: resending the whole window behind it would
 	// only earn more RNR NAKs.
-	afterRNR   bool
 	limitOn    bool
 	limitPSN   PSN
 	creditWait bool // stopped for credits (counted once per wait)
@@ -82,17 +81,18 @@ func (c *Conn) requestLocked() bool {
 	if c.timerFired.Load() && c.timerFired.Swap(false) {
 		c.onTimeoutLocked()
 	}
+	rnr := false // the retry below ends an RNR wait
 	if c.rnrFired.Load() && c.rnrFired.Swap(false) && c.req.rnrWait {
 		c.req.rnrWait = false
 		c.req.needRetry = true
-		c.req.afterRNR = true
+		rnr = true
 	}
 	if c.qp.AttrLocked().State == qp.Err {
 		c.flushSendLocked()
 		return false
 	}
 	if c.req.needRetry && !c.req.rnrWait {
-		c.retryLocked()
+		c.retryLocked(rnr)
 	}
 	sq := &c.qp.SQ
 	rc := c.qp.Type() == qp.RC
@@ -508,8 +508,9 @@ func (c *Conn) failOldestLocked(status cq.Status) {
 }
 
 // retryLocked restarts sending from the oldest unfinished WQE at the PSN
-// the retry asks for (go-back-N), mid-message where needed.
-func (c *Conn) retryLocked() {
+// the retry asks for (go-back-N), mid-message where needed. rnr says the
+// retry follows an RNR NAK: then only that WQE goes until it is accepted.
+func (c *Conn) retryLocked(rnr bool) {
 	c.req.needRetry = false
 	sq := &c.qp.SQ
 	a := c.qp.AttrLocked()
@@ -538,8 +539,7 @@ func (c *Conn) retryLocked() {
 		k := resumePacket(c.req.retryPSN, first, w.Length, mtu)
 		w.Sent, psn = k*mtu, first.Add(k)
 	}
-	if c.req.afterRNR {
-		c.req.afterRNR = false
+	if rnr {
 		c.req.limitOn, c.req.limitPSN = true, PSN(w.LastPSN)
 	}
 	w.State = qp.WQEPosted

@@ -66,6 +66,10 @@ const (
 // respError says what an RC responder does on each failure (IBTA 9.7.5.2):
 // the NAK it sends, the status of the receive WQE in progress (if any), and
 // the affiliated event. The responder's QP then goes to ERR.
+//
+// respLocalProt has no status: no WQE is in progress after it, as
+// takeWQELocked completes the WQE whose memory is gone itself (LOC_PROT_ERR),
+// for every QP type.
 var respError = [...]struct {
 	nak    NAKCode
 	status cq.Status
@@ -74,7 +78,7 @@ var respError = [...]struct {
 	respInvalid:   {NAKInvalidRequest, cq.RemInvReqErr, EventQPReqErr},
 	respAccess:    {NAKRemoteAccessError, cq.RemAccessErr, EventQPAccessErr},
 	respLocalLen:  {NAKInvalidRequest, cq.LocLenErr, EventQPReqErr},
-	respLocalProt: {NAKRemoteOperationalError, cq.LocProtErr, EventQPFatal},
+	respLocalProt: {nak: NAKRemoteOperationalError, event: EventQPFatal},
 	respInvRkey:   {NAKInvalidRequest, cq.RemInvReqErr, EventQPReqErr},
 }
 
@@ -632,11 +636,12 @@ func (c *Conn) udRequestLocked(pb *pktBuf, a *qp.Attr) {
 		return
 	}
 	if r := c.takeWQELocked(); r != respOK {
+		// No WQE, or one whose memory was gone (takeWQELocked completed
+		// it): the datagram is dropped.
 		if r == respRNR {
 			c.counters.inc(RecvWQEMissing)
-			return
 		}
-		return // completed with LocProtErr by takeWQELocked
+		return
 	}
 	c.resp.haveWQE = false
 	var grh [40]byte

@@ -203,15 +203,22 @@ func (b *blocker) fn() bool {
 	return false
 }
 
+// startBlocked starts a blocker's task on a two-worker pool, closed when
+// the test ends, and waits until its first run is parked in fn.
+func startBlocked(t *testing.T) (*blocker, *task.Task) {
+	p := task.NewPool(2)
+	t.Cleanup(p.Close)
+	b := newBlocker()
+	tk := task.New(p, "t", b.fn)
+	tk.Schedule()
+	<-b.entered
+	return b, tk
+}
+
 func TestStopWaitsForRun(t *testing.T) {
 	for _, armed := range []bool{false, true} {
 		t.Run(fmt.Sprintf("armed=%v", armed), func(t *testing.T) {
-			p := task.NewPool(2)
-			defer p.Close()
-			b := newBlocker()
-			tk := task.New(p, "t", b.fn)
-			tk.Schedule()
-			<-b.entered
+			b, tk := startBlocked(t)
 			if armed {
 				tk.Schedule()
 			}
@@ -251,14 +258,21 @@ func TestPoolWakeWhileBusyRunsAgain(t *testing.T) {
 		{"RunHere", func(tk *task.Task) { tk.RunHere() }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := task.NewPool(2)
-			defer p.Close()
-			b := newBlocker()
-			tk := task.New(p, "t", b.fn)
-			tk.Schedule()
-			<-b.entered
-			tc.wake(tk)
-			require.EqualValues(t, 0, b.done.Load(), "the wake-up ran the task concurrently")
+			b, tk := startBlocked(t)
+			// A wake-up that ran fn here would park in it beside the
+			// first run: it must return while that run is still parked.
+			woke := make(chan struct{})
+			go func() { tc.wake(tk); close(woke) }()
+			select {
+			case <-woke:
+			case <-b.entered:
+				close(b.release) // let both runs end, so the pool can close
+				t.Fatal("the wake-up ran the task concurrently")
+			case <-time.After(waitFor):
+				close(b.release)
+				t.Fatal("the wake-up did not return: it ran the task concurrently")
+			}
+			require.EqualValues(t, 1, b.runs.Load(), "the wake-up ran the task concurrently")
 			b.release <- struct{}{}
 			select {
 			case <-b.entered:

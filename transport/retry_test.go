@@ -1,0 +1,111 @@
+package transport
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/softverbs/softverbs/clock"
+	"github.com/softverbs/softverbs/cq"
+	"github.com/softverbs/softverbs/internal/task"
+	"github.com/softverbs/softverbs/keys"
+	"github.com/softverbs/softverbs/mcast"
+	"github.com/softverbs/softverbs/netdev"
+	"github.com/softverbs/softverbs/qp"
+)
+
+// rcHarness is an RC QP in RTS on an engine with no link, under a manual
+// clock and the inline executor. Its peer is a QP number nobody has, on
+// this device: what it sends is dropped (lost), and the test plays the
+// responder by handing ACKs and NAKs to the completer.
+type rcHarness struct {
+	e    *Engine
+	c    *Conn
+	clk  *clock.Manual
+	cq   *cq.CQ
+	peer netip.Addr
+}
+
+func newRCHarness(t *testing.T) *rcHarness {
+	t.Helper()
+	clk := clock.NewManual()
+	kt := keys.NewTable(8)
+	e, err := NewEngine(Config{Clock: clk, Exec: task.NewInline(), Keys: kt, Mcast: mcast.NewTable(4, 4)})
+	require.NoError(t, err)
+	peer := netip.MustParseAddr("198.18.0.1")
+	require.NoError(t, e.SetPort(PortConfig{Addrs: []netip.Addr{peer}}))
+	scq, err := cq.New(64)
+	require.NoError(t, err)
+	q, err := qp.New(0x11, qp.Config{
+		Type: qp.RC, PD: keys.NewPD(1), SendCQ: scq, RecvCQ: scq, Keys: kt,
+		Cap:    qp.Cap{MaxSendWR: 16, MaxRecvWR: 1, MaxInlineData: 64},
+		Limits: &qp.Limits{MaxMTU: qp.MTU4096, MaxRdAtomic: 1, MaxDestRdAtomic: 1, PkeyTableLen: 1, GIDTableLen: 1, Ports: 1},
+	})
+	require.NoError(t, err)
+	c, err := e.NewConn(q)
+	require.NoError(t, err)
+	for _, a := range []qp.Attr{
+		{State: qp.Init, Port: 1},
+		{State: qp.RTR, PathMTU: qp.MTU1024, DestQPN: 0x99, MaxDestRdAtomic: 1, MinRNRTimer: 1,
+			AV: qp.AddressVector{DGID: netdev.GIDFromIP(peer), HopLimit: 64, Port: 1}},
+		{State: qp.RTS, SQPSN: 0x100, Timeout: 10, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
+	} {
+		require.NoError(t, c.Modify(&a, qp.RequiredAttrs(qp.RC, q.State(), a.State)), "to %v", a.State)
+	}
+	return &rcHarness{e: e, c: c, clk: clk, cq: scq, peer: peer}
+}
+
+// send posts signaled inline SENDs of one packet each.
+func (h *rcHarness) send(t *testing.T, wrids ...uint64) {
+	t.Helper()
+	wrs := make([]qp.SendWR, len(wrids))
+	for i, id := range wrids {
+		wrs[i] = qp.SendWR{WRID: id, Opcode: qp.OpSend, Flags: qp.Inline | qp.Signaled, InlineData: []byte{1, 2, 3, 4}}
+	}
+	require.NoError(t, h.c.PostSend(wrs))
+}
+
+// respond hands the completer an ACK-type packet for psn with syndrome syn,
+// as if from the peer.
+func (h *rcHarness) respond(t *testing.T, psn PSN, syn Syndrome) {
+	t.Helper()
+	info := RCAck.Info()
+	b := make([]byte, info.HdrLen)
+	BTH(b).Init(RCAck, DefaultPKey, h.c.qp.Num(), psn)
+	AETH(b[info.Offset(HdrAETH):]).SetSyndrome(syn)
+	pb := h.e.getBuf()
+	pb.own = append(pb.own[:0], b...)
+	require.NoError(t, Parse(pb.own, &pb.pkt))
+	pb.src = h.peer
+	h.e.deliver(pb, false)
+}
+
+// An RNR wait whose message was acknowledged meanwhile (the responder took
+// a retransmission after its RNR NAK) ends in a retry with nothing to
+// send. That RNR retry must not outlive it: a later timeout retry resends
+// the whole window, not just its first message as after an RNR NAK.
+func TestRNRRetryWithNothingToSendDoesNotLimitLaterRetry(t *testing.T) {
+	h := newRCHarness(t)
+	c := h.c
+	sent := func() uint64 { return c.Counters().Get(SentPkts) }
+
+	h.send(t, 1) // PSN 0x100, lost
+	require.EqualValues(t, 1, sent())
+	h.respond(t, 0x100, RNRNAKSyndrome(1))
+	h.respond(t, 0x100, ACKSyndrome(CreditInvalid))
+	wcs := make([]cq.WC, 4)
+	require.Equal(t, 1, h.cq.Poll(wcs))
+	require.Equal(t, cq.Success, wcs[0].Status)
+	h.clk.Advance(RNRTimerCode(1).Duration()) // the RNR wait ends: nothing to resend
+	require.EqualValues(t, 1, sent())
+	require.Zero(t, c.Counters().Get(Retransmits))
+
+	h.send(t, 2, 3) // PSNs 0x101 and 0x102, lost
+	require.EqualValues(t, 3, sent())
+	for c.Counters().Get(Timeouts) == 0 {
+		require.True(t, h.clk.AdvanceToNext(), "no retransmit timer")
+	}
+	require.EqualValues(t, 1, c.Counters().Get(Retransmits))
+	require.EqualValues(t, 5, sent(), "the timeout retry resends both messages")
+}
