@@ -22,8 +22,6 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/softverbs/softverbs/clock"
 )
 
 // WatchAddrs follows the addresses of interface ifname in the network
@@ -39,11 +37,30 @@ import (
 // the one last passed. The list may be empty (no usable address). fn must not
 // call stop.
 //
-// clk (nil: real time) is the clock of the reader used for the dumps; the
-// watcher itself has no timers. stop closes the sockets and waits for the
-// goroutine to end; after it returns fn is not called again. stop may be
-// called more than once.
-func WatchAddrs(ifname string, clk clock.Clock, fn func([]netip.Addr)) (stop func(), err error) {
+// The watcher reports no errors once started. If re-reading the addresses
+// fails, it tries again at the next notification of any interface (not
+// only ifname's), so a change is late rather than lost. A receive error
+// other than a lost notification (ENOBUFS, followed by a re-read) ends the
+// watcher: fn is not called again, and stop still has to be called.
+//
+// stop closes the sockets and waits for the goroutine to end; after it
+// returns fn is not called again. stop may be called more than once.
+func WatchAddrs(ifname string, fn func([]netip.Addr)) (stop func(), err error) {
+	return watchAddrs(ifname, fn, addrWatchHooks{})
+}
+
+// addrWatchHooks let tests see and steer the watcher's goroutine; the zero
+// value is what WatchAddrs uses.
+type addrWatchHooks struct {
+	// failDump, if set, is asked before each re-read; true makes the
+	// re-read fail.
+	failDump func() bool
+	// handled, if set, is called after each notification is handled,
+	// saying whether the addresses were re-read.
+	handled func(reread bool)
+}
+
+func watchAddrs(ifname string, fn func([]netip.Addr), hooks addrWatchHooks) (stop func(), err error) {
 	if fn == nil {
 		return nil, fmt.Errorf("watch addresses of %s: nil callback", ifname)
 	}
@@ -61,7 +78,7 @@ func WatchAddrs(ifname string, clk clock.Clock, fn func([]netip.Addr)) (stop fun
 		f.Close()
 		return nil, fmt.Errorf("watch addresses of %s: %w", ifname, err)
 	}
-	dump, err := openKernelNeighbours(idx, clk)
+	dump, err := openKernelNeighbours(idx, nil) // only Addrs, which reads no clock
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("watch addresses of %s: %w", ifname, err)
@@ -74,11 +91,18 @@ func WatchAddrs(ifname string, clk clock.Clock, fn func([]netip.Addr)) (stop fun
 	}
 	fn(slices.Clone(cur))
 
+	reread := func() ([]netip.Addr, error) {
+		if hooks.failDump != nil && hooks.failDump() {
+			return nil, errors.New("re-read failed (test)")
+		}
+		return dump.Addrs()
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		defer dump.Close()
 		buf := make([]byte, 1<<16)
+		stale := false // the last re-read failed: re-read at the next notification
 		for {
 			var (
 				n    int
@@ -93,16 +117,23 @@ func WatchAddrs(ifname string, clk clock.Clock, fn func([]netip.Addr)) (stop fun
 			}
 			switch {
 			case rerr == unix.ENOBUFS:
-				// Notifications were lost; the dump below catches up.
+				// Notifications were lost; the re-read below catches up.
 			case rerr == unix.EINTR:
 				continue
 			case rerr != nil:
 				return
-			case !addrEventFor(buf[:n], idx):
+			case !stale && !addrEventFor(buf[:n], idx):
+				if hooks.handled != nil {
+					hooks.handled(false)
+				}
 				continue
 			}
-			next, err := dump.Addrs()
-			if err != nil || slices.Equal(next, cur) {
+			next, err := reread()
+			stale = err != nil
+			if hooks.handled != nil {
+				hooks.handled(true)
+			}
+			if stale || slices.Equal(next, cur) {
 				continue
 			}
 			cur = next

@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -69,6 +70,59 @@ func (u *addrUpdates) waitFor(t *testing.T, want []netip.Addr) {
 	}
 }
 
+// rereads records, through addrWatchHooks.handled, whether the watcher
+// re-read the addresses for each notification it handled.
+type rereads chan bool
+
+func newRereads() rereads { return make(rereads, 1024) }
+
+func (r rereads) handled(reread bool) {
+	select {
+	case r <- reread:
+	default: // the test reads far fewer
+	}
+}
+
+// drain forgets what was recorded so far.
+func (r rereads) drain() {
+	for {
+		select {
+		case <-r:
+		default:
+			return
+		}
+	}
+}
+
+// waitFor waits (bounded) for a notification handled with a re-read
+// (reread true) or without one, skipping the others.
+func (r rereads) waitFor(t *testing.T, reread bool) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case got := <-r:
+			if got == reread {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("no notification handled with reread=%v within 10s", reread)
+		}
+	}
+}
+
+// next returns the next record, failing after 10s.
+func (r rereads) next(t *testing.T) bool {
+	t.Helper()
+	select {
+	case got := <-r:
+		return got
+	case <-time.After(10 * time.Second):
+		t.Fatal("no notification handled within 10s")
+		return false
+	}
+}
+
 // TestAddrWatch: a watcher on a veth end in a fresh namespace sees
 // addresses added and removed, in GID order, and sees a tentative address
 // only once DAD has succeeded.
@@ -84,6 +138,7 @@ func TestAddrWatch(t *testing.T) {
 
 	var mac MAC
 	u := newAddrUpdates()
+	rr := newRereads()
 	var stop func()
 	require.NoError(t, a.Do(func() error {
 		ifi, err := net.InterfaceByName(ea)
@@ -91,7 +146,7 @@ func TestAddrWatch(t *testing.T) {
 			return err
 		}
 		mac, _ = MACFrom(ifi.HardwareAddr)
-		stop, err = WatchAddrs(ea, nil, u.fn)
+		stop, err = watchAddrs(ea, u.fn, addrWatchHooks{handled: rr.handled})
 		return err
 	}))
 	t.Cleanup(func() { stop() })
@@ -112,9 +167,11 @@ func TestAddrWatch(t *testing.T) {
 	a.Run("ip", "addr", "del", "10.204.0.1/24", "dev", ea)
 	u.waitFor(t, []netip.Addr{ll, v6})
 
-	// An address on another interface changes nothing here: the next
-	// update is the one for ea.
+	// An address on another interface is not re-read (the notification
+	// is filtered by interface), and the next update is the one for ea.
+	rr.drain()
 	a.Run("ip", "addr", "add", "10.205.0.1/32", "dev", "lo")
+	rr.waitFor(t, false)
 	a.Run("ip", "addr", "add", "10.204.0.2/24", "dev", ea)
 	v4b := netip.MustParseAddr("10.204.0.2")
 	select {
@@ -151,8 +208,64 @@ func TestAddrWatch(t *testing.T) {
 	}
 }
 
-// TestAddrWatchNoInterface: a missing interface is an error, not a watcher.
+// TestAddrWatchRetry: a re-read that fails is retried at the next
+// notification, even one for another interface, so the change it missed
+// still reaches fn.
+func TestAddrWatchRetry(t *testing.T) {
+	nettest.RequireRoot(t)
+	a, b := nettest.New(t), nettest.New(t)
+	require.NoError(t, a.Do(func() error {
+		return os.WriteFile("/proc/sys/net/ipv6/conf/default/accept_dad", []byte("0"), 0)
+	}))
+	ea, _ := nettest.Veth(t, a, b)
+
+	var mac MAC
+	var failNext atomic.Bool
+	u := newAddrUpdates()
+	rr := newRereads()
+	var stop func()
+	require.NoError(t, a.Do(func() error {
+		ifi, err := net.InterfaceByName(ea)
+		if err != nil {
+			return err
+		}
+		mac, _ = MACFrom(ifi.HardwareAddr)
+		stop, err = watchAddrs(ea, u.fn, addrWatchHooks{failDump: func() bool { return failNext.Swap(false) }, handled: rr.handled})
+		return err
+	}))
+	t.Cleanup(func() { stop() })
+	ll := LinkLocalFromMAC(mac)
+	u.waitFor(t, []netip.Addr{ll})
+	rr.drain()
+
+	// The re-read for this change fails: no update.
+	failNext.Store(true)
+	a.Run("ip", "addr", "add", "10.206.0.1/24", "dev", ea)
+	require.Eventually(t, func() bool { return !failNext.Load() }, 10*time.Second, time.Millisecond, "no re-read")
+	rr.waitFor(t, true) // the failed re-read
+	select {
+	case got := <-u.ch:
+		t.Fatalf("update after a failed re-read: %v", got)
+	default:
+	}
+
+	// A notification for another interface makes the watcher re-read,
+	// and the change arrives.
+	a.Run("ip", "addr", "add", "10.207.0.1/32", "dev", "lo")
+	select {
+	case got := <-u.ch:
+		require.Equal(t, []netip.Addr{ll, netip.MustParseAddr("10.206.0.1")}, got)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the missed change did not arrive within 10s of the next notification")
+	}
+	require.True(t, rr.next(t), "the lo notification was re-read")
+}
+
+// TestAddrWatchNoInterface: a missing interface is an error naming it, not
+// a watcher.
 func TestAddrWatchNoInterface(t *testing.T) {
-	_, err := WatchAddrs("sv-no-such-if", nil, func([]netip.Addr) {})
-	require.Error(t, err)
+	stop, err := WatchAddrs("sv-no-such-if", func([]netip.Addr) {})
+	require.ErrorIs(t, err, unix.ENODEV)
+	require.ErrorContains(t, err, "sv-no-such-if")
+	require.Nil(t, stop)
 }

@@ -33,8 +33,7 @@ type Fabric struct {
 	seed int64
 
 	mu    sync.RWMutex
-	fdb   map[MAC]*FabricPort                 // forwarding database: static and learned
-	fwd   atomic.Pointer[map[MAC]*FabricPort] // read-only copy of fdb, for Send
+	fdb   atomic.Pointer[map[MAC]*FabricPort] // forwarding database (static and learned), copy-on-write
 	addrs map[netip.Addr]MAC                  // Resolve table, keys unmapped
 	rng   *rand.Rand                          // MAC assignment and per-port fault seeds
 	ports atomic.Pointer[[]*FabricPort]       // copy-on-write snapshot for flooding
@@ -48,12 +47,11 @@ func NewFabric(clk clock.Clock, seed int64) *Fabric {
 	f := &Fabric{
 		clk:   clock.OrReal(clk),
 		seed:  seed,
-		fdb:   make(map[MAC]*FabricPort),
 		addrs: make(map[netip.Addr]MAC),
 		rng:   rand.New(rand.NewPCG(uint64(seed), 0x6e65746465766661)),
 	}
 	f.ports.Store(new([]*FabricPort))
-	f.publishLocked()
+	f.fdb.Store(&map[MAC]*FabricPort{})
 	return f
 }
 
@@ -75,7 +73,7 @@ func (f *Fabric) NewPort(mac MAC, mtu int) *FabricPort {
 				m[i] = byte(v >> (8 * i))
 			}
 			m[0] = m[0]&^1 | 2 // unicast, locally administered
-			if _, used := f.fdb[m]; !used && !m.IsZero() {
+			if _, used := (*f.fdb.Load())[m]; !used && !m.IsZero() {
 				mac = m
 				break
 			}
@@ -89,8 +87,7 @@ func (f *Fabric) NewPort(mac MAC, mtu int) *FabricPort {
 		index:  f.count,
 	}
 	f.count++
-	f.fdb[mac] = p
-	f.publishLocked()
+	f.editFDBLocked(func(fdb map[MAC]*FabricPort) { fdb[mac] = p })
 	old := *f.ports.Load()
 	ports := make([]*FabricPort, len(old), len(old)+1)
 	copy(ports, old)
@@ -146,40 +143,38 @@ func (f *Fabric) Resolve(ip netip.Addr) (MAC, bool) {
 
 // lookup returns the port for dst, or nil to flood. It learns src on from.
 func (f *Fabric) lookup(from *FabricPort, src, dst MAC) *FabricPort {
-	fwd := *f.fwd.Load()
-	known := fwd[src]
+	fdb := *f.fdb.Load()
+	known := fdb[src]
 	var to *FabricPort
 	if !dst.IsMulticast() {
-		to = fwd[dst]
+		to = fdb[dst]
 	}
 	if known != from && !src.IsMulticast() {
 		f.mu.Lock()
 		// A port's own MAC is static: never move it by learning.
-		if cur := f.fdb[src]; cur == nil || cur.mac != src {
-			f.fdb[src] = from
-			f.publishLocked()
+		if cur := (*f.fdb.Load())[src]; cur != from && (cur == nil || cur.mac != src) {
+			f.editFDBLocked(func(fdb map[MAC]*FabricPort) { fdb[src] = from })
 		}
 		f.mu.Unlock()
 	}
 	return to
 }
 
-// publishLocked gives Send a fresh copy of the forwarding database: every
-// frame reads it, and it changes only when a port comes, goes or moves.
-func (f *Fabric) publishLocked() {
-	m := maps.Clone(f.fdb)
-	f.fwd.Store(&m)
+// editFDBLocked publishes a copy of the forwarding database changed by
+// edit. Send reads the published map without a lock, so it is replaced,
+// never changed; that happens only when a port comes, goes or moves.
+func (f *Fabric) editFDBLocked(edit func(fdb map[MAC]*FabricPort)) {
+	fdb := maps.Clone(*f.fdb.Load())
+	edit(fdb)
+	f.fdb.Store(&fdb)
 }
 
 func (f *Fabric) detach(p *FabricPort) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for m, q := range f.fdb {
-		if q == p {
-			delete(f.fdb, m)
-		}
-	}
-	f.publishLocked()
+	f.editFDBLocked(func(fdb map[MAC]*FabricPort) {
+		maps.DeleteFunc(fdb, func(_ MAC, q *FabricPort) bool { return q == p })
+	})
 	old := *f.ports.Load()
 	ports := make([]*FabricPort, 0, len(old))
 	for _, q := range old {
@@ -254,7 +249,9 @@ func (p *FabricPort) Send(frame []byte) error {
 
 // arrive delivers a frame the fabric forwards to p.
 func (p *FabricPort) arrive(frame []byte) {
-	if p.closed.Load() || frameTooLong(frame, p.mtu) {
+	// With no handler the frame is dropped: skip the buffer and the copy
+	// (deliver still drops it if the handler goes meanwhile).
+	if p.closed.Load() || p.handler.Load() == nil || frameTooLong(frame, p.mtu) {
 		p.rxDropped.Add(1)
 		return
 	}

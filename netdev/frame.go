@@ -559,8 +559,7 @@ func PutUDPChecksum(frame []byte, src, dst netip.Addr) {
 		return
 	}
 	udp := UDP(frame[EthernetHeaderLen+IPv6HeaderLen:])
-	udp.SetChecksum(0)
-	udp.SetChecksum(udp.ComputeChecksum(src, dst))
+	udp.SetChecksum(udp.ComputeChecksum(src, dst)) // it skips the old value
 }
 
 // Errors ParseFrame returns. They are plain sentinels, never wrapped, so the

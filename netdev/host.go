@@ -129,7 +129,7 @@ type Host struct {
 
 	mu     sync.RWMutex
 	addrs  []netip.Addr // unmapped, in the caller's order
-	groups map[netip.Addr]int
+	groups groupRefs
 	neigh  map[netip.Addr]*neighbour
 
 	arpReqSent, arpRepSent, nsSent, naSent atomic.Uint64
@@ -147,8 +147,7 @@ var (
 // solicitations too). clk (nil: the real clock) ages the neighbour cache.
 // The host takes over l's handler.
 func NewHost(l Link, mac MAC, addrs []netip.Addr, clk clock.Clock) *Host {
-	h := &Host{l: l, mac: mac, clk: clock.OrReal(clk), neigh: make(map[netip.Addr]*neighbour),
-		groups: make(map[netip.Addr]int)}
+	h := &Host{l: l, mac: mac, clk: clock.OrReal(clk), neigh: make(map[netip.Addr]*neighbour)}
 	h.rel, _ = l.(Releaser)
 	h.addrs = unmapAll(addrs)
 	l.SetHandler(h.receive)
@@ -660,6 +659,49 @@ type GroupJoiner interface {
 
 var _ GroupJoiner = (*Host)(nil)
 
+// groupRefs counts the joins of each multicast group, so that every
+// GroupJoiner treats nested joins alike: the first JoinGroup of a group
+// acts (a report, a socket's membership) and the matching last LeaveGroup
+// undoes it. The zero value holds no group; its owner guards it with its
+// lock.
+type groupRefs struct{ n map[netip.Addr]int }
+
+// join counts one join of g and reports whether it is the first.
+func (r *groupRefs) join(g netip.Addr) (first bool) {
+	if r.n == nil {
+		r.n = make(map[netip.Addr]int)
+	}
+	r.n[g]++
+	return r.n[g] == 1
+}
+
+// leave undoes one join of g and reports whether it was the last. Leaving
+// a group that is not joined is an error naming the group.
+func (r *groupRefs) leave(g netip.Addr) (last bool, err error) {
+	switch n := r.n[g]; n {
+	case 0:
+		return false, fmt.Errorf("leave group %v: not joined", g)
+	case 1:
+		delete(r.n, g)
+		return true, nil
+	default:
+		r.n[g] = n - 1
+		return false, nil
+	}
+}
+
+// all returns the joined groups, in no particular order.
+func (r *groupRefs) all() []netip.Addr {
+	out := make([]netip.Addr, 0, len(r.n))
+	for g := range r.n {
+		out = append(out, g)
+	}
+	return out
+}
+
+// reset forgets every join.
+func (r *groupRefs) reset() { clear(r.n) }
+
 // JoinGroup records membership of an IP multicast group (IPv4 or
 // IPv6, IPv4-mapped allowed) and sends an unsolicited IGMPv2 membership
 // report (IPv4) or MLDv2 report (IPv6). Joins are counted, so a group
@@ -670,8 +712,7 @@ func (h *Host) JoinGroup(group netip.Addr) error {
 		return fmt.Errorf("join group %v: not a multicast address", group)
 	}
 	h.mu.Lock()
-	h.groups[group]++
-	first := h.groups[group] == 1
+	first := h.groups.join(group)
 	h.mu.Unlock()
 	if first {
 		h.report(group, true)
@@ -680,36 +721,24 @@ func (h *Host) JoinGroup(group netip.Addr) error {
 }
 
 // LeaveGroup undoes one JoinGroup; the last leave sends an IGMPv2 leave or
-// an MLDv2 change-to-include report.
+// an MLDv2 change-to-include report. Leaving a group not joined is an
+// error.
 func (h *Host) LeaveGroup(group netip.Addr) error {
 	group = group.Unmap()
 	h.mu.Lock()
-	n, ok := h.groups[group]
-	if !ok {
-		h.mu.Unlock()
-		return fmt.Errorf("leave group %v: not joined", group)
-	}
-	if n <= 1 {
-		delete(h.groups, group)
-	} else {
-		h.groups[group] = n - 1
-	}
+	last, err := h.groups.leave(group)
 	h.mu.Unlock()
-	if n <= 1 {
+	if last {
 		h.report(group, false)
 	}
-	return nil
+	return err
 }
 
 // Groups returns the joined groups.
 func (h *Host) Groups() []netip.Addr {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
-	out := make([]netip.Addr, 0, len(h.groups))
-	for g := range h.groups {
-		out = append(out, g)
-	}
-	return out
+	return h.groups.all()
 }
 
 // report sends an IGMPv2 report/leave (RFC 2236) or an MLDv2 report with

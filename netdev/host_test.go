@@ -1,6 +1,7 @@
 package netdev
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
 	"sync"
@@ -559,4 +560,47 @@ func TestGIDsFromInterface(t *testing.T) {
 	}
 	_, err = GIDsFromInterface("lo")
 	require.Error(t, err, "loopback has no ethernet address")
+}
+
+// TestGroupRefs: nested joins and leaves, as every GroupJoiner counts
+// them: the first join and the last leave act, and leaving a group not
+// joined is an error naming it.
+func TestGroupRefs(t *testing.T) {
+	g1, g2 := netip.MustParseAddr("239.1.1.1"), netip.MustParseAddr("ff0e::101")
+	var r groupRefs
+	steps := []struct {
+		join    bool // else leave
+		g       netip.Addr
+		want    bool // first join, last leave
+		wantErr bool
+	}{
+		{join: false, g: g1, wantErr: true}, // never joined
+		{join: true, g: g1, want: true},
+		{join: true, g: g1},
+		{join: true, g: g2, want: true},
+		{join: false, g: g1},
+		{join: false, g: g2, want: true},
+		{join: false, g: g1, want: true},
+		{join: false, g: g1, wantErr: true}, // one leave too many
+		{join: true, g: g1, want: true},     // counting starts over
+	}
+	for i, s := range steps {
+		name := fmt.Sprintf("step %d: join=%v %v", i, s.join, s.g)
+		if s.join {
+			require.Equal(t, s.want, r.join(s.g), name)
+			continue
+		}
+		last, err := r.leave(s.g)
+		require.Equal(t, s.want, last, name)
+		if s.wantErr {
+			require.ErrorContains(t, err, s.g.String(), name)
+		} else {
+			require.NoError(t, err, name)
+		}
+	}
+	require.Equal(t, []netip.Addr{g1}, r.all())
+	r.reset()
+	require.Empty(t, r.all())
+	_, err := r.leave(g1)
+	require.Error(t, err, "reset forgets the joins")
 }

@@ -42,19 +42,17 @@ func (r *receiver) SetHandler(h Handler) {
 // deliver hands a received frame, which the link owns, to the handler,
 // counting it and n bytes (the frame's length, or the payload's where the
 // link counts payload bytes) as received. With no handler set it counts
-// the frame as dropped and gives it back to rel, the link's pool. It
-// reports whether the handler got the frame.
-func (r *receiver) deliver(frame []byte, n int, rel Releaser) bool {
+// the frame as dropped and gives it back to rel, the link's pool.
+func (r *receiver) deliver(frame []byte, n int, rel Releaser) {
 	h := r.handler.Load()
 	if h == nil {
 		r.rxDropped.Add(1)
 		rel.Release(frame)
-		return false
+		return
 	}
 	r.rxFrames.Add(1)
 	r.rxBytes.Add(uint64(n))
 	(*h)(frame)
-	return true
 }
 
 // Link moves whole Ethernet frames (destination MAC first, no FCS).

@@ -19,7 +19,7 @@ func TestReceiverDeliverOrDrop(t *testing.T) {
 	var rel releaseRecorder
 	f := []byte{1, 2, 3}
 
-	require.False(t, r.deliver(f, len(f), &rel), "no handler yet")
+	r.deliver(f, len(f), &rel) // no handler yet
 	require.Len(t, rel.got, 1, "the frame goes back to the pool")
 	require.Same(t, &f[0], &rel.got[0][0])
 	require.EqualValues(t, 1, r.rxDropped.Load())
@@ -28,7 +28,7 @@ func TestReceiverDeliverOrDrop(t *testing.T) {
 
 	var got [][]byte
 	r.SetHandler(func(b []byte) { got = append(got, b) })
-	require.True(t, r.deliver(f, 100, &rel))
+	r.deliver(f, 100, &rel)
 	require.Len(t, got, 1)
 	require.Same(t, &f[0], &got[0][0], "the handler owns the frame")
 	require.Len(t, rel.got, 1, "not released for the handler")
@@ -37,9 +37,10 @@ func TestReceiverDeliverOrDrop(t *testing.T) {
 	require.EqualValues(t, 1, r.rxDropped.Load())
 
 	r.SetHandler(nil)
-	require.False(t, r.deliver(f, len(f), &rel))
-	require.Len(t, got, 1)
+	r.deliver(f, len(f), &rel)
+	require.Len(t, got, 1, "no longer handed over")
 	require.Len(t, rel.got, 2)
+	require.Same(t, &f[0], &rel.got[1][0], "back to the pool")
 	require.EqualValues(t, 2, r.rxDropped.Load())
 	require.EqualValues(t, 1, r.rxFrames.Load())
 }

@@ -98,7 +98,8 @@ type UDPLink struct {
 
 	mu     sync.RWMutex
 	tx     map[uint16]*net.UDPConn
-	groups map[netip.Addr]*net.UDPConn
+	groups map[netip.Addr]*net.UDPConn // a socket per joined group
+	joins  groupRefs                   // JoinGroup calls per group
 
 	txPackets, txBytes, txErrors             atomic.Uint64
 	rxErrors                                 atomic.Uint64
@@ -553,7 +554,8 @@ func (l *UDPLink) socketFor(port uint16) (*net.UDPConn, error) {
 // JoinGroup receives RoCEv2 datagrams sent to the multicast group on the
 // link's port: a socket bound to group:port joins it on the interface of
 // the link's address. Multicast loopback is off, so the link does not hear
-// its own group sends (the transport delivers those locally).
+// its own group sends (the transport delivers those locally). Joins are
+// counted; each needs a LeaveGroup.
 func (l *UDPLink) JoinGroup(group netip.Addr) error {
 	group = group.Unmap()
 	if !group.IsMulticast() || group.Is4() == l.v6 {
@@ -561,7 +563,7 @@ func (l *UDPLink) JoinGroup(group netip.Addr) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if _, ok := l.groups[group]; ok {
+	if !l.joins.join(group) {
 		return nil
 	}
 	ap := netip.AddrPortFrom(group, l.local.Port())
@@ -570,6 +572,7 @@ func (l *UDPLink) JoinGroup(group netip.Addr) error {
 	}
 	c, err := l.listen(ap, true)
 	if err != nil {
+		_, _ = l.joins.leave(group) // not a member: the join does not count
 		return fmt.Errorf("udp link %v: join %v: %w", l.local, group, err)
 	}
 	rc, err := c.SyscallConn()
@@ -590,6 +593,7 @@ func (l *UDPLink) JoinGroup(group netip.Addr) error {
 	}
 	if err != nil {
 		c.Close()
+		_, _ = l.joins.leave(group)
 		return fmt.Errorf("udp link %v: join %v: %w", l.local, group, err)
 	}
 	l.groups[group] = c
@@ -597,15 +601,22 @@ func (l *UDPLink) JoinGroup(group netip.Addr) error {
 	return nil
 }
 
-// LeaveGroup closes the group's socket.
+// LeaveGroup undoes one JoinGroup; the last one closes the group's
+// socket. Leaving a group not joined is an error.
 func (l *UDPLink) LeaveGroup(group netip.Addr) error {
 	group = group.Unmap()
 	l.mu.Lock()
-	c, ok := l.groups[group]
-	delete(l.groups, group)
+	last, err := l.joins.leave(group)
+	c := l.groups[group]
+	if last {
+		delete(l.groups, group)
+	}
 	l.mu.Unlock()
-	if !ok {
-		return fmt.Errorf("udp link %v: leave %v: not joined", l.local, group)
+	if err != nil {
+		return fmt.Errorf("udp link %v: %w", l.local, err)
+	}
+	if !last {
+		return nil
 	}
 	return c.Close()
 }
@@ -650,6 +661,7 @@ func (l *UDPLink) Close() error {
 		c.Close()
 	}
 	l.tx, l.groups = map[uint16]*net.UDPConn{}, map[netip.Addr]*net.UDPConn{}
+	l.joins.reset()
 	l.mu.Unlock()
 	l.wg.Wait()
 	l.closeNS()

@@ -34,15 +34,9 @@ type udpBatch struct {
 	free    [][]udpQueued // guarded by mu: emptied queues, for reuse
 
 	sendMu sync.Mutex // guards the scratch below, used while sending
-	hdrs   []mmsghdr
+	hdrs   []unix.Mmsghdr
 	iovs   []unix.Iovec
 	names  []unix.RawSockaddrInet6 // big enough for IPv4 too
-}
-
-// mmsghdr is struct mmsghdr: a msghdr and the byte count the kernel fills.
-type mmsghdr struct {
-	hdr unix.Msghdr
-	n   uint32
 }
 
 var _ Holder = (*UDPLink)(nil)
@@ -143,7 +137,7 @@ func (l *UDPLink) sendRun(q []udpQueued) {
 	b := &l.batch
 	n := len(q)
 	if cap(b.hdrs) < n {
-		b.hdrs = make([]mmsghdr, n)
+		b.hdrs = make([]unix.Mmsghdr, n)
 		b.iovs = make([]unix.Iovec, n)
 		b.names = make([]unix.RawSockaddrInet6, n)
 	}
@@ -152,8 +146,8 @@ func (l *UDPLink) sendRun(q []udpQueued) {
 		iovs[i] = unix.Iovec{Base: &q[i].buf[0]}
 		iovs[i].SetLen(len(q[i].buf))
 		nl := putSockaddr(&names[i], q[i].to)
-		hdrs[i] = mmsghdr{hdr: unix.Msghdr{Name: (*byte)(unsafe.Pointer(&names[i])), Namelen: nl, Iov: &iovs[i]}}
-		hdrs[i].hdr.SetIovlen(1)
+		hdrs[i] = unix.Mmsghdr{Hdr: unix.Msghdr{Name: (*byte)(unsafe.Pointer(&names[i])), Namelen: nl, Iov: &iovs[i]}}
+		hdrs[i].Hdr.SetIovlen(1)
 	}
 	rc, err := q[0].c.SyscallConn()
 	if err != nil {

@@ -5,9 +5,11 @@ package netdev
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -308,3 +310,69 @@ func TestUDPLinkWireHeader(t *testing.T) {
 }
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
+// TestUDPLinkGroupsNested: joins nest as with every GroupJoiner (see
+// TestGroupRefs): the group's socket, and the kernel's membership, stay
+// until the last LeaveGroup, and one leave too many is an error.
+func TestUDPLinkGroupsNested(t *testing.T) {
+	nettest.RequireRoot(t)
+	ns := nettest.New(t)
+	var l *UDPLink
+	require.NoError(t, ns.Do(func() error {
+		var err error
+		l, err = OpenUDP(netip.MustParseAddrPort("127.0.0.1:0"))
+		return err
+	}))
+	t.Cleanup(func() { l.Close() })
+	g := netip.MustParseAddr("239.1.2.3")
+	socket := func() bool {
+		l.mu.RLock()
+		defer l.mu.RUnlock()
+		_, ok := l.groups[g]
+		return ok
+	}
+	// /proc/net/igmp lists groups as the hex of the address's bytes read
+	// as a native-endian word.
+	word := fmt.Sprintf("%08X", binary.NativeEndian.Uint32(g.AsSlice()))
+	kernel := func() bool {
+		var member bool
+		require.NoError(t, ns.Do(func() error {
+			b, err := os.ReadFile("/proc/thread-self/net/igmp")
+			member = strings.Contains(string(b), word)
+			return err
+		}))
+		return member
+	}
+	steps := []struct {
+		join    bool // else leave
+		wantErr bool
+		member  bool // afterwards
+	}{
+		{join: false, wantErr: true},
+		{join: true, member: true},
+		{join: true, member: true},
+		{join: false, member: true}, // the second join's leave
+		{join: false, member: false},
+		{join: false, wantErr: true},
+		{join: true, member: true},
+	}
+	for i, s := range steps {
+		name := fmt.Sprintf("step %d: join=%v", i, s.join)
+		var err error
+		if s.join {
+			err = l.JoinGroup(g)
+		} else {
+			err = l.LeaveGroup(g)
+		}
+		if s.wantErr {
+			require.ErrorContains(t, err, g.String(), name)
+		} else {
+			require.NoError(t, err, name)
+		}
+		require.Equal(t, s.member, socket(), name)
+		require.Equal(t, s.member, kernel(), name)
+	}
+	require.NoError(t, l.Close())
+	require.False(t, socket(), "Close drops the group")
+	require.Error(t, l.LeaveGroup(g), "and its joins")
+}

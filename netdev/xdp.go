@@ -225,11 +225,9 @@ type XDPLink struct {
 	kickers    atomic.Int32
 	holders    atomic.Int32 // Hold calls not yet flushed: Send leaves the kick to Flush
 	rxBusy     atomic.Bool  // a goroutine (rxLoop or PollReceive) is consuming the RX ring
-	lazyArmed  atomic.Bool  // a FlushLazy kick is pending on the clock
 	clk        clock.Clock
-	flushArmed atomic.Bool
-	lazyTimer  rearmTimer // FlushLazy's kick, armed under lazyArmed
-	flushTimer rearmTimer // armFlush's kick, armed under flushArmed
+	lazyTimer  rearmTimer // FlushLazy's kick
+	flushTimer rearmTimer // armFlush's kick
 	txFrames   atomic.Uint64
 	txBytes    atomic.Uint64
 
@@ -244,7 +242,7 @@ type XDPLink struct {
 	mcMu   sync.Mutex
 	mcFD4  int
 	mcFD6  int
-	groups map[netip.Addr]int
+	groups groupRefs
 
 	closeOnce sync.Once
 	closeErr  error
@@ -316,10 +314,10 @@ func OpenXDP(ifname string, opts XDPOptions) (*XDPLink, error) {
 	l := &XDPLink{
 		ifname: ifname, ifindex: ifi.Index, mac: mac, mtu: ifi.MTU, queue: opts.Queue,
 		frameSize: uint64(opts.FrameSize), log: log, fd: -1, rxDone: make(chan struct{}),
-		clk: clock.OrReal(opts.Clock), mcFD4: -1, mcFD6: -1, groups: map[netip.Addr]int{},
+		clk: clock.OrReal(opts.Clock), mcFD4: -1, mcFD6: -1,
 	}
-	l.lazyTimer = newRearmTimer(l.clk, l.lazyKick)
-	l.flushTimer = newRearmTimer(l.clk, l.flushKick)
+	l.lazyTimer.init(l.clk, l.lazyKick)
+	l.flushTimer.init(l.clk, l.kickIfOpen)
 	ok = false
 	defer func() {
 		if !ok {
@@ -732,34 +730,32 @@ func (l *XDPLink) FlushLazy() {
 	}
 	l.closeMu.RLock()
 	defer l.closeMu.RUnlock()
-	if l.closing.Load() || l.tx.pending() == 0 || !l.lazyArmed.CompareAndSwap(false, true) {
-		return
+	if !l.closing.Load() && l.tx.pending() > 0 && l.lazyTimer.armOnce(LazyFlushDelay) {
+		l.lazyFlushes.Add(1)
 	}
-	l.lazyFlushes.Add(1)
-	l.lazyTimer.arm(LazyFlushDelay)
 }
 
-// lazyKick is FlushLazy's timer callback.
+// lazyKick is FlushLazy's timer callback: it kicks unless a hold is open
+// again (its Flush will).
 func (l *XDPLink) lazyKick() {
-	l.lazyArmed.Store(false)
-	l.closeMu.RLock()
-	defer l.closeMu.RUnlock()
-	if !l.closing.Load() && l.holders.Load() == 0 && l.tx.pending() > 0 {
-		l.kickRLocked()
+	if l.holders.Load() == 0 {
+		l.kickIfOpen()
 	}
 }
 
 // Flush ends a Hold; the last one kicks the kernel for the queued frames.
 func (l *XDPLink) Flush() {
-	if l.holders.Add(-1) != 0 {
-		return
+	if l.holders.Add(-1) == 0 {
+		l.kickIfOpen()
 	}
+}
+
+// kickIfOpen kicks the kernel for what the TX ring holds, if anything,
+// unless the link is closing.
+func (l *XDPLink) kickIfOpen() {
 	l.closeMu.RLock()
 	defer l.closeMu.RUnlock()
-	if l.closing.Load() {
-		return
-	}
-	if l.tx.pending() > 0 && l.tx.needWakeup() {
+	if !l.closing.Load() {
 		l.kickRLocked()
 	}
 }
@@ -829,52 +825,53 @@ func (l *XDPLink) drainRLocked() {
 	}
 }
 
-// armFlush schedules one more kick on the clock, once.
+// armFlush schedules one more kick on the clock, unless one is pending.
 func (l *XDPLink) armFlush() {
-	if !l.flushArmed.CompareAndSwap(false, true) {
-		return
-	}
-	l.flushTimers.Add(1)
-	l.flushTimer.arm(flushDelay)
-}
-
-// flushKick is armFlush's timer callback.
-func (l *XDPLink) flushKick() {
-	l.flushArmed.Store(false)
-	l.closeMu.RLock()
-	defer l.closeMu.RUnlock()
-	if !l.closing.Load() {
-		l.kickRLocked()
+	if l.flushTimer.armOnce(flushDelay) {
+		l.flushTimers.Add(1)
 	}
 }
 
-// rearmTimer calls f after a delay each time it is armed, and allocates
-// nothing per arm: f is bound once, and a timer that can be reset (the
-// real clock's *time.Timer) is made once and reset. A clock whose timers
-// cannot be reset (clock.Manual) gets one AfterFunc per arm. The caller
-// arms it only once f has begun since the last arm (an armed flag that f
-// clears first), so at most one call is pending, and a reset always
-// finds the timer stopped or fired.
+// rearmTimer calls f once after a delay each time it is armed, with at
+// most one call pending: armOnce does nothing while a call is pending, and
+// the armed flag is cleared just before f runs, so an arm from inside f
+// (or after it began) schedules another call. It allocates nothing per
+// arm: the callback is bound once, and a timer that can be reset (the
+// real clock's *time.Timer) is made once and reset, which then always
+// finds it stopped or fired. A clock whose timers cannot be reset
+// (clock.Manual) gets one AfterFunc per arm. Its address must not change
+// after init.
 type rearmTimer struct {
-	clk clock.Clock
-	f   func()
-	t   interface{ Reset(time.Duration) bool } // nil: AfterFunc per arm
+	clk   clock.Clock
+	fire  func() // clears armed, then calls the caller's f
+	armed atomic.Bool
+	t     interface{ Reset(time.Duration) bool } // nil: AfterFunc per arm
 }
 
-func newRearmTimer(clk clock.Clock, f func()) rearmTimer {
-	r := rearmTimer{clk: clk, f: f}
-	t := clk.AfterFunc(time.Hour, f)
+// init binds f and makes the timer, stopped.
+func (r *rearmTimer) init(clk clock.Clock, f func()) {
+	r.clk = clk
+	r.fire = func() {
+		r.armed.Store(false)
+		f()
+	}
+	t := clk.AfterFunc(time.Hour, r.fire)
 	t.Stop()
 	r.t, _ = t.(interface{ Reset(time.Duration) bool })
-	return r
 }
 
-func (r *rearmTimer) arm(d time.Duration) {
+// armOnce schedules a call after d unless one is pending; it reports
+// whether it armed the timer.
+func (r *rearmTimer) armOnce(d time.Duration) bool {
+	if !r.armed.CompareAndSwap(false, true) {
+		return false
+	}
 	if r.t != nil {
 		r.t.Reset(d)
-		return
+	} else {
+		r.clk.AfterFunc(d, r.fire)
 	}
-	r.clk.AfterFunc(d, r.f)
+	return true
 }
 
 // Stats returns the link's counters, the socket's kernel statistics and the
@@ -917,24 +914,17 @@ func (l *XDPLink) Stats() XDPStats {
 // memory. Later Sends return ErrClosed.
 func (l *XDPLink) Close() error {
 	l.closeOnce.Do(func() {
-		l.sendQueued()
+		// Hand the kernel the frames still on the TX ring. FlushLazy
+		// leaves acknowledgements there for up to LazyFlushDelay, and a
+		// program that closes its device right after its last receive
+		// completion (as ibv_rc_pingpong does) would otherwise take its
+		// last ACK with it: the peer then retries until its retry count
+		// runs out.
+		l.kickIfOpen()
 		l.closing.Store(true)
 		l.closeErr = l.teardown()
 	})
 	return l.closeErr
-}
-
-// sendQueued hands the kernel the frames still on the TX ring. FlushLazy
-// leaves acknowledgements there for up to LazyFlushDelay, and a program
-// that closes its device right after its last receive completion (as
-// ibv_rc_pingpong does) would otherwise take its last ACK with it: the
-// peer then retries until its retry count runs out.
-func (l *XDPLink) sendQueued() {
-	l.closeMu.RLock()
-	defer l.closeMu.RUnlock()
-	if !l.closing.Load() && l.fd >= 0 && l.tx.pending() > 0 {
-		l.kickRLocked()
-	}
 }
 
 // teardown releases whatever has been set up; it also serves OpenXDP's
@@ -984,7 +974,7 @@ func (l *XDPLink) teardown() error {
 			*fd = -1
 		}
 	}
-	clear(l.groups)
+	l.groups.reset()
 	l.mcMu.Unlock()
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("close xdp %s: %w", l.ifname, err)
@@ -1021,12 +1011,13 @@ func (l *XDPLink) JoinGroup(group netip.Addr) error {
 	}
 	l.mcMu.Lock()
 	defer l.mcMu.Unlock()
-	if l.groups[group] == 0 {
-		if err := l.membershipLocked(group, true); err != nil {
-			return fmt.Errorf("xdp %s: join group %v: %w", l.ifname, group, err)
-		}
+	if !l.groups.join(group) {
+		return nil
 	}
-	l.groups[group]++
+	if err := l.membershipLocked(group, true); err != nil {
+		_, _ = l.groups.leave(group) // not a member: the join does not count
+		return fmt.Errorf("xdp %s: join group %v: %w", l.ifname, group, err)
+	}
 	return nil
 }
 
@@ -1035,15 +1026,13 @@ func (l *XDPLink) LeaveGroup(group netip.Addr) error {
 	group = group.Unmap()
 	l.mcMu.Lock()
 	defer l.mcMu.Unlock()
-	n := l.groups[group]
-	if n == 0 {
-		return fmt.Errorf("xdp %s: leave group %v: not joined", l.ifname, group)
+	last, err := l.groups.leave(group)
+	if err != nil {
+		return fmt.Errorf("xdp %s: %w", l.ifname, err)
 	}
-	if n > 1 {
-		l.groups[group] = n - 1
+	if !last {
 		return nil
 	}
-	delete(l.groups, group)
 	if err := l.membershipLocked(group, false); err != nil {
 		return fmt.Errorf("xdp %s: leave group %v: %w", l.ifname, group, err)
 	}

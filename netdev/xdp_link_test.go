@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/softverbs/softverbs/clock"
 	"github.com/softverbs/softverbs/netdev"
 	"github.com/softverbs/softverbs/netdev/nettest"
 )
@@ -255,42 +256,70 @@ func TestXDPLinkHoldFlush(t *testing.T) {
 	require.Zero(t, st.TxDropped)
 }
 
+// xdpLinkPairManual is xdpLinkPair with la on a manual clock, so that
+// its FlushLazy timer fires only when the test advances the clock. The
+// destination MAC is lb's own (la's neighbour cache runs on the manual
+// clock too).
+func xdpLinkPairManual(t *testing.T, srcPort uint16) (la, lb *netdev.XDPLink, src, dst netdev.Endpoint, clk *clock.Manual) {
+	t.Helper()
+	nettest.RequireRoot(t)
+	p := xdpNewPair(t, 9000)
+	clk = clock.NewManual()
+	la = xdpOpen(t, p.a, netdev.XDPOptions{Clock: clk})
+	lb = xdpOpen(t, p.b, netdev.XDPOptions{})
+	src = netdev.Endpoint{MAC: la.HardwareAddr(), IP: p.a.v4, Port: srcPort}
+	dst = netdev.Endpoint{MAC: lb.HardwareAddr(), IP: p.b.v4, Port: netdev.RoCEv2Port}
+	return la, lb, src, dst, clk
+}
+
 // TestXDPLinkFlushLazy checks that frames left by FlushLazy go out on
 // their own after LazyFlushDelay, and with the next Flush if it comes
-// first.
+// first: one sendto for both, and the timer then finds nothing to send.
 func TestXDPLinkFlushLazy(t *testing.T) {
-	la, lb, src, dst := xdpLinkPair(t, 0xc003)
+	la, lb, src, dst, clk := xdpLinkPairManual(t, 0xc003)
 	sink := newFrameSink()
 	lb.SetHandler(sink.handle)
 	frame := func(i int) []byte { return roceFrame(src, dst, bytes.Repeat([]byte{byte(i)}, 64+i)) }
 
-	// Alone: the timer sends it.
+	// Alone: the timer sends it, not before LazyFlushDelay.
 	f0 := frame(0)
+	kicks := la.Stats().TxKicks
 	la.Hold()
 	require.NoError(t, la.Send(f0))
 	la.FlushLazy()
 	require.EqualValues(t, 1, la.Stats().TxLazyFlushes)
+	clk.Advance(netdev.LazyFlushDelay - 1)
+	require.Equal(t, kicks, la.Stats().TxKicks, "no sendto before LazyFlushDelay")
+	clk.Advance(1)
 	got := sink.wait(t, 1, 5*time.Second)
 	require.Equal(t, f0, got[0])
+	require.Equal(t, kicks+1, la.Stats().TxKicks, "the timer's sendto")
 
-	// Followed by an eager flush: both go out together, in order.
+	// Followed by an eager flush: both go out together, in order, with
+	// one sendto.
 	f1, f2 := frame(1), frame(2)
+	kicks = la.Stats().TxKicks
 	la.Hold()
 	require.NoError(t, la.Send(f1))
 	la.FlushLazy()
+	require.EqualValues(t, 2, la.Stats().TxLazyFlushes, "FlushLazy armed its timer again")
 	la.Hold()
 	require.NoError(t, la.Send(f2))
 	la.Flush()
+	require.Equal(t, kicks+1, la.Stats().TxKicks, "one sendto for both frames")
 	got = sink.wait(t, 2, 5*time.Second)
 	require.Equal(t, [][]byte{f1, f2}, got)
+	clk.Advance(netdev.LazyFlushDelay)
+	require.Equal(t, kicks+1, la.Stats().TxKicks, "the timer finds the ring empty")
 	require.Zero(t, la.Stats().TxDropped)
 }
 
 // TestXDPLinkCloseSendsQueued checks that Close sends what FlushLazy left
 // on the TX ring instead of dropping it: a program that closes right after
-// its last receive would lose its last ACK, and its peer would retry.
+// its last receive would lose its last ACK, and its peer would retry. The
+// clock is manual, so FlushLazy's timer cannot send the frame first.
 func TestXDPLinkCloseSendsQueued(t *testing.T) {
-	la, lb, src, dst := xdpLinkPair(t, 0xc005)
+	la, lb, src, dst, _ := xdpLinkPairManual(t, 0xc005)
 	sink := newFrameSink()
 	lb.SetHandler(sink.handle)
 	f := roceFrame(src, dst, bytes.Repeat([]byte{7}, 64))

@@ -76,8 +76,8 @@ func stubXDPLink(clk clock.Clock) *XDPLink {
 	var words [3]uint32
 	l.tx.prod, l.tx.cons, l.tx.flags = &words[0], &words[1], &words[2]
 	words[0] = 1
-	l.lazyTimer = newRearmTimer(clk, l.lazyKick)
-	l.flushTimer = newRearmTimer(clk, l.flushKick)
+	l.lazyTimer.init(clk, l.lazyKick)
+	l.flushTimer.init(clk, l.kickIfOpen)
 	return l
 }
 
@@ -113,8 +113,8 @@ func TestXDPFlushTimersAllocs(t *testing.T) {
 			require.Zero(t, flush, "armFlush")
 			require.EqualValues(t, runs+1, l.lazyFlushes.Load()) // AllocsPerRun runs once more to warm up
 			require.EqualValues(t, runs+1, l.flushTimers.Load())
-			require.False(t, l.lazyArmed.Load())
-			require.False(t, l.flushArmed.Load())
+			require.False(t, l.lazyTimer.armed.Load())
+			require.False(t, l.flushTimer.armed.Load())
 			require.Zero(t, l.kickers.Load())
 			if resettable {
 				require.Equal(t, 2, c.afters)
@@ -135,7 +135,7 @@ func TestXDPFlushLazyRealClock(t *testing.T) {
 	l := stubXDPLink(clock.Real())
 	require.NotNil(t, l.lazyTimer.t, "the real clock's timers can be reset")
 	wait := func() {
-		for deadline := time.Now().Add(5 * time.Second); l.lazyArmed.Load(); {
+		for deadline := time.Now().Add(5 * time.Second); l.lazyTimer.armed.Load(); {
 			if time.Now().After(deadline) {
 				panic("FlushLazy's timer did not fire")
 			}
@@ -149,4 +149,52 @@ func TestXDPFlushLazyRealClock(t *testing.T) {
 	})
 	require.Zero(t, allocs)
 	require.EqualValues(t, 101, l.lazyFlushes.Load())
+}
+
+// TestRearmTimerArmOnce checks rearmTimer's rule: at most one call is
+// pending, the armed flag is clear when f runs, and an arm from inside f
+// schedules another call.
+func TestRearmTimerArmOnce(t *testing.T) {
+	for _, resettable := range []bool{false, true} {
+		name := map[bool]string{false: "AfterFunc", true: "Reset"}[resettable]
+		t.Run(name, func(t *testing.T) {
+			c := &stubClock{resettable: resettable}
+			var r rearmTimer
+			calls, rearm, armedInF := 0, false, false
+			r.init(c, func() {
+				calls++
+				armedInF = armedInF || r.armed.Load()
+				if rearm {
+					rearm = false
+					require.True(t, r.armOnce(time.Millisecond), "an arm from inside f")
+				}
+			})
+			require.False(t, c.fire(), "init leaves the timer stopped")
+
+			arm := func() bool { return r.armOnce(time.Millisecond) }
+			armRearming := func() bool { rearm = true; return arm() }
+			steps := []struct {
+				name      string
+				do        func() bool
+				want      bool // what do returns
+				wantCalls int
+				wantArmed bool
+			}{
+				{name: "arm", do: arm, want: true, wantArmed: true},
+				{name: "arm while pending", do: arm, want: false, wantArmed: true},
+				{name: "fire", do: c.fire, want: true, wantCalls: 1},
+				{name: "nothing left to fire", do: c.fire, want: false, wantCalls: 1},
+				{name: "arm, f will arm", do: armRearming, want: true, wantCalls: 1, wantArmed: true},
+				{name: "fire, f arms", do: c.fire, want: true, wantCalls: 2, wantArmed: true},
+				{name: "fire f's arm", do: c.fire, want: true, wantCalls: 3},
+				{name: "then nothing", do: c.fire, want: false, wantCalls: 3},
+			}
+			for _, s := range steps {
+				require.Equal(t, s.want, s.do(), s.name)
+				require.Equal(t, s.wantCalls, calls, s.name)
+				require.Equal(t, s.wantArmed, r.armed.Load(), s.name)
+			}
+			require.False(t, armedInF, "the flag is cleared before f runs")
+		})
+	}
 }

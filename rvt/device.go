@@ -193,7 +193,7 @@ func Open(o Options) (*Device, error) {
 		live bool
 	}
 	if o.Interface != "" && len(o.Addrs) == 0 {
-		stop, err := netdev.WatchAddrs(o.Interface, d.clk, func(addrs []netip.Addr) {
+		stop, err := netdev.WatchAddrs(o.Interface, func(addrs []netip.Addr) {
 			if len(addrs) == 0 {
 				addrs = []netip.Addr{netdev.LinkLocalFromMAC(o.MAC)}
 			}
