@@ -51,17 +51,19 @@ TEXT ·fold(SB), NOSPLIT, $0-40
 	MOVQ rem+24(FP), DI
 	MOVQ or+32(FP), DX
 
-	VMOVD AX, X4
-	CMPQ  CX, $1024
-	JB    start4
-
-	// Eight accumulators while at least 512 bytes remain after the first 512.
+	// The first 256 bytes (n >= 512 always), with the mask ORed into the
+	// first 64 and the register XORed into the first 4, fill Z0-Z3.
+	VMOVD     AX, X4
 	VMOVDQU64 0(SI), Z0
 	VPORQ     0(DX), Z0, Z0
 	VMOVDQU64 64(SI), Z1
 	VMOVDQU64 128(SI), Z2
 	VMOVDQU64 192(SI), Z3
 	VPXORQ    Z4, Z0, Z0
+	CMPQ      CX, $1024
+	JB        start4
+
+	// Eight accumulators while at least 512 bytes remain after the first 512.
 	VMOVDQU64 256(SI), Z4
 	VMOVDQU64 320(SI), Z5
 	VMOVDQU64 384(SI), Z6
@@ -93,12 +95,6 @@ loop512:
 	JMP loop256
 
 start4:
-	VMOVDQU64 0(SI), Z0
-	VPORQ     0(DX), Z0, Z0
-	VMOVDQU64 64(SI), Z1
-	VMOVDQU64 128(SI), Z2
-	VMOVDQU64 192(SI), Z3
-	VPXORQ    Z4, Z0, Z0
 	ADDQ      $256, SI
 	SUBQ      $256, CX
 	VBROADCASTI32X4 k2048<>(SB), Z8
