@@ -123,22 +123,27 @@ func (r rereads) next(t *testing.T) bool {
 	}
 }
 
-// TestAddrWatch: a watcher on a veth end in a fresh namespace sees
-// addresses added and removed, in GID order, and sees a tentative address
-// only once DAD has succeeded.
-func TestAddrWatch(t *testing.T) {
+// dadlessVeth makes a veth pair between two fresh namespaces and returns
+// the first and its end there. DAD is off in that namespace, so the
+// link-local address is usable as soon as the interface is up and the
+// tests are quick and exact.
+func dadlessVeth(t *testing.T) (*nettest.Netns, string) {
 	nettest.RequireRoot(t)
 	a, b := nettest.New(t), nettest.New(t)
-	// No DAD in a by default, so the link-local address is usable as soon
-	// as the interface is up and the test is quick and exact.
 	require.NoError(t, a.Do(func() error {
 		return os.WriteFile("/proc/sys/net/ipv6/conf/default/accept_dad", []byte("0"), 0)
 	}))
 	ea, _ := nettest.Veth(t, a, b)
+	return a, ea
+}
 
+// watchIn starts a watcher with hooks on interface ea in namespace a and
+// returns its updates, ea's MAC and its stop (also called when the test
+// ends).
+func watchIn(t *testing.T, a *nettest.Netns, ea string, hooks addrWatchHooks) (*addrUpdates, MAC, func()) {
+	t.Helper()
 	var mac MAC
 	u := newAddrUpdates()
-	rr := newRereads()
 	var stop func()
 	require.NoError(t, a.Do(func() error {
 		ifi, err := net.InterfaceByName(ea)
@@ -146,10 +151,21 @@ func TestAddrWatch(t *testing.T) {
 			return err
 		}
 		mac, _ = MACFrom(ifi.HardwareAddr)
-		stop, err = watchAddrs(ea, u.fn, addrWatchHooks{handled: rr.handled})
+		stop, err = watchAddrs(ea, u.fn, hooks)
 		return err
 	}))
 	t.Cleanup(func() { stop() })
+	return u, mac, stop
+}
+
+// TestAddrWatch: a watcher on a veth end in a fresh namespace sees
+// addresses added and removed, in GID order, and sees a tentative address
+// only once DAD has succeeded.
+func TestAddrWatch(t *testing.T) {
+	a, ea := dadlessVeth(t)
+
+	rr := newRereads()
+	u, mac, stop := watchIn(t, a, ea, addrWatchHooks{handled: rr.handled})
 	select {
 	case u.last = <-u.ch:
 	default:
@@ -212,28 +228,11 @@ func TestAddrWatch(t *testing.T) {
 // notification, even one for another interface, so the change it missed
 // still reaches fn.
 func TestAddrWatchRetry(t *testing.T) {
-	nettest.RequireRoot(t)
-	a, b := nettest.New(t), nettest.New(t)
-	require.NoError(t, a.Do(func() error {
-		return os.WriteFile("/proc/sys/net/ipv6/conf/default/accept_dad", []byte("0"), 0)
-	}))
-	ea, _ := nettest.Veth(t, a, b)
+	a, ea := dadlessVeth(t)
 
-	var mac MAC
 	var failNext atomic.Bool
-	u := newAddrUpdates()
 	rr := newRereads()
-	var stop func()
-	require.NoError(t, a.Do(func() error {
-		ifi, err := net.InterfaceByName(ea)
-		if err != nil {
-			return err
-		}
-		mac, _ = MACFrom(ifi.HardwareAddr)
-		stop, err = watchAddrs(ea, u.fn, addrWatchHooks{failDump: func() bool { return failNext.Swap(false) }, handled: rr.handled})
-		return err
-	}))
-	t.Cleanup(func() { stop() })
+	u, mac, _ := watchIn(t, a, ea, addrWatchHooks{failDump: func() bool { return failNext.Swap(false) }, handled: rr.handled})
 	ll := LinkLocalFromMAC(mac)
 	u.waitFor(t, []netip.Addr{ll})
 	rr.drain()

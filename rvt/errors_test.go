@@ -79,6 +79,15 @@ func windowed(t *testing.T, n *node) (*MR, *MW) {
 	return mem, mw
 }
 
+// srqQP is an RC QP of n's PD that receives through srq.
+func srqQP(t *testing.T, n *node, srq *SRQ) *QP {
+	t.Helper()
+	q, err := n.pd.CreateQP(QPInitAttr{Type: qp.RC, SendCQ: n.cq, RecvCQ: n.cq, SRQ: srq,
+		Cap: QPCap{MaxSendWR: 4, MaxSendSGE: 1}})
+	require.NoError(t, err)
+	return q
+}
+
 func sge(mr *MR, off uint64, n uint32) []SGE {
 	return []SGE{{Addr: mr.IOVA + off, Length: n, Lkey: mr.Lkey}}
 }
@@ -250,9 +259,7 @@ func TestSRQLimitAndLastWQE(t *testing.T) {
 	ev := record(n.d)
 	srq, err := n.pd.CreateSRQ(16, 1)
 	require.NoError(t, err)
-	b, err := n.pd.CreateQP(QPInitAttr{Type: qp.RC, SendCQ: n.cq, RecvCQ: n.cq, SRQ: srq,
-		Cap: QPCap{MaxSendWR: 4, MaxSendSGE: 1}})
-	require.NoError(t, err)
+	b := srqQP(t, n, srq)
 	a := n.qp(t, qp.RC)
 	connect(t, a, n.d, b, n.d, defaultAttrs())
 	dst, src := n.mr(t, 4096), n.mr(t, 64)
@@ -530,9 +537,7 @@ func TestSRQInOtherPDAfterKeyChange(t *testing.T) {
 	require.NoError(t, err)
 	srq, err := pd2.CreateSRQ(4, 1)
 	require.NoError(t, err)
-	b, err := n.pd.CreateQP(QPInitAttr{Type: qp.RC, SendCQ: n.cq, RecvCQ: n.cq, SRQ: srq,
-		Cap: QPCap{MaxSendWR: 4, MaxSendSGE: 1}})
-	require.NoError(t, err)
+	b := srqQP(t, n, srq)
 	a := n.qp(t, qp.RC)
 	connect(t, a, n.d, b, n.d, defaultAttrs())
 	dst, err := pd2.Reg(make([]byte, 64), keys.LocalWrite)

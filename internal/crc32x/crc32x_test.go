@@ -15,6 +15,15 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// randBytes returns n bytes from rng.
+func randBytes(rng *rand.Rand, n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	return b
+}
+
 // needFold skips a test that compares Update with hash/crc32 only: without
 // the vector fold, Update is hash/crc32, and the test would compare it
 // with itself.
@@ -30,10 +39,7 @@ func TestUpdateMatchesHashCRC32(t *testing.T) {
 		t.Log("no VPCLMULQDQ/AVX-512 here: testing the fallback only")
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
-	buf := make([]byte, 5000+64)
-	for i := range buf {
-		buf[i] = byte(rng.Uint32())
-	}
+	buf := randBytes(rng, 5000+64)
 	for n := 0; n <= 5000; n += 1 + n/64 {
 		for _, off := range []int{0, 1, 7, 33} {
 			p := buf[off : off+n]
@@ -48,11 +54,7 @@ func TestUpdateMatchesHashCRC32(t *testing.T) {
 // Every length around each branch of the fold: 256-, 64- and 16-byte steps.
 func TestUpdateEveryLengthNearSteps(t *testing.T) {
 	needFold(t)
-	rng := rand.New(rand.NewPCG(3, 4))
-	buf := make([]byte, 2048)
-	for i := range buf {
-		buf[i] = byte(rng.Uint32())
-	}
+	buf := randBytes(rand.New(rand.NewPCG(3, 4)), 2048)
 	for n := minFast - 20; n <= 2048; n++ {
 		require.Equal(t, crc32.ChecksumIEEE(buf[:n]), Checksum(buf[:n]), "n=%d", n)
 	}
@@ -60,11 +62,7 @@ func TestUpdateEveryLengthNearSteps(t *testing.T) {
 
 func TestUpdateSplitAnywhere(t *testing.T) {
 	needFold(t)
-	rng := rand.New(rand.NewPCG(5, 6))
-	p := make([]byte, 3000)
-	for i := range p {
-		p[i] = byte(rng.Uint32())
-	}
+	p := randBytes(rand.New(rand.NewPCG(5, 6)), 3000)
 	want := crc32.ChecksumIEEE(p)
 	for _, cut := range []int{0, 1, 255, 256, 600, 1500, 2999, 3000} {
 		require.Equal(t, want, Update(Checksum(p[:cut]), p[cut:]), "cut=%d", cut)
@@ -122,10 +120,7 @@ func TestUpdateOr(t *testing.T) {
 			or[i] = byte(rng.Uint32())
 		}
 	}
-	buf := make([]byte, 3000)
-	for i := range buf {
-		buf[i] = byte(rng.Uint32())
-	}
+	buf := randBytes(rng, 3000)
 	for _, n := range []int{0, 1, 40, 63, 64, 65, 300, 511, 512, 513, 1024, 2047, 3000} {
 		p := buf[:n]
 		masked := append([]byte(nil), p...)
