@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/bits"
 	"sync/atomic"
+
+	"github.com/softverbs/softverbs/internal/memx"
 )
 
 // MinPageSize is the smallest page size MapPages accepts. With power-of-two
@@ -400,9 +402,9 @@ func (m *mapping) copy(p []byte, addr uint64, write bool) int {
 	}
 	if m.pages == nil {
 		if write {
-			return copy(m.buf[off:], p)
+			return memx.Copy(m.buf[off:], p)
 		}
-		return copy(p, m.buf[off:])
+		return memx.Copy(p, m.buf[off:])
 	}
 	mask := uint64(1)<<m.shift - 1
 	pos := off + m.first
