@@ -153,9 +153,9 @@ func (pq *pktQueue) drain(e *Engine) {
 	}
 }
 
-// enqueue queues a packet for the QP's responder or completer and runs or
-// schedules its task (here: RunHere).
-func (c *Conn) enqueue(pb *pktBuf, here bool) {
+// enqueue queues a packet for the QP's responder or completer and wakes its
+// task as w says.
+func (c *Conn) enqueue(pb *pktBuf, w wake) {
 	if c.stopped.Load() {
 		c.e.putBuf(pb)
 		return
@@ -169,9 +169,12 @@ func (c *Conn) enqueue(pb *pktBuf, here bool) {
 		q.drain(c.e) // stop ran meanwhile: nothing will take it
 		return
 	}
-	if here {
+	switch w {
+	case wakeHere:
 		t.RunHere()
-	} else {
+	case wakeChain:
+		t.Chain()
+	default:
 		t.Schedule()
 	}
 }

@@ -392,13 +392,26 @@ func (e *Engine) drop(c *Conn, r DropReason) {
 // is scheduled.
 func (e *Engine) ReceiveFrame(frame []byte) {
 	ps := e.port.Load()
-	e.receiveFrame(frame, ps.rel, ps.here, false)
+	w := wakeSchedule
+	if ps.here {
+		w = wakeHere
+	}
+	e.receiveFrame(frame, ps.rel, w, false)
 }
 
+// wake says how a packet queued for a QP wakes the QP's task.
+type wake uint8
+
+const (
+	wakeSchedule wake = iota // task.Schedule: from any goroutine
+	wakeHere                 // task.RunHere: on a link's own receive goroutine
+	wakeChain                // task.Chain: from a task of this engine (the loopback path)
+)
+
 // receiveFrame handles a frame; rel, if not nil, takes it back when done;
-// here runs the QP's task on this goroutine if it is idle; checked says the
-// frame's ICRC is known to be right (the engine wrote it).
-func (e *Engine) receiveFrame(frame []byte, rel netdev.Releaser, here, checked bool) {
+// w says how to wake the QP's task; checked says the frame's ICRC is known
+// to be right (the engine wrote it).
+func (e *Engine) receiveFrame(frame []byte, rel netdev.Releaser, w wake, checked bool) {
 	fi, ok := e.roceFrame(frame, checked)
 	if !ok {
 		if rel != nil {
@@ -425,7 +438,7 @@ func (e *Engine) receiveFrame(frame []byte, rel netdev.Releaser, here, checked b
 		e.putBuf(pb)
 		return
 	}
-	e.deliver(pb, here)
+	e.deliver(pb, w)
 }
 
 // roceFrame parses frame's headers and reports whether it is a RoCEv2
@@ -449,8 +462,8 @@ func (e *Engine) roceFrame(frame []byte, checked bool) (netdev.FrameInfo, bool) 
 }
 
 // deliver routes a parsed packet to its QP's queue, or to every member of
-// its multicast group; here is as for receiveFrame.
-func (e *Engine) deliver(pb *pktBuf, here bool) {
+// its multicast group; w is as for receiveFrame.
+func (e *Engine) deliver(pb *pktBuf, w wake) {
 	p := &pb.pkt
 	if p.PKey&^PKeyFullMember != DefaultPKey&^PKeyFullMember {
 		e.drop(nil, DropBadPKey)
@@ -463,7 +476,7 @@ func (e *Engine) deliver(pb *pktBuf, here bool) {
 		return
 	}
 	if p.DestQP == multicastQPN {
-		e.deliverMulticast(pb)
+		e.deliverMulticast(pb, w)
 		return
 	}
 	c := e.lookup(p.DestQP)
@@ -472,12 +485,17 @@ func (e *Engine) deliver(pb *pktBuf, here bool) {
 		e.putBuf(pb)
 		return
 	}
-	c.enqueue(pb, here)
+	c.enqueue(pb, w)
 }
 
 const multicastQPN = 0xFFFFFF
 
-func (e *Engine) deliverMulticast(pb *pktBuf) {
+// deliverMulticast queues a copy for each member; their tasks are
+// scheduled, not run here one after the other (w = wakeHere).
+func (e *Engine) deliverMulticast(pb *pktBuf, w wake) {
+	if w == wakeHere {
+		w = wakeSchedule
+	}
 	defer e.putBuf(pb)
 	if pb.pkt.Opcode.Class() != ClassUD {
 		e.drop(nil, DropQPType)
@@ -502,7 +520,7 @@ func (e *Engine) deliverMulticast(pb *pktBuf) {
 		cp.own = append(cp.own, pb.ipHdr...)
 		cp.ipHdr = cp.own[n:]
 		cp.src, cp.dst, cp.v6 = pb.src, pb.dst, pb.v6
-		c.enqueue(cp, false)
+		c.enqueue(cp, w)
 	}
 }
 
@@ -608,7 +626,7 @@ func (e *Engine) xmitSpan(c *Conn, r *route, buf []byte, ib int, ext []byte, spa
 			return
 		}
 		pb.src, pb.dst = r.src.IP, r.dst.IP
-		e.deliver(pb, false)
+		e.deliver(pb, wakeChain) // xmit runs in a task of ours
 		return
 	}
 	v6 := netdev.UsesIPv6(r.src.IP, r.dst.IP)
@@ -637,6 +655,6 @@ func (e *Engine) xmitSpan(c *Conn, r *route, buf []byte, ib int, ext []byte, spa
 		// the IP header) in a copy, as the receiver owns its frame, and
 		// without checking the ICRC written just above.
 		b := e.local.Get()
-		e.receiveFrame(b[:copy(b, frame)], e.local, false, true)
+		e.receiveFrame(b[:copy(b, frame)], e.local, wakeChain, true)
 	}
 }

@@ -45,7 +45,7 @@ func TestReceiveFrameReleasesDrops(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var rel countReleaser
 			before := e.counters.Drops(tc.drop)
-			e.receiveFrame(tc.frame, &rel, false, false)
+			e.receiveFrame(tc.frame, &rel, wakeSchedule, false)
 			require.Equal(t, 1, rel.n, "the frame was not given back")
 			if tc.drop != 0 {
 				require.Equal(t, before+1, e.counters.Drops(tc.drop))

@@ -12,17 +12,25 @@ import "sync/atomic"
 // run is fully determined by the order of the calls, which is what a
 // reproducible simulation needs.
 //
-// The queue is a lock-free stack that the drainer empties with one swap and
-// runs oldest first: a packet's hop costs a task run, and a mutex around the
-// queue cost four atomic operations per run where this costs two. A task
-// scheduled when the executor is idle is not queued at all: its caller
-// runs it at once.
-// transport's pktQueue is the same queue, kept apart: a generic costs an indirect call.
+// The run queue has two parts. Any goroutine pushes on a lock-free stack,
+// which the drainer empties with one swap, oldest first, onto its own
+// list; tasks that the running tasks requeue or Chain go onto that list,
+// which only the drainer touches, so a hop from one task to the next costs
+// no locked instruction for the queue. Before each run, and before each
+// append to its list, the drainer looks at the stack (a load) and moves
+// what it finds first: the order stays that of the calls.
+// A task scheduled when the executor is idle is not queued at all: its
+// caller runs it at once.
+// transport's pktQueue is the same stack, kept apart: a generic costs an indirect call.
 //
 // An Inline is safe for concurrent use; the zero value is ready to use.
 type Inline struct {
-	top      atomic.Pointer[Task] // newest queued task, linked by Task.next
+	top      atomic.Pointer[Task] // newest task pushed by Schedule, linked by Task.next
 	draining atomic.Bool          // a goroutine is running queued tasks
+
+	// The drainer's list, oldest first, linked by Task.next; only the
+	// goroutine that set draining touches it.
+	head, tail *Task
 }
 
 // NewInline returns an inline executor with an empty run queue.
@@ -55,25 +63,78 @@ func (e *Inline) enqueue(t *Task) {
 	e.drain()
 }
 
-// drain runs queued tasks until the queue is empty; the caller has set
+// requeue appends t, already in the queued state, to the drainer's list;
+// only the drainer calls it (a task's Func runs on the drainer). Tasks
+// pushed on the stack before it go first, so that with one goroutine the
+// order stays that of the calls.
+func (e *Inline) requeue(t *Task) {
+	if e.top.Load() != nil {
+		e.takeTop()
+	}
+	e.add(t)
+}
+
+// add appends t to the drainer's list.
+func (e *Inline) add(t *Task) {
+	t.next = nil
+	if e.tail == nil {
+		e.head = t
+	} else {
+		e.tail.next = t
+	}
+	e.tail = t
+}
+
+// runIdle runs t at once if the executor is idle and t is idle, as the
+// drainer, and reports whether it did. Otherwise the caller schedules t.
+func (e *Inline) runIdle(t *Task) bool {
+	if e.draining.Load() || e.top.Load() != nil || !e.draining.CompareAndSwap(false, true) {
+		return false
+	}
+	ran := t.state.CompareAndSwap(stateIdle, stateBusy)
+	if ran {
+		t.finish(t.fn())
+	}
+	e.drain() // also what other goroutines queued meanwhile
+	return ran
+}
+
+// takeTop moves the tasks pushed on the stack to the end of the drainer's
+// list, oldest first.
+func (e *Inline) takeTop() {
+	batch := e.top.Swap(nil)
+	var fifo *Task
+	for batch != nil { // reverse: oldest first
+		n := batch.next
+		batch.next = fifo
+		fifo, batch = batch, n
+	}
+	for fifo != nil {
+		n := fifo.next
+		e.add(fifo)
+		fifo = n
+	}
+}
+
+// drain runs queued tasks until both queues are empty; the caller has set
 // draining, and drain clears it.
 func (e *Inline) drain() {
 	for {
-		// Loads before swaps: the queue is often empty.
-		for e.top.Load() != nil {
-			batch := e.top.Swap(nil)
-			var fifo *Task
-			for batch != nil { // reverse: oldest first
-				n := batch.next
-				batch.next = fifo
-				fifo, batch = batch, n
+		for {
+			// A load before the swap: the stack is usually empty.
+			if e.top.Load() != nil {
+				e.takeTop()
 			}
-			for fifo != nil {
-				n := fifo.next
-				fifo.next = nil // run may queue the task again
-				fifo.run()
-				fifo = n
+			t := e.head
+			if t == nil {
+				break
 			}
+			e.head = t.next
+			if e.head == nil {
+				e.tail = nil
+			}
+			t.next = nil // run may queue the task again
+			t.run()
 		}
 		e.draining.Store(false)
 		// Queued after our last look by a goroutine that saw us draining?

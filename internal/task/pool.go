@@ -57,6 +57,8 @@ func (p *Pool) enqueue(t *Task) {
 	}
 }
 
+func (p *Pool) requeue(t *Task) { p.enqueue(t) }
+
 func (p *Pool) worker() {
 	defer p.wg.Done()
 	p.mu.Lock()

@@ -14,6 +14,8 @@ type Executor interface {
 	// enqueue adds t, whose state is already queued, to the run queue. It is
 	// called at most once per transition into the queued state.
 	enqueue(t *Task)
+	// requeue is enqueue called on the goroutine that has just run t.
+	requeue(t *Task)
 }
 
 // Task states. Transitions are made with compare-and-swap on Task.state.
@@ -58,19 +60,45 @@ func (t *Task) String() string { return t.name }
 // task that is already queued or armed, or has been stopped, is left as it
 // is. With the Inline executor, Schedule may run tasks before it returns.
 func (t *Task) Schedule() {
+	if t.markQueued() {
+		t.ex.enqueue(t)
+	}
+}
+
+// Chain is Schedule called from inside a task's Func for a task on the
+// same executor: a packet handed from one QP's task to another's, for
+// example. On the Inline executor the task joins the queue that only the
+// draining goroutine uses (the one running the calling Func), which costs
+// no locked instruction; Schedule's queue costs a compare-and-swap to push
+// and a swap to take. On a Pool, Chain is Schedule. Calling Chain from
+// anywhere else is a data race on an Inline executor.
+func (t *Task) Chain() {
+	in, ok := t.ex.(*Inline)
+	if !ok {
+		t.Schedule()
+		return
+	}
+	if t.markQueued() {
+		in.requeue(t)
+	}
+}
+
+// markQueued moves an idle task to queued and reports true, which obliges
+// the caller to put it on its executor's queue; it arms a busy task, and
+// leaves a task in any other state as it is.
+func (t *Task) markQueued() bool {
 	for {
 		switch s := t.state.Load(); s {
 		case stateIdle:
 			if t.state.CompareAndSwap(stateIdle, stateQueued) {
-				t.ex.enqueue(t)
-				return
+				return true
 			}
 		case stateBusy:
 			if t.state.CompareAndSwap(stateBusy, stateArmed) {
-				return
+				return false
 			}
 		default: // queued, armed, stopping, stopped
-			return
+			return false
 		}
 	}
 }
@@ -80,16 +108,24 @@ func (t *Task) Schedule() {
 // context when it is not already running: it saves handing the work to a
 // worker (a wake-up of a parked goroutine, microseconds in a VM). If fn
 // has more work, or was scheduled again meanwhile, the task then goes to
-// the pool as Schedule would put it. Otherwise, and with the Inline
-// executor (whose order must stay that of the Schedule calls), RunHere is
-// Schedule. Do not call RunHere from the task's own fn, or while holding a
-// lock that fn takes.
+// the pool as Schedule would put it. With the Inline executor, whose order
+// must stay that of the Schedule calls, RunHere is Schedule; only when
+// nothing is queued or running does it run the task at once, skipping
+// the queued state. Do not call RunHere from the task's own fn, or while
+// holding a lock that fn takes.
 func (t *Task) RunHere() {
-	if _, pool := t.ex.(*Pool); !pool || !t.state.CompareAndSwap(stateIdle, stateBusy) {
-		t.Schedule()
-		return
+	switch ex := t.ex.(type) {
+	case *Pool:
+		if t.state.CompareAndSwap(stateIdle, stateBusy) {
+			t.finish(t.fn())
+			return
+		}
+	case *Inline:
+		if ex.runIdle(t) {
+			return
+		}
 	}
-	t.finish(t.fn())
+	t.Schedule()
 }
 
 // Stop waits until fn is not running and makes sure it never runs again;
@@ -144,7 +180,7 @@ func (t *Task) finish(more bool) {
 		case stateBusy:
 			if more {
 				if t.state.CompareAndSwap(stateBusy, stateQueued) {
-					t.ex.enqueue(t)
+					t.ex.requeue(t)
 					return
 				}
 			} else if t.state.CompareAndSwap(stateBusy, stateIdle) {
@@ -152,7 +188,7 @@ func (t *Task) finish(more bool) {
 			}
 		case stateArmed:
 			if t.state.CompareAndSwap(stateArmed, stateQueued) {
-				t.ex.enqueue(t)
+				t.ex.requeue(t)
 				return
 			}
 		case stateStopping:

@@ -495,3 +495,119 @@ func ExampleInline() {
 	// qp1.recv handles [p5]
 	// runs: 3
 }
+
+func TestInlineChainKeepsCallOrder(t *testing.T) {
+	ex := task.NewInline()
+	var order []byte
+	mk := func(name byte) *task.Task {
+		return task.New(ex, string(name), func() bool { order = append(order, name); return false })
+	}
+	a, b, c, d := mk('A'), mk('B'), mk('C'), mk('D')
+	s := task.New(ex, "S", func() bool {
+		order = append(order, 'S')
+		a.Chain()
+		b.Schedule()
+		c.Chain()
+		a.Chain() // already queued: no-op
+		d.Schedule()
+		require.Equal(t, "S", string(order), "nothing runs inside a task")
+		return false
+	})
+	s.Schedule()
+	require.Equal(t, "SABCD", string(order))
+	require.True(t, ex.Idle())
+}
+
+func TestInlineChainArmsARunningTask(t *testing.T) {
+	ex := task.NewInline()
+	runs := 0
+	var self *task.Task
+	self = task.New(ex, "self", func() bool {
+		runs++
+		if runs == 1 {
+			self.Chain() // busy: armed, runs once more
+		}
+		return false
+	})
+	self.Schedule()
+	require.Equal(t, 2, runs)
+}
+
+func TestPoolChainIsSchedule(t *testing.T) {
+	p := task.NewPool(1)
+	defer p.Close()
+	done := make(chan struct{})
+	tk := task.New(p, "t", func() bool { close(done); return false })
+	tk.Chain()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a chained task never ran on the pool")
+	}
+}
+
+// TestInlineRunHereWhenIdle: on an idle Inline executor RunHere runs the
+// task before it returns, then what the task scheduled; a stopped task
+// does not run.
+func TestInlineRunHereWhenIdle(t *testing.T) {
+	ex := task.NewInline()
+	var order []string
+	b := task.New(ex, "b", func() bool { order = append(order, "b"); return false })
+	a := task.New(ex, "a", func() bool {
+		order = append(order, "a")
+		b.Chain()
+		return false
+	})
+	a.RunHere()
+	require.Equal(t, []string{"a", "b"}, order)
+	require.True(t, ex.Idle())
+	a.Stop()
+	a.RunHere()
+	require.Equal(t, []string{"a", "b"}, order, "a stopped task ran")
+	require.True(t, ex.Idle())
+}
+
+// TestInlineChainConcurrent: tasks chain one another while other
+// goroutines schedule them; no wake-up is lost and no two run at once.
+func TestInlineChainConcurrent(t *testing.T) {
+	ex := task.NewInline()
+	const nTasks, goroutines, rounds = 8, 4, 500
+	var inRun atomic.Int32
+	var overlap atomic.Bool
+	var produced, consumed [nTasks]atomic.Int64
+	tasks := make([]*task.Task, nTasks)
+	for i := range tasks {
+		tasks[i] = task.New(ex, fmt.Sprint(i), func() bool {
+			if inRun.Add(1) != 1 {
+				overlap.Store(true)
+			}
+			consumed[i].Store(produced[i].Load())
+			if n := consumed[i].Load(); n%3 == 0 {
+				// Hand work to the next task, as a QP hands a packet on.
+				j := (i + 1) % nTasks
+				produced[j].Add(1)
+				tasks[j].Chain()
+			}
+			inRun.Add(-1)
+			return false
+		})
+	}
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := range rounds {
+				i := (g*rounds + r) % nTasks
+				produced[i].Add(1)
+				tasks[i].Schedule()
+			}
+		}()
+	}
+	wg.Wait()
+	require.True(t, ex.Idle())
+	require.False(t, overlap.Load(), "two tasks ran at once on an Inline executor")
+	for i := range tasks {
+		require.Equal(t, produced[i].Load(), consumed[i].Load(), "task %d", i)
+	}
+}
