@@ -148,7 +148,7 @@ func (pq *pktQueue) drain(e *Engine) {
 	for pb := pq.top.Swap(nil); pb != nil; {
 		next := pb.next
 		pb.next = nil
-		e.putBuf(pb)
+		e.putBuf(pb, wakeSchedule)
 		pb = next
 	}
 }
@@ -157,7 +157,7 @@ func (pq *pktQueue) drain(e *Engine) {
 // task as w says.
 func (c *Conn) enqueue(pb *pktBuf, w wake) {
 	if c.stopped.Load() {
-		c.e.putBuf(pb)
+		c.e.putBuf(pb, w)
 		return
 	}
 	t, q := c.recvTask, &c.reqQ
@@ -220,7 +220,7 @@ func (c *Conn) next(in *inbox, q *pktQueue) *pktBuf {
 
 func (in *inbox) drain(e *Engine) {
 	for ; in.i < len(in.b); in.i++ {
-		e.putBuf(in.b[in.i])
+		e.putBuf(in.b[in.i], wakeSchedule)
 		in.b[in.i] = nil
 	}
 	in.b, in.i = in.b[:0], 0

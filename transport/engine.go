@@ -149,6 +149,15 @@ type Engine struct {
 	counters Counters
 	pool     sync.Pool         // *pktBuf
 	local    *netdev.FramePool // copies of frames sent to this device (UD, multicast)
+
+	// With an Inline executor, task Funcs run one at a time, on the
+	// goroutine draining it, and that role passes from one goroutine to the
+	// next through atomic operations. Packet buffers that tasks take and
+	// return then need no sync.Pool, whose shared queues cost locked
+	// instructions as soon as more than one buffer is out (a post list of
+	// 16 SENDs has 16): serial says so, and free is the tasks' own list.
+	serial bool
+	free   []*pktBuf
 }
 
 type portState struct {
@@ -184,6 +193,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 		local: netdev.NewFramePool(maxFrame),
 	}
 	e.pool.New = func() any { return &pktBuf{own: make([]byte, 0, maxFrame)} }
+	_, e.serial = cfg.Exec.(*task.Inline)
 	e.port.Store(&portState{mtu: qp.MTU4096})
 	e.byQPN.Store(&map[uint32]*Conn{})
 	return e, nil
@@ -359,9 +369,35 @@ type pktBuf struct {
 	next  *pktBuf // in a Conn's pktQueue
 }
 
-func (e *Engine) getBuf() *pktBuf { return e.pool.Get().(*pktBuf) }
+// getBuf returns an empty packet buffer; w says where the caller runs
+// (wakeChain: in a task of this engine).
+func (e *Engine) getBuf(w wake) *pktBuf {
+	if n := len(e.free); w == wakeChain && e.serial && n > 0 {
+		pb := e.free[n-1]
+		e.free[n-1] = nil
+		e.free = e.free[:n-1]
+		return pb
+	}
+	return e.pool.Get().(*pktBuf)
+}
 
-func (e *Engine) putBuf(pb *pktBuf) {
+// maxFree bounds the tasks' free list (a burst that needs more takes the
+// rest from the pool).
+const maxFree = 256
+
+// putBuf gives the packet's frame back to its link and keeps the buffer
+// for reuse; w is as for getBuf.
+func (e *Engine) putBuf(pb *pktBuf, w wake) {
+	pb.reset()
+	if w == wakeChain && e.serial && len(e.free) < maxFree {
+		e.free = append(e.free, pb)
+		return
+	}
+	e.pool.Put(pb)
+}
+
+// reset gives the link its frame back and clears the buffer for reuse.
+func (pb *pktBuf) reset() {
 	if pb.rel != nil {
 		pb.rel.Release(pb.frame)
 	}
@@ -369,7 +405,6 @@ func (e *Engine) putBuf(pb *pktBuf) {
 	pb.pkt = Packet{}
 	pb.ipHdr = nil
 	pb.own = pb.own[:0]
-	e.pool.Put(pb)
 }
 
 // drop counts a dropped packet.
@@ -420,12 +455,12 @@ func (e *Engine) receiveFrame(frame []byte, rel netdev.Releaser, w wake, checked
 		return
 	}
 	end := fi.End()
-	pb := e.getBuf()
+	pb := e.getBuf(w)
 	pb.frame, pb.rel = frame, rel
 	if err := Parse(frame[fi.PayloadOff:end-ICRCLen], &pb.pkt); err != nil {
 		r, _ := DropReasonOf(err)
 		e.drop(nil, r)
-		e.putBuf(pb)
+		e.putBuf(pb, w)
 		return
 	}
 	pb.ipHdr = frame[fi.IPOff:fi.UDPOff]
@@ -435,7 +470,7 @@ func (e *Engine) receiveFrame(frame []byte, rel netdev.Releaser, w wake, checked
 		// does not cover the MAC, the destination GID decides (rxe's
 		// rxe_chk_dgid).
 		e.drop(nil, DropNotLocal)
-		e.putBuf(pb)
+		e.putBuf(pb, w)
 		return
 	}
 	e.deliver(pb, w)
@@ -467,12 +502,12 @@ func (e *Engine) deliver(pb *pktBuf, w wake) {
 	p := &pb.pkt
 	if p.PKey&^PKeyFullMember != DefaultPKey&^PKeyFullMember {
 		e.drop(nil, DropBadPKey)
-		e.putBuf(pb)
+		e.putBuf(pb, w)
 		return
 	}
 	if p.Info.Has(FlagCNP) {
 		e.drop(nil, DropNotSupported) // no congestion control
-		e.putBuf(pb)
+		e.putBuf(pb, w)
 		return
 	}
 	if p.DestQP == multicastQPN {
@@ -482,7 +517,7 @@ func (e *Engine) deliver(pb *pktBuf, w wake) {
 	c := e.lookup(p.DestQP)
 	if c == nil {
 		e.drop(nil, DropUnknownQP)
-		e.putBuf(pb)
+		e.putBuf(pb, w)
 		return
 	}
 	c.enqueue(pb, w)
@@ -496,7 +531,7 @@ func (e *Engine) deliverMulticast(pb *pktBuf, w wake) {
 	if w == wakeHere {
 		w = wakeSchedule
 	}
-	defer e.putBuf(pb)
+	defer e.putBuf(pb, w)
 	if pb.pkt.Opcode.Class() != ClassUD {
 		e.drop(nil, DropQPType)
 		return
@@ -512,7 +547,7 @@ func (e *Engine) deliverMulticast(pb *pktBuf, w wake) {
 		if c == nil {
 			continue
 		}
-		cp := e.getBuf()
+		cp := e.getBuf(w)
 		cp.own = append(cp.own[:0], pb.pkt.Buf...)
 		cp.pkt = pb.pkt
 		cp.pkt.Buf = cp.own
@@ -612,7 +647,7 @@ func (e *Engine) xmitSpan(c *Conn, r *route, buf []byte, ib int, ext []byte, spa
 	}
 	if r.fast {
 		c.looped++ // received by this device: see countLocked
-		pb := e.getBuf()
+		pb := e.getBuf(wakeChain)
 		pb.own = append(pb.own[:0], buf[netHeadroom:netHeadroom+ib]...)
 		var err error
 		if ext != nil {
@@ -621,7 +656,7 @@ func (e *Engine) xmitSpan(c *Conn, r *route, buf []byte, ib int, ext []byte, spa
 			err = Parse(pb.own, &pb.pkt)
 		}
 		if err != nil {
-			e.putBuf(pb)
+			e.putBuf(pb, wakeChain)
 			e.counters.c[SendErr].Add(1)
 			return
 		}

@@ -119,12 +119,12 @@ func (c *Conn) respondLocked() bool {
 		}
 		if !a.State.Allows(qp.ProcessRecvOK) {
 			c.e.drop(c, DropQPState)
-			c.e.putBuf(pb)
+			c.e.putBuf(pb, wakeChain)
 			continue
 		}
 		if !c.qp.Type().Datagram() && pb.src != c.pathLocked(a).r.dst.IP {
 			c.e.drop(c, DropBadSource) // rxe's check_addr
-			c.e.putBuf(pb)
+			c.e.putBuf(pb, wakeChain)
 			continue
 		}
 		if a.State == qp.RTR && !c.resp.commEst {
@@ -140,7 +140,7 @@ func (c *Conn) respondLocked() bool {
 		default:
 			c.udRequestLocked(pb, a)
 		}
-		c.e.putBuf(pb)
+		c.e.putBuf(pb, wakeChain)
 		if a.State == qp.Err {
 			c.flushAckLocked()
 			c.flushRecvLocked()
