@@ -28,6 +28,12 @@ type Conn struct {
 
 	reqQ  pktQueue // requests, for the responder
 	respQ pktQueue // ACKs and responses, for the completer
+	// Packets from tasks of an engine whose tasks run one at a time
+	// (Engine.serial): lists without atomics, which only those tasks use.
+	// A reset, which runs outside the tasks, sets dropLocal (under the QP
+	// lock) for the next task to empty them.
+	reqLocal, respLocal pktList
+	dropLocal           bool
 
 	// Task-local batches taken from reqQ and respQ, under the QP lock.
 	reqIn, respIn inbox
@@ -144,6 +150,45 @@ func (pq *pktQueue) takeAll(b []*pktBuf) []*pktBuf {
 	return b
 }
 
+// pktList is a FIFO of packets with no synchronisation, for packets that
+// tasks of a serial engine pass to one another.
+type pktList struct {
+	head, tail *pktBuf
+}
+
+func (l *pktList) push(pb *pktBuf) {
+	pb.next = nil
+	if l.tail == nil {
+		l.head = pb
+	} else {
+		l.tail.next = pb
+	}
+	l.tail = pb
+}
+
+// takeAll appends every listed packet to b, oldest first.
+func (l *pktList) takeAll(b []*pktBuf) []*pktBuf {
+	for pb := l.head; pb != nil; {
+		next := pb.next
+		pb.next = nil
+		b = append(b, pb)
+		pb = next
+	}
+	l.head, l.tail = nil, nil
+	return b
+}
+
+// drain frees the listed packets; only a task may call it.
+func (l *pktList) drain(e *Engine) {
+	for pb := l.head; pb != nil; {
+		next := pb.next
+		pb.next = nil
+		e.putBuf(pb, wakeChain)
+		pb = next
+	}
+	l.head, l.tail = nil, nil
+}
+
 func (pq *pktQueue) drain(e *Engine) {
 	for pb := pq.top.Swap(nil); pb != nil; {
 		next := pb.next
@@ -160,9 +205,29 @@ func (c *Conn) enqueue(pb *pktBuf, w wake) {
 		c.e.putBuf(pb, w)
 		return
 	}
-	t, q := c.recvTask, &c.reqQ
-	if pb.pkt.Info.Has(FlagResponse) {
-		t, q = c.sendTask, &c.respQ
+	resp := pb.pkt.Info.Has(FlagResponse)
+	t := c.recvTask
+	if resp {
+		t = c.sendTask
+	}
+	if w == wakeChain && c.e.serial {
+		// We run in a task, and tasks run one at a time: the list needs no
+		// atomics, and its task (run by us later) takes it.
+		l := &c.reqLocal
+		if resp {
+			l = &c.respLocal
+		}
+		l.push(pb)
+		if c.stopped.Load() {
+			l.drain(c.e) // stop ran meanwhile: nothing will take it
+			return
+		}
+		t.Chain()
+		return
+	}
+	q := &c.reqQ
+	if resp {
+		q = &c.respQ
 	}
 	q.push(pb)
 	if c.stopped.Load() {
@@ -203,13 +268,26 @@ type inbox struct {
 	i int
 }
 
-func (c *Conn) next(in *inbox, q *pktQueue) *pktBuf {
+// next returns the next packet for a task, or nil: from its batch in hand,
+// else from its list (l) and its queue (q), taken whole.
+func (c *Conn) next(in *inbox, l *pktList, q *pktQueue) *pktBuf {
 	if in.i == len(in.b) {
 		in.b, in.i = in.b[:0], 0
-		if q.empty() {
+		if c.dropLocal {
+			// A reset left these; only a task may touch the lists.
+			c.dropLocal = false
+			c.reqLocal.drain(c.e)
+			c.respLocal.drain(c.e)
+		}
+		if l.head != nil {
+			in.b = l.takeAll(in.b)
+		}
+		if !q.empty() {
+			in.b = q.takeAll(in.b)
+		}
+		if len(in.b) == 0 {
 			return nil
 		}
-		in.b = q.takeAll(in.b)
 		c.taken += uint64(len(in.b))
 	}
 	pb := in.b[in.i]
@@ -226,9 +304,9 @@ func (in *inbox) drain(e *Engine) {
 	in.b, in.i = in.b[:0], 0
 }
 
-func (c *Conn) popReq() *pktBuf { return c.next(&c.reqIn, &c.reqQ) }
+func (c *Conn) popReq() *pktBuf { return c.next(&c.reqIn, &c.reqLocal, &c.reqQ) }
 
-func (c *Conn) popResp() *pktBuf { return c.next(&c.respIn, &c.respQ) }
+func (c *Conn) popResp() *pktBuf { return c.next(&c.respIn, &c.respLocal, &c.respQ) }
 
 // outbox collects completions and events produced under the QP lock; they
 // are delivered after it is released, so CQ handlers and event subscribers
@@ -311,6 +389,7 @@ func (c *Conn) resetLocked() {
 	c.respIn.drain(c.e)
 	c.reqQ.drain(c.e)
 	c.respQ.drain(c.e)
+	c.dropLocal = true // the lists are the tasks' to drain
 	c.timerFired.Store(false)
 	c.rnrFired.Store(false)
 }

@@ -354,6 +354,17 @@ func (e *Engine) RemoveConn(c *Conn) {
 
 func (e *Engine) lookup(qpn uint32) *Conn { return (*e.byQPN.Load())[qpn] }
 
+// peerOf is lookup for a route's packets: the answer is cached in r
+// while the QP table stays the same (the table is replaced whole when a QP
+// comes or goes). The caller holds the lock of the QP that owns r.
+func (e *Engine) peerOf(r *route, qpn uint32) *Conn {
+	tab := e.byQPN.Load()
+	if r.peerTab != tab || r.peer == nil || r.peer.qp.Num() != qpn {
+		r.peer, r.peerTab = (*tab)[qpn], tab
+	}
+	return r.peer
+}
+
 // pktBuf is a received packet: the parsed descriptor plus where it came
 // from. own is a pooled buffer for packets that were copied (loopback);
 // frame is a link's frame handed to us.
@@ -473,7 +484,7 @@ func (e *Engine) receiveFrame(frame []byte, rel netdev.Releaser, w wake, checked
 		e.putBuf(pb, w)
 		return
 	}
-	e.deliver(pb, w)
+	e.deliver(pb, w, nil)
 }
 
 // roceFrame parses frame's headers and reports whether it is a RoCEv2
@@ -497,8 +508,9 @@ func (e *Engine) roceFrame(frame []byte, checked bool) (netdev.FrameInfo, bool) 
 }
 
 // deliver routes a parsed packet to its QP's queue, or to every member of
-// its multicast group; w is as for receiveFrame.
-func (e *Engine) deliver(pb *pktBuf, w wake) {
+// its multicast group; w is as for receiveFrame. r is the route of a packet
+// on the loopback path, which caches the destination QP, or nil.
+func (e *Engine) deliver(pb *pktBuf, w wake, r *route) {
 	p := &pb.pkt
 	if p.PKey&^PKeyFullMember != DefaultPKey&^PKeyFullMember {
 		e.drop(nil, DropBadPKey)
@@ -514,7 +526,12 @@ func (e *Engine) deliver(pb *pktBuf, w wake) {
 		e.deliverMulticast(pb, w)
 		return
 	}
-	c := e.lookup(p.DestQP)
+	var c *Conn
+	if r != nil {
+		c = e.peerOf(r, p.DestQP)
+	} else {
+		c = e.lookup(p.DestQP)
+	}
 	if c == nil {
 		e.drop(nil, DropUnknownQP)
 		e.putBuf(pb, w)
@@ -582,6 +599,11 @@ type route struct {
 	src, dst netdev.Endpoint
 	ttl, tos uint8
 	bad      bool // no route (bad GID index, no link, MAC unresolved)
+
+	// On the loopback path: the destination QP's conn, found in the QP
+	// table peerTab (see Engine.peerOf).
+	peer    *Conn
+	peerTab *map[uint32]*Conn
 }
 
 // routeTo resolves a destination GID from a source GID index.
@@ -661,7 +683,7 @@ func (e *Engine) xmitSpan(c *Conn, r *route, buf []byte, ib int, ext []byte, spa
 			return
 		}
 		pb.src, pb.dst = r.src.IP, r.dst.IP
-		e.deliver(pb, wakeChain) // xmit runs in a task of ours
+		e.deliver(pb, wakeChain, r) // xmit runs in a task of ours
 		return
 	}
 	v6 := netdev.UsesIPv6(r.src.IP, r.dst.IP)

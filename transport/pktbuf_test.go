@@ -8,6 +8,7 @@ import (
 	"github.com/softverbs/softverbs/internal/task"
 	"github.com/softverbs/softverbs/keys"
 	"github.com/softverbs/softverbs/mcast"
+	"github.com/softverbs/softverbs/qp"
 )
 
 // TestTaskFreeList: buffers that tasks of an Inline engine return go on
@@ -50,4 +51,38 @@ func TestTaskFreeList(t *testing.T) {
 		e.putBuf(pb, wakeChain)
 		require.Empty(t, e.free, "tasks on a Pool run at once: no shared list")
 	})
+}
+
+func TestPktListFIFO(t *testing.T) {
+	e, err := NewEngine(Config{Exec: task.NewInline(), Keys: keys.NewTable(8), Mcast: mcast.NewTable(4, 4)})
+	require.NoError(t, err)
+	var l pktList
+	bufs := []*pktBuf{e.getBuf(wakeChain), e.getBuf(wakeChain), e.getBuf(wakeChain)}
+	for _, pb := range bufs {
+		l.push(pb)
+	}
+	got := l.takeAll(nil)
+	require.Equal(t, bufs, got, "oldest first")
+	require.Nil(t, l.head)
+	require.Nil(t, l.tail)
+	l.push(bufs[0])
+	l.drain(e)
+	require.Nil(t, l.head)
+	require.Len(t, e.free, 1, "a drained packet goes back to the tasks' list")
+}
+
+// TestResetDropsLocalPackets: packets another task left on a QP's lists
+// before the QP was reset are dropped by its next task, not processed.
+func TestResetDropsLocalPackets(t *testing.T) {
+	h := newRCHarness(t)
+	h.c.reqLocal.push(h.e.getBuf(wakeChain))
+	h.c.respLocal.push(h.e.getBuf(wakeChain))
+	require.NoError(t, h.c.Modify(&qp.Attr{State: qp.Reset}, qp.AttrState))
+	require.NotNil(t, h.c.reqLocal.head, "Modify runs outside the tasks: it must not touch the lists")
+	h.c.qp.Lock()
+	got := h.c.popReq()
+	h.c.qp.Unlock()
+	require.Nil(t, got, "a packet from before the reset was taken")
+	require.Nil(t, h.c.reqLocal.head)
+	require.Nil(t, h.c.respLocal.head)
 }

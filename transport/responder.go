@@ -161,6 +161,7 @@ func (c *Conn) flushRecvLocked() {
 	}
 	c.qp.FlushRecvLocked(func(wc *cq.WC) { c.rout.wc(c.qp.RecvCQ(), *wc) })
 	c.reqIn.drain(c.e)
+	c.reqLocal.drain(c.e)
 	c.reqQ.drain(c.e)
 	if c.qp.SRQ() != nil && !c.resp.lastWQE {
 		c.resp.lastWQE = true
