@@ -21,7 +21,8 @@ import "sync/atomic"
 // what it finds first: the order stays that of the calls.
 // A task scheduled when the executor is idle is not queued at all: its
 // caller runs it at once.
-// transport's pktQueue is the same stack, kept apart: a generic costs an indirect call.
+// transport's pktQueue and pktList are the same stack and list, kept apart:
+// a generic costs an indirect call.
 //
 // An Inline is safe for concurrent use; the zero value is ready to use.
 type Inline struct {

@@ -102,42 +102,54 @@ func TestInlineOrder(t *testing.T) {
 	}
 }
 
+// TestInlineConcurrentSchedulers: goroutines schedule tasks while one of
+// them drains, and (chain) the tasks hand work to one another as a QP
+// hands a packet on; no wake-up is lost and no two tasks run at once.
 func TestInlineConcurrentSchedulers(t *testing.T) {
-	ex := task.NewInline()
-	const nTasks, goroutines, rounds = 16, 8, 500
-	var inRun atomic.Int32 // Inline runs one task at a time across all tasks
-	var overlap atomic.Bool
-	var produced, consumed [nTasks]atomic.Int64
-	tasks := make([]*task.Task, nTasks)
-	for i := range tasks {
-		tasks[i] = task.New(ex, fmt.Sprint(i), func() bool {
-			if inRun.Add(1) != 1 {
-				overlap.Store(true)
+	for _, chain := range []bool{false, true} {
+		t.Run(fmt.Sprintf("chain=%v", chain), func(t *testing.T) {
+			ex := task.NewInline()
+			const nTasks, goroutines, rounds = 16, 8, 500
+			var inRun atomic.Int32 // Inline runs one task at a time across all tasks
+			var overlap atomic.Bool
+			var produced, consumed [nTasks]atomic.Int64
+			tasks := make([]*task.Task, nTasks)
+			for i := range tasks {
+				tasks[i] = task.New(ex, fmt.Sprint(i), func() bool {
+					if inRun.Add(1) != 1 {
+						overlap.Store(true)
+					}
+					consumed[i].Store(produced[i].Load())
+					if chain && consumed[i].Load()%3 == 0 {
+						j := (i + 1) % nTasks
+						produced[j].Add(1)
+						tasks[j].Chain()
+					}
+					inRun.Add(-1)
+					return false
+				})
 			}
-			consumed[i].Store(produced[i].Load())
-			inRun.Add(-1)
-			return false
+			var wg sync.WaitGroup
+			for g := range goroutines {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for r := range rounds {
+						i := (g*rounds + r) % nTasks
+						produced[i].Add(1)
+						tasks[i].Schedule()
+					}
+				}()
+			}
+			wg.Wait()
+			// Every Schedule has returned, and the drainer empties the queue
+			// before it stops draining, so all work must have been seen.
+			require.True(t, ex.Idle())
+			require.False(t, overlap.Load(), "two tasks ran at once on an Inline executor")
+			for i := range tasks {
+				require.Equal(t, produced[i].Load(), consumed[i].Load(), "task %d", i)
+			}
 		})
-	}
-	var wg sync.WaitGroup
-	for g := range goroutines {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for r := range rounds {
-				i := (g*rounds + r) % nTasks
-				produced[i].Add(1)
-				tasks[i].Schedule()
-			}
-		}()
-	}
-	wg.Wait()
-	// Every Schedule has returned, and the drainer empties the queue before
-	// it stops draining, so all work must have been seen.
-	require.True(t, ex.Idle())
-	require.False(t, overlap.Load(), "two tasks ran at once on an Inline executor")
-	for i := range tasks {
-		require.Equal(t, produced[i].Load(), consumed[i].Load(), "task %d", i)
 	}
 }
 
@@ -565,49 +577,4 @@ func TestInlineRunHereWhenIdle(t *testing.T) {
 	a.RunHere()
 	require.Equal(t, []string{"a", "b"}, order, "a stopped task ran")
 	require.True(t, ex.Idle())
-}
-
-// TestInlineChainConcurrent: tasks chain one another while other
-// goroutines schedule them; no wake-up is lost and no two run at once.
-func TestInlineChainConcurrent(t *testing.T) {
-	ex := task.NewInline()
-	const nTasks, goroutines, rounds = 8, 4, 500
-	var inRun atomic.Int32
-	var overlap atomic.Bool
-	var produced, consumed [nTasks]atomic.Int64
-	tasks := make([]*task.Task, nTasks)
-	for i := range tasks {
-		tasks[i] = task.New(ex, fmt.Sprint(i), func() bool {
-			if inRun.Add(1) != 1 {
-				overlap.Store(true)
-			}
-			consumed[i].Store(produced[i].Load())
-			if n := consumed[i].Load(); n%3 == 0 {
-				// Hand work to the next task, as a QP hands a packet on.
-				j := (i + 1) % nTasks
-				produced[j].Add(1)
-				tasks[j].Chain()
-			}
-			inRun.Add(-1)
-			return false
-		})
-	}
-	var wg sync.WaitGroup
-	for g := range goroutines {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for r := range rounds {
-				i := (g*rounds + r) % nTasks
-				produced[i].Add(1)
-				tasks[i].Schedule()
-			}
-		}()
-	}
-	wg.Wait()
-	require.True(t, ex.Idle())
-	require.False(t, overlap.Load(), "two tasks ran at once on an Inline executor")
-	for i := range tasks {
-		require.Equal(t, produced[i].Load(), consumed[i].Load(), "task %d", i)
-	}
 }
