@@ -29,11 +29,14 @@ type Conn struct {
 	reqQ  pktQueue // requests, for the responder
 	respQ pktQueue // ACKs and responses, for the completer
 	// Packets from tasks of an engine whose tasks run one at a time
-	// (Engine.serial): lists without atomics, which only those tasks use.
-	// A reset, which runs outside the tasks, sets dropLocal (under the QP
-	// lock) for the next task to empty them.
+	// (Engine.onDrainer): lists without atomics, which only those tasks
+	// use. A reset runs outside the tasks, so it cannot empty them: it
+	// moves resetGen, each packet carries the generation it was listed in,
+	// and the QP's next task drops the older ones (seenGen is the
+	// generation it last saw, under the QP lock).
 	reqLocal, respLocal pktList
-	dropLocal           bool
+	resetGen            atomic.Uint32
+	seenGen             uint32
 
 	// Task-local batches taken from reqQ and respQ, under the QP lock.
 	reqIn, respIn inbox
@@ -179,14 +182,23 @@ func (l *pktList) takeAll(b []*pktBuf) []*pktBuf {
 }
 
 // drain frees the listed packets; only a task may call it.
-func (l *pktList) drain(e *Engine) {
+func (l *pktList) drain(e *Engine) { l.dropOlder(^uint32(0), e) }
+
+// dropOlder frees the listed packets of a generation other than gen (all
+// of them if gen is ^0); only a task may call it.
+func (l *pktList) dropOlder(gen uint32, e *Engine) {
+	var keep pktList
 	for pb := l.head; pb != nil; {
 		next := pb.next
-		pb.next = nil
-		e.putBuf(pb, wakeChain)
+		if pb.gen == gen {
+			keep.push(pb)
+		} else {
+			pb.next = nil
+			e.putBuf(pb, wakeChain)
+		}
 		pb = next
 	}
-	l.head, l.tail = nil, nil
+	*l = keep
 }
 
 func (pq *pktQueue) drain(e *Engine) {
@@ -210,16 +222,20 @@ func (c *Conn) enqueue(pb *pktBuf, w wake) {
 	if resp {
 		t = c.sendTask
 	}
-	if w == wakeChain && c.e.serial {
-		// We run in a task, and tasks run one at a time: the list needs no
+	if c.e.onDrainer(w) {
+		// Tasks run one at a time and we are one: the list needs no
 		// atomics, and its task (run by us later) takes it.
 		l := &c.reqLocal
 		if resp {
 			l = &c.respLocal
 		}
+		pb.gen = c.resetGen.Load()
 		l.push(pb)
 		if c.stopped.Load() {
-			l.drain(c.e) // stop ran meanwhile: nothing will take it
+			// Stop ran meanwhile: nothing will take it. (Stop cannot
+			// empty the lists; what a stop after this check leaves on
+			// them goes to the garbage collector with the Conn.)
+			l.drain(c.e)
 			return
 		}
 		t.Chain()
@@ -234,13 +250,10 @@ func (c *Conn) enqueue(pb *pktBuf, w wake) {
 		q.drain(c.e) // stop ran meanwhile: nothing will take it
 		return
 	}
-	switch w {
-	case wakeHere:
+	if w == wakeHere {
 		t.RunHere()
-	case wakeChain:
-		t.Chain()
-	default:
-		t.Schedule()
+	} else {
+		t.Schedule() // a Pool's Chain is Schedule
 	}
 }
 
@@ -273,11 +286,11 @@ type inbox struct {
 func (c *Conn) next(in *inbox, l *pktList, q *pktQueue) *pktBuf {
 	if in.i == len(in.b) {
 		in.b, in.i = in.b[:0], 0
-		if c.dropLocal {
-			// A reset left these; only a task may touch the lists.
-			c.dropLocal = false
-			c.reqLocal.drain(c.e)
-			c.respLocal.drain(c.e)
+		if g := c.resetGen.Load(); g != c.seenGen {
+			// A reset since our last look: drop what was listed before it.
+			c.seenGen = g
+			c.reqLocal.dropOlder(g, c.e)
+			c.respLocal.dropOlder(g, c.e)
 		}
 		if l.head != nil {
 			in.b = l.takeAll(in.b)
@@ -389,7 +402,7 @@ func (c *Conn) resetLocked() {
 	c.respIn.drain(c.e)
 	c.reqQ.drain(c.e)
 	c.respQ.drain(c.e)
-	c.dropLocal = true // the lists are the tasks' to drain
+	c.resetGen.Add(1) // the lists are the tasks' to empty: see next
 	c.timerFired.Store(false)
 	c.rnrFired.Store(false)
 }

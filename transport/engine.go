@@ -354,13 +354,12 @@ func (e *Engine) RemoveConn(c *Conn) {
 
 func (e *Engine) lookup(qpn uint32) *Conn { return (*e.byQPN.Load())[qpn] }
 
-// peerOf is lookup for a route's packets: the answer is cached in r
-// while the QP table stays the same (the table is replaced whole when a QP
-// comes or goes). The caller holds the lock of the QP that owns r.
+// peerOf is lookup for a route's packets, cached in r until the QP found
+// is destroyed (a modify computes the route again, which clears it). The
+// caller holds the lock of the QP that owns r.
 func (e *Engine) peerOf(r *route, qpn uint32) *Conn {
-	tab := e.byQPN.Load()
-	if r.peerTab != tab || r.peer == nil || r.peer.qp.Num() != qpn {
-		r.peer, r.peerTab = (*tab)[qpn], tab
+	if r.peer == nil || r.peer.stopped.Load() {
+		r.peer = e.lookup(qpn)
 	}
 	return r.peer
 }
@@ -377,13 +376,22 @@ type pktBuf struct {
 	src   netip.Addr
 	dst   netip.Addr
 	v6    bool
-	next  *pktBuf // in a Conn's pktQueue
+	next  *pktBuf // in a Conn's pktQueue or pktList
+	gen   uint32  // in a pktList: the Conn's reset generation when listed
 }
 
+// onDrainer reports whether code that passes w runs where the tasks' own
+// lists may be used: in a task of this engine (wakeChain) while the tasks
+// run one at a time. Nothing checks the first half: wakeChain is passed
+// only by the requester, responder and completer (and what they call,
+// such as xmit), always inside a task's Func.
+func (e *Engine) onDrainer(w wake) bool { return w == wakeChain && e.serial }
+
 // getBuf returns an empty packet buffer; w says where the caller runs
-// (wakeChain: in a task of this engine).
+// (see onDrainer).
 func (e *Engine) getBuf(w wake) *pktBuf {
-	if n := len(e.free); w == wakeChain && e.serial && n > 0 {
+	if e.onDrainer(w) && len(e.free) > 0 {
+		n := len(e.free)
 		pb := e.free[n-1]
 		e.free[n-1] = nil
 		e.free = e.free[:n-1]
@@ -400,7 +408,7 @@ const maxFree = 256
 // for reuse; w is as for getBuf.
 func (e *Engine) putBuf(pb *pktBuf, w wake) {
 	pb.reset()
-	if w == wakeChain && e.serial && len(e.free) < maxFree {
+	if e.onDrainer(w) && len(e.free) < maxFree {
 		e.free = append(e.free, pb)
 		return
 	}
@@ -445,13 +453,14 @@ func (e *Engine) ReceiveFrame(frame []byte) {
 	e.receiveFrame(frame, ps.rel, w, false)
 }
 
-// wake says how a packet queued for a QP wakes the QP's task.
+// wake says where the caller runs, and so how a packet it queues for a QP
+// wakes the QP's task and where its packet buffers come from (onDrainer).
 type wake uint8
 
 const (
-	wakeSchedule wake = iota // task.Schedule: from any goroutine
-	wakeHere                 // task.RunHere: on a link's own receive goroutine
-	wakeChain                // task.Chain: from a task of this engine (the loopback path)
+	wakeSchedule wake = iota // any goroutine: task.Schedule
+	wakeHere                 // a link's own receive goroutine: task.RunHere
+	wakeChain                // a task of this engine (the loopback path): task.Chain
 )
 
 // receiveFrame handles a frame; rel, if not nil, takes it back when done;
@@ -600,10 +609,8 @@ type route struct {
 	ttl, tos uint8
 	bad      bool // no route (bad GID index, no link, MAC unresolved)
 
-	// On the loopback path: the destination QP's conn, found in the QP
-	// table peerTab (see Engine.peerOf).
-	peer    *Conn
-	peerTab *map[uint32]*Conn
+	// On the loopback path: the destination QP's conn (Engine.peerOf).
+	peer *Conn
 }
 
 // routeTo resolves a destination GID from a source GID index.

@@ -201,3 +201,40 @@ func TestParseExternalMatchesParse(t *testing.T) {
 		}
 	}
 }
+
+// parseExternal's refusals, each with the reason the spec's rules give
+// (not derived from Parse, which shares checkPayload with it).
+func TestParseExternalRefuses(t *testing.T) {
+	hdr := func(op Opcode, pad uint8, tver bool) []byte {
+		b := make([]byte, op.Info().HdrLen)
+		bth := BTH(b)
+		bth.Init(op, DefaultPKey, 0x11, 0x22)
+		bth.SetPadCount(pad)
+		if tver {
+			b[1] |= 0x01 // TVer 1
+		}
+		return b
+	}
+	for _, tc := range []struct {
+		name    string
+		hdr     []byte
+		payload int
+		want    DropReason
+	}{
+		{"FIRST with pad", hdr(RCSendFirst, 1, false), 3, DropBadPad},
+		{"ACK with a payload", hdr(RCAck, 0, false), 4, DropBadLength},
+		{"payload and pad not a multiple of 4", hdr(RCSendOnly, 2, false), 3, DropBadLength},
+		{"MIDDLE with no payload", hdr(RCSendMiddle, 0, false), 0, DropBadLength},
+		{"header version 1", hdr(RCSendOnly, 0, true), 4, DropBadVersion},
+		{"headers cut short", hdr(RCSendOnly, 0, false)[:BTHLen-1], 4, DropTruncated},
+		{"RETH missing", hdr(RCWriteOnly, 0, false)[:BTHLen], 4, DropBadLength},
+		{"opcode not supported", func() []byte { b := hdr(RCSendOnly, 0, false); b[0] = 0x1F; return b }(), 4, DropBadOpcode},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var p Packet
+			err := parseExternal(tc.hdr, make([]byte, tc.payload), 1, &p)
+			got, _ := DropReasonOf(err)
+			require.Equal(t, tc.want, got, "error %v", err)
+		})
+	}
+}

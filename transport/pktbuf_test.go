@@ -49,7 +49,7 @@ func TestTaskFreeList(t *testing.T) {
 		e := newEngine(p)
 		pb := e.getBuf(wakeChain)
 		e.putBuf(pb, wakeChain)
-		require.Empty(t, e.free, "tasks on a Pool run at once: no shared list")
+		require.Empty(t, e.free, "an engine on a Pool kept a buffer on the tasks' free list")
 	})
 }
 
@@ -71,18 +71,28 @@ func TestPktListFIFO(t *testing.T) {
 	require.Len(t, e.free, 1, "a drained packet goes back to the tasks' list")
 }
 
-// TestResetDropsLocalPackets: packets another task left on a QP's lists
-// before the QP was reset are dropped by its next task, not processed.
+// TestResetDropsLocalPackets: packets another task listed for a QP before
+// the QP was reset are dropped by its next task, not processed; one listed
+// after the reset is kept.
 func TestResetDropsLocalPackets(t *testing.T) {
 	h := newRCHarness(t)
-	h.c.reqLocal.push(h.e.getBuf(wakeChain))
-	h.c.respLocal.push(h.e.getBuf(wakeChain))
+	// As Conn.enqueue lists them: stamped with the reset generation.
+	list := func(l *pktList) *pktBuf {
+		pb := h.e.getBuf(wakeChain)
+		pb.gen = h.c.resetGen.Load()
+		l.push(pb)
+		return pb
+	}
+	list(&h.c.reqLocal)
+	list(&h.c.respLocal)
 	require.NoError(t, h.c.Modify(&qp.Attr{State: qp.Reset}, qp.AttrState))
 	require.NotNil(t, h.c.reqLocal.head, "Modify runs outside the tasks: it must not touch the lists")
+	after := list(&h.c.reqLocal)
 	h.c.qp.Lock()
 	got := h.c.popReq()
+	again := h.c.popReq()
 	h.c.qp.Unlock()
-	require.Nil(t, got, "a packet from before the reset was taken")
-	require.Nil(t, h.c.reqLocal.head)
-	require.Nil(t, h.c.respLocal.head)
+	require.Same(t, after, got, "the packet listed after the reset was not the one taken")
+	require.Nil(t, again, "a packet from before the reset was taken")
+	require.Nil(t, h.c.respLocal.head, "a response from before the reset is still listed")
 }

@@ -85,8 +85,11 @@ func TestMOVSB(t *testing.T) {
 		}
 		dst[n] = 0xA5
 		movsb(unsafePtr(dst), unsafePtr(src), uintptr(n))
-		if !bytes.Equal(dst[:n], src) || dst[n] != 0xA5 {
-			t.Fatalf("movsb of %d bytes: wrong bytes or wrote past the end", n)
+		if !bytes.Equal(dst[:n], src) {
+			t.Fatalf("movsb of %d bytes: the destination differs from the source", n)
+		}
+		if dst[n] != 0xA5 {
+			t.Fatalf("movsb of %d bytes wrote past the end", n)
 		}
 	}
 }

@@ -86,20 +86,6 @@ func (e *Inline) add(t *Task) {
 	e.tail = t
 }
 
-// runIdle runs t at once if the executor is idle and t is idle, as the
-// drainer, and reports whether it did. Otherwise the caller schedules t.
-func (e *Inline) runIdle(t *Task) bool {
-	if e.draining.Load() || e.top.Load() != nil || !e.draining.CompareAndSwap(false, true) {
-		return false
-	}
-	ran := t.state.CompareAndSwap(stateIdle, stateBusy)
-	if ran {
-		t.finish(t.fn())
-	}
-	e.drain() // also what other goroutines queued meanwhile
-	return ran
-}
-
 // takeTop moves the tasks pushed on the stack to the end of the drainer's
 // list, oldest first.
 func (e *Inline) takeTop() {

@@ -14,7 +14,8 @@ type Executor interface {
 	// enqueue adds t, whose state is already queued, to the run queue. It is
 	// called at most once per transition into the queued state.
 	enqueue(t *Task)
-	// requeue is enqueue called on the goroutine that has just run t.
+	// requeue is enqueue called only on a goroutine that is running the
+	// executor's tasks: for t itself when its run ends, or from a Func (Chain).
 	requeue(t *Task)
 }
 
@@ -73,13 +74,8 @@ func (t *Task) Schedule() {
 // and a swap to take. On a Pool, Chain is Schedule. Calling Chain from
 // anywhere else is a data race on an Inline executor.
 func (t *Task) Chain() {
-	in, ok := t.ex.(*Inline)
-	if !ok {
-		t.Schedule()
-		return
-	}
 	if t.markQueued() {
-		in.requeue(t)
+		t.ex.requeue(t)
 	}
 }
 
@@ -108,24 +104,17 @@ func (t *Task) markQueued() bool {
 // context when it is not already running: it saves handing the work to a
 // worker (a wake-up of a parked goroutine, microseconds in a VM). If fn
 // has more work, or was scheduled again meanwhile, the task then goes to
-// the pool as Schedule would put it. With the Inline executor, whose order
-// must stay that of the Schedule calls, RunHere is Schedule; only when
-// nothing is queued or running does it run the task at once, skipping
-// the queued state. Do not call RunHere from the task's own fn, or while
-// holding a lock that fn takes.
+// the pool as Schedule would put it. Otherwise, and with the Inline
+// executor (whose order must stay that of the Schedule calls, and which
+// runs a task scheduled while it is idle at once anyway), RunHere is
+// Schedule. Do not call RunHere from the task's own fn, or while holding
+// a lock that fn takes.
 func (t *Task) RunHere() {
-	switch ex := t.ex.(type) {
-	case *Pool:
-		if t.state.CompareAndSwap(stateIdle, stateBusy) {
-			t.finish(t.fn())
-			return
-		}
-	case *Inline:
-		if ex.runIdle(t) {
-			return
-		}
+	if _, pool := t.ex.(*Pool); !pool || !t.state.CompareAndSwap(stateIdle, stateBusy) {
+		t.Schedule()
+		return
 	}
-	t.Schedule()
+	t.finish(t.fn())
 }
 
 // Stop waits until fn is not running and makes sure it never runs again;
