@@ -88,8 +88,30 @@ func (t *Table) AllocMW(pd *PD, typ MWType) (*MW, error) {
 // grants RemoteWrite or RemoteAtomic and mr lacks LocalWrite), ErrBounds
 // (window not inside mr, or addr+length overflows).
 func (t *Table) BindMW(mw *MW, mr *MR, addr, length uint64, access Access, key uint8) (uint32, error) {
+	return t.bindMW(mw, mr, addr, length, access, key, false)
+}
+
+// BindMWNextKey binds a type-1 window as the bind verb does (ibv_bind_mw):
+// as BindMW, with the key byte moved on by one from the window's current
+// rkey, as ibv_inc_rkey does, so a key handed out for the old binding stops
+// working. The current key byte is read under the table lock, so binds that
+// race each other still give every binding its own key byte.
+//
+// Errors: those of BindMW, and ErrInvalidArgument for a type-2 window
+// (those are bound by a BIND_MW work request, with the key byte its
+// poster chose).
+func (t *Table) BindMWNextKey(mw *MW, mr *MR, addr, length uint64, access Access) (uint32, error) {
+	return t.bindMW(mw, mr, addr, length, access, 0, true)
+}
+
+// bindMW is BindMW; with next it ignores key and uses the window's key byte
+// plus one, and refuses type-2 windows.
+func (t *Table) bindMW(mw *MW, mr *MR, addr, length uint64, access Access, key uint8, next bool) (uint32, error) {
 	if mw == nil || mw.table != t || (mr != nil && mr.table != t) {
 		return 0, fmt.Errorf("bind mw: nil or foreign argument: %w", ErrInvalidArgument)
+	}
+	if next && mw.Type != MWType1 {
+		return 0, fmt.Errorf("bind mw: %s window: %w: type 2 windows are bound with a BIND_MW work request", mw.Type, ErrInvalidArgument)
 	}
 	if bad := access & (ZeroBased | MWBind | ^allAccess); bad != 0 {
 		return 0, fmt.Errorf("bind mw: window access %s: %w", bad, ErrInvalidArgument)
@@ -98,6 +120,9 @@ func (t *Table) BindMW(mw *MW, mr *MR, addr, length uint64, access Access, key u
 	defer t.mu.Unlock()
 	if mw.dead {
 		return 0, fmt.Errorf("bind mw %#x: window deallocated: %w", mw.Rkey, ErrInvalidState)
+	}
+	if next {
+		key = uint8(mw.Rkey) + 1
 	}
 	if mw.Type == MWType2 {
 		switch {

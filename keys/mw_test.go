@@ -2,6 +2,7 @@ package keys
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -100,8 +101,79 @@ func TestMWType1(t *testing.T) {
 	_, err = tb.BindMW(mw, nil, 0, 0, 0, 0)
 	require.ErrorIs(t, err, ErrInvalidState)
 	require.ErrorContains(t, err, fmt.Sprintf("mw %#x", mw.Rkey))
-	require.False(t, pd.Busy())
+	require.NoError(t, pd.Free(), "nothing holds the PD")
 	require.Equal(t, 0, tb.Len())
+}
+
+// TestBindMWNextKey: the bind verb's rule, each type-1 bind (and unbind)
+// moves the key byte on by one, wrapping from 0xff to 0; a failed bind and a
+// type-2 window move nothing.
+func TestBindMWNextKey(t *testing.T) {
+	tb := NewTable(8)
+	pd := NewPD(1)
+	const base = 0x10000
+	mr := regMR(t, tb, pd, 4096, base, LocalWrite|MWBind)
+	mw, err := tb.AllocMW(pd, MWType1)
+	require.NoError(t, err)
+	start := mw.Rkey
+	rkey, err := tb.BindMWNextKey(mw, mr, base, 64, RemoteRead)
+	require.NoError(t, err)
+	require.Equal(t, start&^0xff|1, rkey, "only the key byte moves, by one")
+	require.Equal(t, mw.Rkey, rkey)
+	_, err = tb.BindMWNextKey(mw, mr, base-1, 64, RemoteRead)
+	require.ErrorIs(t, err, ErrBounds)
+	require.Equal(t, rkey, mw.Rkey, "a failed bind keeps the key")
+	_, err = tb.BindMW(mw, mr, base, 64, RemoteRead, 0xff)
+	require.NoError(t, err)
+	rkey, err = tb.BindMWNextKey(mw, nil, 0, 0, 0)
+	require.NoError(t, err, "a zero-length bind unbinds")
+	require.Equal(t, start&^0xff, rkey, "the key byte wraps")
+
+	mw2, err := tb.AllocMW(pd, MWType2)
+	require.NoError(t, err)
+	before := mw2.Rkey
+	_, err = tb.BindMWNextKey(mw2, mr, base, 64, RemoteRead)
+	require.ErrorIs(t, err, ErrInvalidArgument, "type 2 windows are bound by a work request")
+	require.Equal(t, before, mw2.Rkey)
+	_, err = tb.BindMWNextKey(nil, mr, base, 64, RemoteRead)
+	require.ErrorIs(t, err, ErrInvalidArgument)
+}
+
+// TestBindMWNextKeyConcurrent: the key byte is read under the table lock,
+// so binds racing on one window each get their own key byte.
+func TestBindMWNextKeyConcurrent(t *testing.T) {
+	tb := NewTable(8)
+	pd := NewPD(1)
+	const base = 0x10000
+	mr := regMR(t, tb, pd, 4096, base, LocalWrite|MWBind)
+	mw, err := tb.AllocMW(pd, MWType1)
+	require.NoError(t, err)
+	const workers, each = 8, 30 // 240 binds: key bytes 1..240, none twice
+	got := make([][]uint32, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				k, err := tb.BindMWNextKey(mw, mr, base, 64, RemoteRead)
+				if err != nil {
+					panic(err)
+				}
+				got[w] = append(got[w], k)
+			}
+		}()
+	}
+	wg.Wait()
+	seen := make(map[uint32]bool)
+	for _, ks := range got {
+		for _, k := range ks {
+			require.False(t, seen[k], "rkey %#x handed out twice", k)
+			seen[k] = true
+		}
+	}
+	require.Len(t, seen, workers*each)
+	require.Equal(t, uint32(workers*each), mw.Rkey&0xff)
 }
 
 func TestMWType2(t *testing.T) {

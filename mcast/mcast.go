@@ -159,15 +159,42 @@ func (t *Table) Detach(mgid GID, mlid uint16, m Member) error {
 	if i < 0 {
 		return fmt.Errorf("detach mcast %v: qp %#x: %w", mgid, qpn, ErrNotAttached)
 	}
+	t.removeLocked(mgid, g, i)
+	return nil
+}
+
+// removeLocked removes member i of group g, named mgid, and the group with
+// its last member. It reports whether the group went away.
+func (t *Table) removeLocked(mgid GID, g *group, i int) (gone bool) {
 	if len(g.members) == 1 {
 		delete(t.groups, mgid)
-		return nil
+		return true
 	}
 	// Copy on write: readers may hold the old slice.
 	members := make([]Member, 0, len(g.members)-1)
 	members = append(members, g.members[:i]...)
 	g.members = append(members, g.members[i+1:]...)
-	return nil
+	return false
+}
+
+// DetachAll removes m from every group it is attached to, as destroying a
+// QP does, and returns the MGIDs of the groups that went away with it (m
+// was their last member), ordered by MGID. It returns nil when no group
+// went away, and does nothing for a nil m.
+func (t *Table) DetachAll(m Member) (gone []GID) {
+	if m == nil {
+		return nil
+	}
+	qpn := m.QPN()
+	t.mu.Lock()
+	for mgid, g := range t.groups {
+		if i := indexQPN(g.members, qpn); i >= 0 && t.removeLocked(mgid, g, i) {
+			gone = append(gone, mgid)
+		}
+	}
+	t.mu.Unlock()
+	slices.SortFunc(gone, func(a, b GID) int { return bytes.Compare(a[:], b[:]) })
+	return gone
 }
 
 func indexQPN(members []Member, qpn uint32) int {

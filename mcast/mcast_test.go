@@ -169,6 +169,33 @@ func TestLookupFindList(t *testing.T) {
 	require.Zero(t, allocs)
 }
 
+// TestDetachAll: a member leaves every group it is in, other members stay,
+// and the groups it was the last member of are reported, by MGID.
+func TestDetachAll(t *testing.T) {
+	tb := NewTable(0, 0)
+	g1, g2, g3, g4 := gid(t, "ff0e::1"), gid(t, "ff02::2"), gid(t, "ff0e::3"), gid(t, "ff0e::4")
+	require.NoError(t, tb.Attach(g3, 0xc003, qp(7)))
+	require.NoError(t, tb.Attach(g1, 0xc001, qp(7)))
+	require.NoError(t, tb.Attach(g2, 0xc002, qp(8)))
+	require.NoError(t, tb.Attach(g2, 0xc002, qp(7)))
+	require.NoError(t, tb.Attach(g2, 0xc002, qp(9)))
+	require.NoError(t, tb.Attach(g4, 0xc004, qp(9)))
+	_, before, _ := tb.Lookup(g2)
+
+	require.Equal(t, []GID{g1, g3}, tb.DetachAll(qp(7)))
+	require.Equal(t, []GroupInfo{
+		{MGID: g2, MLID: 0xc002, QPNs: []uint32{8, 9}},
+		{MGID: g4, MLID: 0xc004, QPNs: []uint32{9}},
+	}, tb.List())
+	require.Equal(t, []uint32{8, 7, 9}, qpns(before), "a snapshot taken before is unchanged")
+	require.Nil(t, tb.DetachAll(qp(7)), "in no group any more")
+	require.Nil(t, tb.DetachAll(nil))
+	require.ErrorIs(t, tb.Detach(g2, 0xc002, qp(7)), ErrNotAttached)
+	require.Nil(t, tb.DetachAll(qp(8)), "g2 keeps 9")
+	require.Equal(t, []GID{g2, g4}, tb.DetachAll(qp(9)))
+	require.Zero(t, tb.Groups())
+}
+
 func TestSnapshotIsolation(t *testing.T) {
 	tb := NewTable(0, 0)
 	g := gid(t, "ff0e::1")

@@ -209,6 +209,66 @@ func TestDestroyQPLeavesGroups(t *testing.T) {
 	require.Zero(t, n.d.mc.Groups())
 }
 
+// A destroyed QP cannot be attached to a multicast group: the attach fails,
+// naming the QP, and neither the group nor the link changes.
+func TestAttachDestroyedQP(t *testing.T) {
+	n, link := groupNode(t)
+	a, b := n.qp(t, qp.UD), n.qp(t, qp.UD)
+	g := GID(netip.MustParseAddr("ff0e::104").As16())
+	require.NoError(t, n.d.AttachMcast(b, g, 0))
+	require.NoError(t, a.Destroy())
+	link.take()
+
+	err := n.d.AttachMcast(a, g, 0)
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	require.ErrorContains(t, err, fmt.Sprintf("QP %#x", a.Num()))
+	_, members, _ := n.d.mc.Lookup(mcast.GID(g))
+	require.Len(t, members, 1, "the group gained the destroyed QP")
+	require.Equal(t, b.Num(), members[0].QPN())
+	g2 := GID(netip.MustParseAddr("ff0e::105").As16())
+	require.ErrorIs(t, n.d.AttachMcast(a, g2, 0), ErrInvalidArgument)
+	require.Equal(t, 1, n.d.mc.Groups(), "a group was made for the destroyed QP")
+	require.Empty(t, link.take(), "the link joined a group for the destroyed QP")
+}
+
+// Destroy racing AttachMcast: either the attach fails or Destroy detaches
+// the QP again; the QP never stays in a group, and the link is in no group
+// without members.
+func TestAttachRacesDestroy(t *testing.T) {
+	n, link := groupNode(t)
+	g := GID(netip.MustParseAddr("ff0e::106").As16())
+	for i := range 300 {
+		q := n.qp(t, qp.UD)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		var attachErr, destroyErr error
+		wg.Go(func() {
+			<-start
+			attachErr = n.d.AttachMcast(q, g, 0)
+		})
+		wg.Go(func() {
+			<-start
+			destroyErr = q.Destroy()
+		})
+		close(start)
+		wg.Wait()
+		require.NoError(t, destroyErr)
+		if attachErr != nil {
+			require.ErrorIs(t, attachErr, ErrInvalidArgument, "round %d", i)
+		}
+		require.Zero(t, n.d.mc.Groups(), "round %d: destroyed QP %#x left in a group (attach error %v)", i, q.Num(), attachErr)
+		joins := 0
+		for _, s := range link.take() {
+			if strings.HasPrefix(s, "join") {
+				joins++
+			} else {
+				joins--
+			}
+		}
+		require.Zero(t, joins, "round %d: the link stays in an empty group", i)
+	}
+}
+
 // QPs attaching to and detaching from one group at once leave the link
 // in the group exactly while it has members: each attach that finds the
 // group empty joins it, each detach that empties it leaves.

@@ -132,7 +132,8 @@ type Device struct {
 	mc   *mcast.Table
 	// mcMu makes a multicast attach or detach and the link join or leave
 	// it implies one step, so racing calls cannot leave the link out of
-	// a group that has members (or in one that has none).
+	// a group that has members (or in one that has none). Lock order:
+	// mcMu before mu (QP.Destroy holds both).
 	mcMu   sync.Mutex
 	eng    *transport.Engine
 	limits qp.Limits

@@ -77,12 +77,11 @@ func (d *Device) DeallocMW(mw *MW) error { return d.keys.DeallocMW(mw) }
 // BindMW binds a type-1 window (ibv_bind_mw) and returns its new rkey:
 // each bind moves the key byte on by one, as ibv_bind_mw does with
 // ibv_inc_rkey, so a key handed out for the old binding stops working.
-// Binds of one window must not run concurrently (as in libibverbs).
+//
+// Errors: those of keys.Table.BindMWNextKey; a type-2 window is
+// ErrInvalidArgument (it is bound with a BIND_MW work request).
 func (d *Device) BindMW(mw *MW, mr *MR, addr, length uint64, access Access) (uint32, error) {
-	if mw.Type != keys.MWType1 {
-		return 0, fmt.Errorf("bind MW: %w: type-2 windows are bound with a BIND_MW work request", ErrInvalidArgument)
-	}
-	return d.keys.BindMW(mw, mr, addr, length, access, uint8(mw.Rkey)+1)
+	return d.keys.BindMWNextKey(mw, mr, addr, length, access)
 }
 
 // CreateAH creates an address handle (ibv_create_ah).
@@ -162,7 +161,9 @@ type QP struct {
 	conn *transport.Conn
 	d    *Device
 
-	destroyed bool // guarded by d.mu
+	// destroyed is guarded by d.mu, and set with d.mcMu held too, so that
+	// AttachMcast, under d.mcMu, never attaches a destroyed QP.
+	destroyed bool
 }
 
 // CreateQP creates a queue pair in the RESET state (ibv_create_qp). A GSI
@@ -260,25 +261,27 @@ func (q *QP) Counters() map[string]uint64 { return q.conn.Counters().Snapshot() 
 func (q *QP) Conn() *transport.Conn { return q.conn }
 
 // Destroy destroys the QP (ibv_destroy_qp): it leaves its multicast groups
-// as DetachMcast does (the link leaves a group left empty) and releases its PD, CQs and SRQ. A QP destroyed already gives
-// ErrInvalidArgument. After Device.Close, Destroy still releases the QP's
-// PD, CQs and SRQ.
+// as DetachMcast does (the link leaves a group left empty) and releases its
+// PD, CQs and SRQ; from then on AttachMcast refuses it. A QP destroyed
+// already gives ErrInvalidArgument. After Device.Close, Destroy still
+// releases the QP's PD, CQs and SRQ.
 func (q *QP) Destroy() error {
 	d := q.d
+	// mcMu is held from marking the QP destroyed until it is in no group,
+	// so no AttachMcast can slip in between.
+	d.mcMu.Lock()
 	d.mu.Lock()
 	if q.destroyed {
 		d.mu.Unlock()
+		d.mcMu.Unlock()
 		return fmt.Errorf("destroy QP %#x: %w: destroyed already", q.Num(), ErrInvalidArgument)
 	}
 	q.destroyed = true
 	d.mu.Unlock()
-	for _, g := range d.mc.List() {
-		for _, n := range g.QPNs {
-			if n == q.Num() {
-				_ = d.DetachMcast(q, GID(g.MGID), g.MLID)
-			}
-		}
+	for _, g := range d.mc.DetachAll(q.QP) {
+		d.leaveGroupLocked(GID(g))
 	}
+	d.mcMu.Unlock()
 	d.eng.RemoveConn(q.conn)
 	// The number is free once the engine has let go of it.
 	d.mu.Lock()
@@ -308,6 +311,9 @@ func (d *Device) AttachMcast(q *QP, gid GID, lid uint16) error {
 	}
 	d.mcMu.Lock()
 	defer d.mcMu.Unlock()
+	if q.destroyed {
+		return fmt.Errorf("attach QP %#x to group %v: %w: QP destroyed", q.Num(), gid, ErrInvalidArgument)
+	}
 	if err := d.mc.Attach(mcast.GID(gid), lid, q.QP); err != nil {
 		return err
 	}
@@ -331,11 +337,17 @@ func (d *Device) DetachMcast(q *QP, gid GID, lid uint16) error {
 		return err
 	}
 	if _, _, ok := d.mc.Lookup(mcast.GID(gid)); !ok {
-		if j, ok := netdev.As[netdev.GroupJoiner](d.opts.Link); ok {
-			_ = j.LeaveGroup(gid.IP())
-		}
+		d.leaveGroupLocked(gid)
 	}
 	return nil
+}
+
+// leaveGroupLocked leaves the group gid on the link, when the link needs to
+// be told, once the group's last member is gone. d.mcMu is held.
+func (d *Device) leaveGroupLocked(gid GID) {
+	if j, ok := netdev.As[netdev.GroupJoiner](d.opts.Link); ok {
+		_ = j.LeaveGroup(gid.IP())
+	}
 }
 
 // QPInfo describes one QP for tools (rvt_qp_iter).
