@@ -105,11 +105,8 @@ func (c *CQ) Attach(ch *Channel) {
 // for solicited ones, as IBTA requires), the arm is cleared, the CQ is
 // delivered to its channel and the completion handler is called.
 func (c *CQ) Push(wc *WC) bool {
-	c.mu.Lock()
-	comp, fail, ok := c.pushLocked(wc)
-	c.mu.Unlock()
-	c.notifyHandlers(comp, fail)
-	return ok
+	one := [1]WC{*wc} // stays on the stack: PushBatch keeps no reference
+	return c.PushBatch(one[:]) == 1
 }
 
 // PushBatch is Push for each of wcs in order under one lock, as a device

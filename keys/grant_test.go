@@ -129,34 +129,33 @@ func TestEpochMovesAfterTheChange(t *testing.T) {
 	win, err := tb.AllocMW(pd, MWType2)
 	require.NoError(t, err)
 	bindMR := regMR(t, tb, pd, 64, 0x5000, LocalWrite|MWBind)
+	// Binding adds a key; it moves no epoch either.
+	_, err = tb.BindMW(win, bindMR, 0x5000, 8, RemoteRead, 1)
+	require.NoError(t, err)
+	require.Equal(t, e, tb.Epoch(), "BindMW makes no passing check fail")
 	// None of these can make a passing lkey check fail: a valid MR's grant
 	// stays as it was, so the epoch (and with it every WQE's checked MRs)
-	// must stay too.
+	// must stay too. want is the error the step fails with, nil if none.
 	still := []struct {
-		name  string
-		fails bool
-		do    func() error
+		name string
+		want error
+		do   func() error
 	}{
-		{"AllocMR, MapPages, FastReg", false, func() error {
+		{"AllocMR, MapPages, FastReg", nil, func() error {
 			_, _ = fastMR(t, tb, pd, 1, 64, 0x4000, 2, LocalWrite)
 			return nil
 		}},
-		{"failed Invalidate (wrong key byte)", true, func() error { return tb.Invalidate(pd, fmr.Lkey^1) }},
-		{"failed FastReg (MR valid)", true, func() error { return tb.FastReg(pd, fmr, 3, LocalWrite) }},
-		{"failed MapPages (MR valid)", true, func() error { return fmr.MapPages(makePages(1, 64), 64, 0x3000, 64) }},
-		{"failed DeregMR (windows bound)", true, func() error {
-			if _, err := tb.BindMW(win, bindMR, 0x5000, 8, RemoteRead, 1); err != nil {
-				return err
-			}
-			return tb.DeregMR(bindMR)
-		}},
-		{"Invalidate a window", false, func() error { return tb.Invalidate(pd, win.Rkey) }},
-		{"DeallocMW", false, func() error { return tb.DeallocMW(win) }},
+		{"failed Invalidate (wrong key byte)", ErrInvalidKey, func() error { return tb.Invalidate(pd, fmr.Lkey^1) }},
+		{"failed FastReg (MR valid)", ErrInvalidState, func() error { return tb.FastReg(pd, fmr, 3, LocalWrite) }},
+		{"failed MapPages (MR valid)", ErrInvalidState, func() error { return fmr.MapPages(makePages(1, 64), 64, 0x3000, 64) }},
+		{"failed DeregMR (windows bound)", ErrBusy, func() error { return tb.DeregMR(bindMR) }},
+		{"Invalidate a window", nil, func() error { return tb.Invalidate(pd, win.Rkey) }},
+		{"DeallocMW", nil, func() error { return tb.DeallocMW(win) }},
 	}
 	for _, st := range still {
 		before := tb.Epoch()
-		if err := st.do(); st.fails {
-			require.Error(t, err, st.name)
+		if err := st.do(); st.want != nil {
+			require.ErrorIs(t, err, st.want, st.name)
 		} else {
 			require.NoError(t, err, st.name)
 		}

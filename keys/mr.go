@@ -421,9 +421,9 @@ func (m *mapping) copy(p []byte, addr uint64, write bool) int {
 		}
 		var c int
 		if write {
-			c = copy(pg[in:], p[n:])
+			c = memx.Copy(pg[in:], p[n:])
 		} else {
-			c = copy(p[n:], pg[in:])
+			c = memx.Copy(p[n:], pg[in:])
 		}
 		n += c
 		pos += uint64(c)

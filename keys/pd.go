@@ -60,6 +60,3 @@ func (pd *PD) Free() error {
 
 // Refs returns the number of references held (0 once freed).
 func (pd *PD) Refs() int { return int(max(pd.refs.Load(), 0)) }
-
-// Busy reports whether any object still holds a reference on the PD.
-func (pd *PD) Busy() bool { return pd.refs.Load() > 0 }

@@ -179,14 +179,14 @@ func TestRegMRArgs(t *testing.T) {
 	require.ErrorContains(t, err, fmt.Sprintf("mr %#x", mr.Lkey), "the error names the MR")
 	require.False(t, mr.Valid())
 	require.NoError(t, tb.DeregMR(zero))
-	require.False(t, pd.Busy())
+	require.NoError(t, pd.Free(), "nothing holds the PD")
 }
 
 func TestPDRefs(t *testing.T) {
 	tb := NewTable(8)
 	pd := NewPD(7)
 	require.Equal(t, uint32(7), pd.Handle)
-	require.False(t, pd.Busy())
+	require.Zero(t, pd.Refs())
 	mr := regMR(t, tb, pd, 8, 0, MWBind)
 	fmr, err := tb.AllocMR(pd, 4)
 	require.NoError(t, err)
@@ -194,14 +194,13 @@ func TestPDRefs(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, pd.TryRef()) // e.g. a QP
 	require.Equal(t, 4, pd.Refs())
-	require.True(t, pd.Busy())
 	require.NoError(t, tb.DeregMR(mr))
 	require.NoError(t, tb.DeregMR(fmr))
 	require.NoError(t, tb.DeallocMW(mw))
-	require.True(t, pd.Busy())
+	require.Equal(t, 1, pd.Refs())
 	require.ErrorIs(t, pd.Free(), ErrBusy)
 	pd.Unref()
-	require.False(t, pd.Busy())
+	require.Zero(t, pd.Refs())
 	require.Panics(t, pd.Unref)
 }
 
@@ -220,7 +219,6 @@ func TestFreedPD(t *testing.T) {
 	_, err = tb.AllocMW(pd, MWType2)
 	require.ErrorIs(t, err, ErrInvalidArgument)
 	require.Zero(t, pd.Refs())
-	require.False(t, pd.Busy())
 	require.ErrorIs(t, pd.Free(), ErrInvalidArgument)
 	require.Panics(t, pd.Unref, "a freed PD holds no reference to drop")
 }

@@ -544,7 +544,7 @@ func TestPostRecvErrorText(t *testing.T) {
 				prefix+": WR 1 (wr_id 0x21): invalid argument: 2 SGEs, max_recv_sge is 1")
 			err := post([]RecvWR{{WRID: 0x44, SGL: []SGE{{Addr: 0, Length: 4, Lkey: 0xbad00}}}})
 			require.ErrorIs(t, err, keys.ErrInvalidKey)
-			require.True(t, strings.HasPrefix(err.Error(), prefix+": WR 0 (wr_id 0x44) SGE 0 (lkey 0xbad00 addr 0x0 len 4): "), err.Error())
+			require.True(t, strings.HasPrefix(err.Error(), prefix+": WR 0 (wr_id 0x44): SGE 0 (lkey 0xbad00 addr 0x0 len 4): "), err.Error())
 		})
 	}
 }

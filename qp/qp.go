@@ -460,7 +460,7 @@ func postRecv(rq *RecvQueue, kt *keys.Table, pd *keys.PD, maxSGE uint32, wrs []R
 		slot := rq.At(rq.head + uint32(i))
 		total, err := CheckSGL(kt, pd, wr.SGL, keys.LocalWrite, slot.MRs)
 		if err != nil {
-			return fmt.Errorf("WR %d (wr_id %#x) %w", i, wr.WRID, err)
+			return fmt.Errorf("WR %d (wr_id %#x): %w", i, wr.WRID, err)
 		}
 		if total > MaxMessage {
 			return fmt.Errorf("WR %d (wr_id %#x): %w: %d bytes", i, wr.WRID, ErrInvalidArgument, total)

@@ -45,10 +45,14 @@ func (s *SRQ) ref() error {
 	return nil
 }
 
+// unref drops a reference taken by ref; it panics if none is held.
 func (s *SRQ) unref() {
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.refs == 0 {
+		panic("qp: SRQ unref without ref")
+	}
 	s.refs--
-	s.mu.Unlock()
 }
 
 // Destroy releases the SRQ and its PD reference. Errors: ErrBusy while QPs

@@ -171,6 +171,19 @@ func TestSRQDestroyBusy(t *testing.T) {
 	require.NoError(t, s.Destroy())
 }
 
+// TestSRQUnrefUnderflow: dropping a reference no QP holds is a bug in the
+// caller and panics, as cq.Unref and PD.Unref do, rather than letting a
+// negative count pass Destroy's busy check.
+func TestSRQUnrefUnderflow(t *testing.T) {
+	f := newFixture(t)
+	s := f.newSRQ(t, 4, 1)
+	require.Panics(t, s.unref)
+	q := f.qpOnSRQ(t, s)
+	q.Release()
+	require.Panics(t, s.unref, "the QP's reference is gone already")
+	require.NoError(t, s.Destroy())
+}
+
 func TestSRQSharedConcurrently(t *testing.T) {
 	f := newFixture(t)
 	const n = 512

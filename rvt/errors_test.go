@@ -14,6 +14,7 @@ import (
 	"github.com/softverbs/softverbs/clock"
 	"github.com/softverbs/softverbs/cq"
 	"github.com/softverbs/softverbs/keys"
+	"github.com/softverbs/softverbs/mcast"
 	"github.com/softverbs/softverbs/netdev"
 	"github.com/softverbs/softverbs/qp"
 	"github.com/softverbs/softverbs/transport"
@@ -271,7 +272,7 @@ func TestSRQLimitAndLastWQE(t *testing.T) {
 		SendWR{WRID: 2, Opcode: qp.OpSend, Flags: qp.Signaled, SGL: sge(src, 0, 8)}))
 	poll(t, n.cq, 3, func() { clk.AdvanceToNext() })
 	ev.requireHas(t, transport.EventSRQLimitReached, 0)
-	require.Error(t, srq.Destroy(), "a QP uses it")
+	require.ErrorIs(t, srq.Destroy(), ErrBusy, "a QP uses it")
 	require.NoError(t, b.Modify(&QPAttr{State: qp.Err}, qp.AttrState))
 	ev.requireHas(t, transport.EventQPLastWQEReached, b.Num())
 	require.Equal(t, 2, srq.Len(), "an SRQ's WQEs are not flushed by one QP")
@@ -350,7 +351,7 @@ func TestMulticastLoopback(t *testing.T) {
 	for _, q := range qs[1:] {
 		require.NoError(t, n.d.AttachMcast(q, mgid, 0))
 	}
-	require.Error(t, n.d.AttachMcast(qs[1], mgid, 0), "attached twice")
+	require.ErrorIs(t, n.d.AttachMcast(qs[1], mgid, 0), mcast.ErrExists, "attached twice")
 	rc := n.qp(t, qp.RC)
 	require.ErrorIs(t, n.d.AttachMcast(rc, mgid, 0), ErrInvalidArgument)
 	src, dst := n.mr(t, 4096), n.mr(t, 4096)
@@ -371,7 +372,7 @@ func TestMulticastLoopback(t *testing.T) {
 	}
 	require.Equal(t, 2, recv)
 	require.NoError(t, n.d.DetachMcast(qs[1], mgid, 0))
-	require.Error(t, n.d.DetachMcast(qs[1], mgid, 0))
+	require.ErrorIs(t, n.d.DetachMcast(qs[1], mgid, 0), mcast.ErrNotAttached)
 }
 
 func TestFenceSolicitedUnsignaled(t *testing.T) {
