@@ -55,8 +55,9 @@ type addrWatchHooks struct {
 	// failDump, if set, is asked before each re-read; true makes the
 	// re-read fail.
 	failDump func() bool
-	// handled, if set, is called after each notification is handled,
-	// saying whether the addresses were re-read.
+	// handled, if set, is called after each notification is handled
+	// (after fn, if fn was called), saying whether the addresses were
+	// re-read.
 	handled func(reread bool)
 }
 
@@ -130,14 +131,13 @@ func watchAddrs(ifname string, fn func([]netip.Addr), hooks addrWatchHooks) (sto
 			}
 			next, err := reread()
 			stale = err != nil
+			if !stale && !slices.Equal(next, cur) {
+				cur = next
+				fn(slices.Clone(cur))
+			}
 			if hooks.handled != nil {
-				hooks.handled(true)
+				hooks.handled(true) // last, so a test that saw it has seen fn's call too
 			}
-			if stale || slices.Equal(next, cur) {
-				continue
-			}
-			cur = next
-			fn(slices.Clone(cur))
 		}
 	}()
 	var once sync.Once

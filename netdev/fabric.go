@@ -247,11 +247,10 @@ func (p *FabricPort) Send(frame []byte) error {
 	return nil
 }
 
-// arrive delivers a frame the fabric forwards to p.
+// arrive delivers a frame the fabric forwards to p. With no handler set,
+// deliver counts the frame as dropped and puts its buffer back.
 func (p *FabricPort) arrive(frame []byte) {
-	// With no handler the frame is dropped: skip the buffer and the copy
-	// (deliver still drops it if the handler goes meanwhile).
-	if p.closed.Load() || p.handler.Load() == nil || frameTooLong(frame, p.mtu) {
+	if p.closed.Load() || frameTooLong(frame, p.mtu) {
 		p.rxDropped.Add(1)
 		return
 	}

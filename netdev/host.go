@@ -660,30 +660,46 @@ type GroupJoiner interface {
 var _ GroupJoiner = (*Host)(nil)
 
 // groupRefs counts the joins of each multicast group, so that every
-// GroupJoiner treats nested joins alike: the first JoinGroup of a group
-// acts (a report, a socket's membership) and the matching last LeaveGroup
-// undoes it. The zero value holds no group; its owner guards it with its
-// lock.
+// GroupJoiner nests joins alike: the first join of a group and its last
+// leave act (join the kernel's group, send a report, ...), the others only
+// count.
 type groupRefs struct{ n map[netip.Addr]int }
 
-// join counts one join of g and reports whether it is the first.
-func (r *groupRefs) join(g netip.Addr) (first bool) {
+// join counts one join of g and reports whether it is the first. The
+// first join calls act (nil: nothing to do) and counts only if act
+// succeeds; act's error is returned as is.
+func (r *groupRefs) join(g netip.Addr, act func() error) (first bool, err error) {
+	if n := r.n[g]; n > 0 {
+		r.n[g] = n + 1
+		return false, nil
+	}
+	if act != nil {
+		if err := act(); err != nil {
+			return false, err
+		}
+	}
 	if r.n == nil {
 		r.n = make(map[netip.Addr]int)
 	}
-	r.n[g]++
-	return r.n[g] == 1
+	r.n[g] = 1
+	return true, nil
 }
 
-// leave undoes one join of g and reports whether it was the last. Leaving
-// a group that is not joined is an error naming the group.
-func (r *groupRefs) leave(g netip.Addr) (last bool, err error) {
+// leave undoes one join of g and reports whether it was the last. The
+// last leave calls act (nil: nothing to do) and returns its error; the
+// join is forgotten even if act fails, as a group half left cannot be
+// left again. Leaving a group that is not joined is an error naming the
+// group, and act is not called.
+func (r *groupRefs) leave(g netip.Addr, act func() error) (last bool, err error) {
 	switch n := r.n[g]; n {
 	case 0:
 		return false, fmt.Errorf("leave group %v: not joined", g)
 	case 1:
 		delete(r.n, g)
-		return true, nil
+		if act != nil {
+			err = act()
+		}
+		return true, err
 	default:
 		r.n[g] = n - 1
 		return false, nil
@@ -712,7 +728,7 @@ func (h *Host) JoinGroup(group netip.Addr) error {
 		return fmt.Errorf("join group %v: not a multicast address", group)
 	}
 	h.mu.Lock()
-	first := h.groups.join(group)
+	first, _ := h.groups.join(group, nil) // the report is sent unlocked
 	h.mu.Unlock()
 	if first {
 		h.report(group, true)
@@ -726,7 +742,7 @@ func (h *Host) JoinGroup(group netip.Addr) error {
 func (h *Host) LeaveGroup(group netip.Addr) error {
 	group = group.Unmap()
 	h.mu.Lock()
-	last, err := h.groups.leave(group)
+	last, err := h.groups.leave(group, nil)
 	h.mu.Unlock()
 	if last {
 		h.report(group, false)

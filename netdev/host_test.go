@@ -1,6 +1,7 @@
 package netdev
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -563,44 +564,64 @@ func TestGIDsFromInterface(t *testing.T) {
 }
 
 // TestGroupRefs: nested joins and leaves, as every GroupJoiner counts
-// them: the first join and the last leave act, and leaving a group not
-// joined is an error naming it.
+// them: only the first join and the last leave act, a first join whose
+// act fails does not count, and leaving a group not joined is an error
+// naming it that does not act.
 func TestGroupRefs(t *testing.T) {
 	g1, g2 := netip.MustParseAddr("239.1.1.1"), netip.MustParseAddr("ff0e::101")
+	errAct := errors.New("act failed")
 	var r groupRefs
 	steps := []struct {
 		join    bool // else leave
 		g       netip.Addr
-		want    bool // first join, last leave
-		wantErr bool
+		actErr  error // what the act returns, if called
+		want    bool  // first join, last leave: the act is called
+		wantErr error // nil: none; errAct: the act's; else one naming g
 	}{
-		{join: false, g: g1, wantErr: true}, // never joined
+		{join: false, g: g1, wantErr: errNotJoined}, // never joined
+		{join: true, g: g1, actErr: errAct, wantErr: errAct},
+		{join: false, g: g1, wantErr: errNotJoined}, // the failed join did not count
 		{join: true, g: g1, want: true},
 		{join: true, g: g1},
 		{join: true, g: g2, want: true},
 		{join: false, g: g1},
 		{join: false, g: g2, want: true},
+		{join: true, g: g2, want: true},
+		{join: false, g: g2, actErr: errAct, want: true, wantErr: errAct},
+		{join: false, g: g2, wantErr: errNotJoined}, // forgotten all the same
 		{join: false, g: g1, want: true},
-		{join: false, g: g1, wantErr: true}, // one leave too many
-		{join: true, g: g1, want: true},     // counting starts over
+		{join: false, g: g1, wantErr: errNotJoined}, // one leave too many
+		{join: true, g: g1, want: true},             // counting starts over
 	}
 	for i, s := range steps {
 		name := fmt.Sprintf("step %d: join=%v %v", i, s.join, s.g)
+		acted := false
+		act := func() error { acted = true; return s.actErr }
+		var got bool
+		var err error
 		if s.join {
-			require.Equal(t, s.want, r.join(s.g), name)
-			continue
-		}
-		last, err := r.leave(s.g)
-		require.Equal(t, s.want, last, name)
-		if s.wantErr {
-			require.ErrorContains(t, err, s.g.String(), name)
+			got, err = r.join(s.g, act)
 		} else {
-			require.NoError(t, err, name)
+			got, err = r.leave(s.g, act)
 		}
+		require.Equal(t, s.want, got, name)
+		switch s.wantErr {
+		case nil:
+			require.NoError(t, err, name)
+		case errAct:
+			require.ErrorIs(t, err, errAct, name)
+		default:
+			require.ErrorContains(t, err, s.g.String(), name)
+		}
+		require.Equal(t, s.want || s.actErr != nil, acted, "%s: act called", name)
 	}
 	require.Equal(t, []netip.Addr{g1}, r.all())
 	r.reset()
 	require.Empty(t, r.all())
-	_, err := r.leave(g1)
+	_, err := r.leave(g1, nil)
 	require.Error(t, err, "reset forgets the joins")
 }
+
+// errNotJoined marks a step of TestGroupRefs that expects groupRefs' own
+// error for a group not joined.
+var errNotJoined = errors.New("not joined")

@@ -35,19 +35,21 @@ var icrcSeed = crc32.ChecksumIEEE([]byte{0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xF
 // zeroed array it writes the mask to OR in.
 func maskVariant(h []byte, ipLen int, v6 bool) {
 	if v6 {
-		h[0] |= 0x0F // traffic class, high nibble
-		h[1] = 0xFF  // traffic class, low nibble; flow label
-		h[2] = 0xFF
-		h[3] = 0xFF
-		h[7] = 0xFF // hop limit
+		// Version (4 bits) is covered; traffic class (8) and flow label
+		// (20) are not.
+		h[ipv6VersTCFlow] |= 0x0F
+		h[ipv6VersTCFlow+1] = 0xFF
+		h[ipv6VersTCFlow+2] = 0xFF
+		h[ipv6VersTCFlow+3] = 0xFF
+		h[ipv6HopLimit] = 0xFF
 	} else {
-		h[1] = 0xFF // TOS: DSCP and ECN
-		h[8] = 0xFF // TTL
-		h[10] = 0xFF
-		h[11] = 0xFF // header checksum
+		h[ipv4TOS] = 0xFF // DSCP and ECN
+		h[ipv4TTL] = 0xFF
+		h[ipv4Checksum] = 0xFF
+		h[ipv4Checksum+1] = 0xFF
 	}
-	h[ipLen+6] = 0xFF // UDP checksum
-	h[ipLen+7] = 0xFF
+	h[ipLen+udpChecksum] = 0xFF
+	h[ipLen+udpChecksum+1] = 0xFF
 	h[ipLen+UDPHeaderLen+bthResv8a] = 0xFF // BTH FECN, BECN, reserved
 }
 

@@ -563,17 +563,22 @@ func (l *UDPLink) JoinGroup(group netip.Addr) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.joins.join(group) {
-		return nil
+	if _, err := l.joins.join(group, func() error { return l.joinLocked(group) }); err != nil {
+		return fmt.Errorf("udp link %v: join %v: %w", l.local, group, err)
 	}
+	return nil
+}
+
+// joinLocked opens the socket of group, a group not joined yet, and joins
+// it in the kernel. The caller holds mu.
+func (l *UDPLink) joinLocked(group netip.Addr) error {
 	ap := netip.AddrPortFrom(group, l.local.Port())
 	if l.v6 && group.IsLinkLocalMulticast() {
 		ap = netip.AddrPortFrom(group.WithZone(l.local.Addr().Zone()), l.local.Port())
 	}
 	c, err := l.listen(ap, true)
 	if err != nil {
-		_, _ = l.joins.leave(group) // not a member: the join does not count
-		return fmt.Errorf("udp link %v: join %v: %w", l.local, group, err)
+		return err
 	}
 	rc, err := c.SyscallConn()
 	if err == nil {
@@ -593,8 +598,7 @@ func (l *UDPLink) JoinGroup(group netip.Addr) error {
 	}
 	if err != nil {
 		c.Close()
-		_, _ = l.joins.leave(group)
-		return fmt.Errorf("udp link %v: join %v: %w", l.local, group, err)
+		return err
 	}
 	l.groups[group] = c
 	l.start(c)
@@ -605,17 +609,18 @@ func (l *UDPLink) JoinGroup(group netip.Addr) error {
 // socket. Leaving a group not joined is an error.
 func (l *UDPLink) LeaveGroup(group netip.Addr) error {
 	group = group.Unmap()
+	var c *net.UDPConn // the group's socket, closed unlocked
 	l.mu.Lock()
-	last, err := l.joins.leave(group)
-	c := l.groups[group]
-	if last {
+	_, err := l.joins.leave(group, func() error {
+		c = l.groups[group]
 		delete(l.groups, group)
-	}
+		return nil
+	})
 	l.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("udp link %v: %w", l.local, err)
 	}
-	if !last {
+	if c == nil {
 		return nil
 	}
 	return c.Close()

@@ -210,11 +210,12 @@ type XDPLink struct {
 
 	// closeMu guards the fd against Close: Send, kick and Stats hold the
 	// read side; Close takes the write side once. closing is the one
-	// closed state. Close sets it first, without the lock, so that a Send
-	// waiting for TX room gives up at once instead of holding Close off
-	// for its remaining rounds; teardown sets it again under the write
-	// lock before it closes the fd, so a holder of the read side that saw
-	// it false may use the fd until it unlocks.
+	// closed state. Close sets it, without the lock, once it has kicked
+	// out the TX ring's last frames and before teardown, so that a Send
+	// waiting for TX room gives up at once instead of holding teardown
+	// off for its remaining rounds; teardown sets it again under the
+	// write lock before it closes the fd, so a holder of the read side
+	// that saw it false may use the fd until it unlocks.
 	closeMu sync.RWMutex
 	closing atomic.Bool
 
@@ -268,6 +269,12 @@ const (
 	flushDelay    = 100 * time.Microsecond // retry after a kick gave up
 	txSkbBudget   = 256                    // XDP_MAX_TX_SKB_BUDGET: descriptors per sendto (kernel default 32)
 	bindRetries   = 100000                 // binds that may find the queue still busy (see bind)
+
+	// Close waits for the kernel to take what the TX ring holds for at
+	// most closeDrainWait on the link's clock and closeDrainPolls polls
+	// (a manual clock does not move on its own).
+	closeDrainWait  = 10 * time.Millisecond
+	closeDrainPolls = 1000
 )
 
 // OpenXDP opens an AF_XDP link on interface ifname, in the network
@@ -919,12 +926,33 @@ func (l *XDPLink) Close() error {
 		// program that closes its device right after its last receive
 		// completion (as ibv_rc_pingpong does) would otherwise take its
 		// last ACK with it: the peer then retries until its retry count
-		// runs out.
-		l.kickIfOpen()
+		// runs out. A kick that stalls leaves the rest to a timer that
+		// closing disarms, and a zero-copy driver transmits after
+		// sendto returns, so wait (bounded) for the ring to empty.
+		l.drainTXForClose()
 		l.closing.Store(true)
 		l.closeErr = l.teardown()
 	})
 	return l.closeErr
+}
+
+// drainTXForClose kicks the kernel until it has consumed every
+// descriptor of the TX ring, for at most closeDrainWait and
+// closeDrainPolls kicks; what is left then is dropped by teardown.
+func (l *XDPLink) drainTXForClose() {
+	l.closeMu.RLock()
+	defer l.closeMu.RUnlock()
+	if l.closing.Load() {
+		return
+	}
+	deadline := l.clk.Now().Add(closeDrainWait)
+	for i := 0; ; i++ {
+		l.kickRLocked()
+		if l.tx.pending() == 0 || i+1 >= closeDrainPolls || !l.clk.Now().Before(deadline) {
+			return
+		}
+		runtime.Gosched()
+	}
 }
 
 // teardown releases whatever has been set up; it also serves OpenXDP's
@@ -1011,11 +1039,8 @@ func (l *XDPLink) JoinGroup(group netip.Addr) error {
 	}
 	l.mcMu.Lock()
 	defer l.mcMu.Unlock()
-	if !l.groups.join(group) {
-		return nil
-	}
-	if err := l.membershipLocked(group, true); err != nil {
-		_, _ = l.groups.leave(group) // not a member: the join does not count
+	_, err := l.groups.join(group, func() error { return l.membershipLocked(group, true) })
+	if err != nil {
 		return fmt.Errorf("xdp %s: join group %v: %w", l.ifname, group, err)
 	}
 	return nil
@@ -1026,15 +1051,14 @@ func (l *XDPLink) LeaveGroup(group netip.Addr) error {
 	group = group.Unmap()
 	l.mcMu.Lock()
 	defer l.mcMu.Unlock()
-	last, err := l.groups.leave(group)
+	_, err := l.groups.leave(group, func() error {
+		if err := l.membershipLocked(group, false); err != nil {
+			return fmt.Errorf("leave group %v: %w", group, err)
+		}
+		return nil
+	})
 	if err != nil {
 		return fmt.Errorf("xdp %s: %w", l.ifname, err)
-	}
-	if !last {
-		return nil
-	}
-	if err := l.membershipLocked(group, false); err != nil {
-		return fmt.Errorf("xdp %s: leave group %v: %w", l.ifname, group, err)
 	}
 	return nil
 }

@@ -4,10 +4,12 @@ package netdev
 
 import (
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/softverbs/softverbs/clock"
 )
@@ -72,7 +74,7 @@ func (t *stubResetTimer) Reset(time.Duration) bool {
 // in memory saying one descriptor is queued and no wake-up is needed, so
 // a kick finds nothing to do and makes no system call.
 func stubXDPLink(clk clock.Clock) *XDPLink {
-	l := &XDPLink{fd: -1, clk: clk}
+	l := &XDPLink{fd: -1, clk: clk, mcFD4: -1, mcFD6: -1}
 	var words [3]uint32
 	l.tx.prod, l.tx.cons, l.tx.flags = &words[0], &words[1], &words[2]
 	words[0] = 1
@@ -197,4 +199,45 @@ func TestRearmTimerArmOnce(t *testing.T) {
 			require.False(t, armedInF, "the flag is cleared before f runs")
 		})
 	}
+}
+
+// TestXDPCloseWaitsForTX: Close gives the kernel a bounded time to take
+// the descriptors left on the TX ring before it tears the socket down (a
+// zero-copy driver transmits after sendto has returned). The stub's ring
+// asks for a wake-up, so each kick is one failing sendto (fd -1), counted
+// in txKickErrs.
+func TestXDPCloseWaitsForTX(t *testing.T) {
+	t.Run("drains", func(t *testing.T) {
+		l := stubXDPLink(clock.Real())
+		atomic.StoreUint32(l.tx.flags, unix.XDP_RING_NEED_WAKEUP)
+		// "The kernel" takes the queued descriptor once Close has kicked.
+		taken := make(chan struct{})
+		go func() {
+			defer close(taken)
+			for l.txKickErrs.Load() == 0 {
+				runtime.Gosched()
+			}
+			atomic.StoreUint32(l.tx.cons, 1)
+		}()
+		require.NoError(t, l.Close())
+		require.Zero(t, l.tx.pending(), "Close returned before the TX ring was consumed")
+		<-taken
+	})
+	t.Run("bounded", func(t *testing.T) {
+		// A ring the kernel never consumes: Close gives up, after
+		// closeDrainWait on a real clock and after closeDrainPolls kicks
+		// on a clock that does not move.
+		l := stubXDPLink(clock.Real())
+		atomic.StoreUint32(l.tx.flags, unix.XDP_RING_NEED_WAKEUP)
+		start := time.Now()
+		require.NoError(t, l.Close())
+		require.Less(t, time.Since(start), 5*time.Second)
+		require.Greater(t, l.txKickErrs.Load(), uint64(1), "polled more than once")
+
+		l = stubXDPLink(&stubClock{})
+		atomic.StoreUint32(l.tx.flags, unix.XDP_RING_NEED_WAKEUP)
+		require.NoError(t, l.Close())
+		require.EqualValues(t, closeDrainPolls, l.txKickErrs.Load())
+		require.EqualValues(t, 1, l.tx.pending(), "still queued: dropped by teardown")
+	})
 }
