@@ -202,10 +202,13 @@ func firstErr(errs ...error) error {
 	return nil
 }
 
-// sge returns a new one-entry SGL: n bytes of mr at offset off.
-func sge(mr *rvt.MR, off uint64, n int) []rvt.SGE {
-	return []rvt.SGE{{Addr: mr.IOVA + off, Length: uint32(n), Lkey: mr.Lkey}}
+// sgeAt is the SGE of n bytes of mr at offset off, without allocating.
+func sgeAt(mr *rvt.MR, off uint64, n int) rvt.SGE {
+	return rvt.SGE{Addr: mr.IOVA + off, Length: uint32(n), Lkey: mr.Lkey}
 }
+
+// sge returns a new one-entry SGL: n bytes of mr at offset off.
+func sge(mr *rvt.MR, off uint64, n int) []rvt.SGE { return []rvt.SGE{sgeAt(mr, off, n)} }
 
 // slotSGEs returns one SGE for each of n consecutive size-byte slots of
 // mr, for loops that repost receives: a QP copies the SGL it is given, so
@@ -213,7 +216,7 @@ func sge(mr *rvt.MR, off uint64, n int) []rvt.SGE {
 func slotSGEs(mr *rvt.MR, n, size int) []rvt.SGE {
 	s := make([]rvt.SGE, n)
 	for i := range s {
-		s[i] = rvt.SGE{Addr: mr.IOVA + uint64(i*size), Length: uint32(size), Lkey: mr.Lkey}
+		s[i] = sgeAt(mr, uint64(i*size), size)
 	}
 	return s
 }

@@ -54,7 +54,7 @@ type pair struct {
 // nodeAddrs returns the MAC and GID sources of demo device i (0 or 1).
 func nodeAddrs(i int) (netdev.MAC, []netip.Addr) {
 	mac := netdev.MAC{0x02, 0x00, 0x5e, 0x00, 0x00, byte(i + 1)}
-	return mac, []netip.Addr{netdev.LinkLocalFromMAC(mac), netip.AddrFrom4([4]byte{198, 18, 0, byte(i + 1)})}
+	return mac, netdev.GIDOrder(mac, []netip.Addr{netip.AddrFrom4([4]byte{198, 18, 0, byte(i + 1)})})
 }
 
 // openPair opens two devices, rvt0 and rvt1, on a fresh fabric with a real
@@ -108,13 +108,9 @@ func openPair(pc pairConfig) (p *pair, err error) {
 	return p, nil
 }
 
-// errAllocPD is wrapped by openNode's errors from allocating the PD (as
-// opposed to opening the device); its text is rdma-core's.
-var errAllocPD = errors.New("couldn't allocate PD")
-
-// openNode opens a device with o and allocates its PD. An error from the
-// PD wraps errAllocPD; an error from rvt.Open is returned as it is. On
-// error nothing is left open.
+// openNode opens a device with o and allocates its PD. An error from
+// rvt.Open is returned as it is; one from the PD says so. On error
+// nothing is left open.
 func openNode(o rvt.Options) (*node, error) {
 	dev, err := rvt.Open(o)
 	if err != nil {
@@ -123,7 +119,7 @@ func openNode(o rvt.Options) (*node, error) {
 	pd, err := dev.AllocPD()
 	if err != nil {
 		_ = dev.Close()
-		return nil, fmt.Errorf("%w: %w", errAllocPD, err)
+		return nil, fmt.Errorf("allocating PD: %w", err)
 	}
 	return &node{dev: dev, pd: pd, mac: o.MAC, addrs: o.Addrs}, nil
 }

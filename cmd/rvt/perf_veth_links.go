@@ -21,11 +21,12 @@ import (
 // the veth ends into bridges, which the others must not see.
 var perfLinkKinds = []string{"xdp", "udp", "tap"}
 
-// perfPeer is one device of a link run and the port it sits on.
+// perfPeer is one device of a link run and the link it sits on, which
+// also closes the device.
 type perfPeer struct {
 	*node
-	*ppLink
-	ip netip.Addr // the address its peer resolves
+	link *ppLink
+	ip   netip.Addr // the address its peer resolves
 }
 
 // openPerfPeer opens the link of kind in namespace i of net and a device
@@ -33,8 +34,8 @@ type perfPeer struct {
 func openPerfPeer(net *perfNet, i int, kind string) (_ *perfPeer, err error) {
 	p := &perfPeer{ip: net.ip[i]} // not the named result: "return nil, err" must not clear it
 	defer func() {
-		if err != nil && p.ppLink != nil {
-			p.close()
+		if err != nil && p.link != nil {
+			p.link.close()
 		}
 	}()
 	var (
@@ -57,7 +58,7 @@ func openPerfPeer(net *perfNet, i int, kind string) (_ *perfPeer, err error) {
 		return nil, fmt.Errorf("unknown link %q", kind)
 	}
 	if err := net.ns[i].do(func() (err error) {
-		p.ppLink, err = open()
+		p.link, err = open()
 		return err
 	}); err != nil {
 		return nil, err
@@ -67,15 +68,15 @@ func openPerfPeer(net *perfNet, i int, kind string) (_ *perfPeer, err error) {
 		if err != nil {
 			return nil, err
 		}
-		p.closers = append(p.closers, del)
+		p.link.closers = append(p.link.closers, del)
 	}
-	l := p.ppLink
+	l := p.link
 	n, err := openNode(rvt.Options{Name: fmt.Sprintf("%s%d", kind, i), Workers: 2,
 		Link: l.link, MAC: l.mac, Addrs: l.addrs, Resolve: l.resolve})
 	if err != nil {
 		return nil, err
 	}
-	p.closers = append(p.closers, func() { _ = n.dev.Close() })
+	l.closers = append(l.closers, func() { _ = n.dev.Close() })
 	p.node = n
 	return p, nil
 }
@@ -96,7 +97,7 @@ func runPerfLink(ctx context.Context, net *perfNet, kind string, mtu rvt.MTU, si
 	defer func() {
 		for _, p := range peers {
 			if p != nil {
-				p.close()
+				p.link.close()
 			}
 		}
 	}()
@@ -111,7 +112,7 @@ func runPerfLink(ctx context.Context, net *perfNet, kind string, mtu rvt.MTU, si
 	// host) before the runs, so they do not start with a lost packet and
 	// a retransmission timeout.
 	for i, p := range peers {
-		if ip := peers[1-i].ip; !p.awaitNeighbour(ip) {
+		if ip := peers[1-i].ip; !p.link.awaitNeighbour(ip) {
 			return res, fmt.Errorf("%v: no neighbour entry for %v after %v", p.dev.Name(), ip, warmTimeout)
 		}
 	}
@@ -259,7 +260,7 @@ func (w *cqWaiter) wait(deadline time.Time, stop <-chan struct{}) error {
 
 // poll returns at least one completion of c in buf, event-driven like
 // ibv_rc_pingpong -e: it polls, arms the CQ and sleeps until the completion
-// handler wakes it, until deadline or stop. It does not spin: a goroutine
+// handler wakes it, until deadline (the zero Time: none) or stop. It does not spin: a goroutine
 // that spins with runtime.Gosched keeps its P from ever checking the
 // netpoller, which on two CPUs delays the links' receive goroutines by
 // as long as the spinning lasts.
@@ -275,12 +276,14 @@ func (w *cqWaiter) poll(c *rvt.CQ, buf []rvt.WC, deadline time.Time, stop <-chan
 		if queued {
 			continue
 		}
-		if time.Until(deadline) <= 0 {
+		switch err := w.wait(deadline, stop); err {
+		case nil:
+		case errTimeout: // a completion may have come with the deadline
+			if k := c.Poll(buf); k > 0 {
+				return k, nil
+			}
 			return 0, errTimeout
-		}
-		// A wait that ends at the deadline polls once more, then gives up
-		// above.
-		if err := w.wait(deadline, stop); err != nil && err != errTimeout {
+		default:
 			return 0, err
 		}
 	}

@@ -207,7 +207,7 @@ func TestSlotSGL(t *testing.T) {
 	mr := &rvt.MR{IOVA: 0x1000, Lkey: 0x42}
 	slots := slotSGEs(mr, 4, 8)
 	for i := range uint64(4) {
-		want := sge(mr, i*8, 8)
+		want := []rvt.SGE{{Addr: 0x1000 + i*8, Length: 8, Lkey: 0x42}}
 		if got := slotSGL(slots, i); !slices.Equal(got, want) || cap(got) != 1 {
 			t.Errorf("slot %d: %+v (cap %d), want %+v (cap 1)", i, got, cap(got), want)
 		}

@@ -286,26 +286,28 @@ func newPPCtx(cfg *pingpongConfig, l *ppLink) (_ *ppCtx, err error) {
 			ctx.close()
 		}
 	}()
-	n, err := openNode(rvt.Options{
+	// Not openNode: the two steps fail with rdma-core's words for each.
+	// ctx.close closes the device if the PD fails.
+	ctx.dev, err = rvt.Open(rvt.Options{
 		Name: cfg.Device, Link: l.link, MAC: l.mac, Addrs: l.addrs, Resolve: l.resolve,
 	})
 	if err != nil {
-		if !errors.Is(err, errAllocPD) { // that one says "couldn't allocate PD"
-			err = fmt.Errorf("couldn't get context for %s: %w", cfg.Device, err)
-		}
-		return nil, err
+		return nil, fmt.Errorf("couldn't get context for %s: %w", cfg.Device, err)
 	}
-	ctx.dev, ctx.pd = n.dev, n.pd
+	if ctx.pd, err = ctx.dev.AllocPD(); err != nil {
+		return nil, fmt.Errorf("couldn't allocate PD: %w", err)
+	}
 	pa, err := ctx.dev.QueryPort(uint8(cfg.IBPort))
 	if err != nil {
 		return nil, fmt.Errorf("unable to query port info for port %d: %w", cfg.IBPort, err)
 	}
-	bufLen := cfg.Size
+	bufLen, sendOff := cfg.Size, uint64(0)
 	if cfg.Mode == "ud" {
 		if m := pa.ActiveMTU.Bytes(); cfg.Size > m {
 			return nil, fmt.Errorf("Requested size larger than port MTU (%d)", m)
 		}
 		bufLen += grhLen
+		sendOff = grhLen // the message goes after the GRH room
 	}
 	ctx.buf = make([]byte, bufLen)
 	for i := range ctx.buf {
@@ -315,12 +317,8 @@ func newPPCtx(cfg *pingpongConfig, l *ppLink) (_ *ppCtx, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("couldn't register MR: %w", err)
 	}
-	ctx.recvSGL = []rvt.SGE{{Addr: ctx.mr.IOVA, Length: uint32(len(ctx.buf)), Lkey: ctx.mr.Lkey}}
-	sendOff := uint64(0)
-	if cfg.Mode == "ud" {
-		sendOff = grhLen // the message goes after the GRH room
-	}
-	ctx.sendSGL = []rvt.SGE{{Addr: ctx.mr.IOVA + sendOff, Length: uint32(ctx.size), Lkey: ctx.mr.Lkey}}
+	ctx.recvSGL = sge(ctx.mr, 0, len(ctx.buf))
+	ctx.sendSGL = sge(ctx.mr, sendOff, ctx.size)
 	var onComp func(*rvt.CQ)
 	if cfg.Events {
 		ctx.events = newCQWaiter()

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"net/netip"
-	"strings"
 
 	"github.com/softverbs/softverbs/clock"
 	"github.com/softverbs/softverbs/netdev"
@@ -79,20 +78,21 @@ func openXDPPort(iface string, ip netip.Addr) (*ppLink, error) {
 }
 
 // openUDPLink opens the unprivileged UDP-socket link on --udp (IP or
-// IP:port, port 4791 by default), or on --ip.
+// IP:port, port 4791 by default), or on the address of --ip, parsed as the
+// other links parse it.
 func openUDPLink(cfg *pingpongConfig) (*ppLink, error) {
-	// An error names the flag the address came from, with its whole value.
-	name, val, want := "--udp", cfg.UDP, "IP or IP:port"
-	s := val
-	if val == "" {
-		name, val, want = "--ip", cfg.IP, "IP or IP/prefix"
-		s, _, _ = strings.Cut(val, "/")
+	if cfg.UDP == "" {
+		pfx, err := parsePrefix(cfg.IP)
+		if err != nil {
+			return nil, err
+		}
+		return openUDPPort(netip.AddrPortFrom(pfx.Addr(), 0), cfg.LinkMTU)
 	}
-	ap, err := netip.ParseAddrPort(s)
+	ap, err := netip.ParseAddrPort(cfg.UDP)
 	if err != nil {
-		a, err2 := netip.ParseAddr(s)
+		a, err2 := netip.ParseAddr(cfg.UDP)
 		if err2 != nil {
-			return nil, fmt.Errorf("%s %q: want %s", name, val, want)
+			return nil, fmt.Errorf("--udp %q: want IP or IP:port", cfg.UDP)
 		}
 		ap = netip.AddrPortFrom(a, 0)
 	}

@@ -35,9 +35,7 @@ func needFold(t *testing.T) {
 }
 
 func TestUpdateMatchesHashCRC32(t *testing.T) {
-	if !haveFold {
-		t.Log("no VPCLMULQDQ/AVX-512 here: testing the fallback only")
-	}
+	needFold(t)
 	rng := rand.New(rand.NewPCG(1, 2))
 	buf := randBytes(rng, 5000+64)
 	for n := 0; n <= 5000; n += 1 + n/64 {
@@ -46,12 +44,26 @@ func TestUpdateMatchesHashCRC32(t *testing.T) {
 			init := rng.Uint32()
 			require.Equal(t, crc32.Update(init, crc32.IEEETable, p), Update(init, p), "n=%d off=%d", n, off)
 			require.Equal(t, crc32.ChecksumIEEE(p), Checksum(p), "n=%d off=%d", n, off)
+		}
+	}
+}
+
+// Slice8 is table code of its own, tested on every CPU.
+func TestSlice8MatchesHashCRC32(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	buf := randBytes(rng, 5000+64)
+	for n := 0; n <= 5000; n += 1 + n/64 {
+		for _, off := range []int{0, 1, 7, 33} {
+			p := buf[off : off+n]
+			init := rng.Uint32()
 			require.Equal(t, crc32.Update(init, crc32.IEEETable, p), Slice8(init, p), "n=%d off=%d", n, off)
 		}
 	}
 }
 
-// Every length around each branch of the fold: 256-, 64- and 16-byte steps.
+// Every length around each branch of the fold: the minFast (512-byte)
+// threshold, the 512-byte step in eight accumulators (from 1024 bytes on),
+// and the 256-, 64- and 16-byte steps.
 func TestUpdateEveryLengthNearSteps(t *testing.T) {
 	needFold(t)
 	buf := randBytes(rand.New(rand.NewPCG(3, 4)), 2048)
