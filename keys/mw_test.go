@@ -105,25 +105,35 @@ func TestMWType1(t *testing.T) {
 	require.Equal(t, 0, tb.Len())
 }
 
+// mwBase is where type1Window's MR starts.
+const mwBase = 0x10000
+
+// type1Window is a table with a 4 KiB MR at mwBase that may carry windows,
+// and a type-1 window in the same PD.
+func type1Window(t *testing.T) (*Table, *PD, *MR, *MW) {
+	t.Helper()
+	tb := NewTable(8)
+	pd := NewPD(1)
+	mr := regMR(t, tb, pd, 4096, mwBase, LocalWrite|MWBind)
+	mw, err := tb.AllocMW(pd, MWType1)
+	require.NoError(t, err)
+	return tb, pd, mr, mw
+}
+
 // TestBindMWNextKey: the bind verb's rule, each type-1 bind (and unbind)
 // moves the key byte on by one, wrapping from 0xff to 0; a failed bind and a
 // type-2 window move nothing.
 func TestBindMWNextKey(t *testing.T) {
-	tb := NewTable(8)
-	pd := NewPD(1)
-	const base = 0x10000
-	mr := regMR(t, tb, pd, 4096, base, LocalWrite|MWBind)
-	mw, err := tb.AllocMW(pd, MWType1)
-	require.NoError(t, err)
+	tb, pd, mr, mw := type1Window(t)
 	start := mw.Rkey
-	rkey, err := tb.BindMWNextKey(mw, mr, base, 64, RemoteRead)
+	rkey, err := tb.BindMWNextKey(mw, mr, mwBase, 64, RemoteRead)
 	require.NoError(t, err)
 	require.Equal(t, start&^0xff|1, rkey, "only the key byte moves, by one")
 	require.Equal(t, mw.Rkey, rkey)
-	_, err = tb.BindMWNextKey(mw, mr, base-1, 64, RemoteRead)
+	_, err = tb.BindMWNextKey(mw, mr, mwBase-1, 64, RemoteRead)
 	require.ErrorIs(t, err, ErrBounds)
 	require.Equal(t, rkey, mw.Rkey, "a failed bind keeps the key")
-	_, err = tb.BindMW(mw, mr, base, 64, RemoteRead, 0xff)
+	_, err = tb.BindMW(mw, mr, mwBase, 64, RemoteRead, 0xff)
 	require.NoError(t, err)
 	rkey, err = tb.BindMWNextKey(mw, nil, 0, 0, 0)
 	require.NoError(t, err, "a zero-length bind unbinds")
@@ -132,22 +142,17 @@ func TestBindMWNextKey(t *testing.T) {
 	mw2, err := tb.AllocMW(pd, MWType2)
 	require.NoError(t, err)
 	before := mw2.Rkey
-	_, err = tb.BindMWNextKey(mw2, mr, base, 64, RemoteRead)
+	_, err = tb.BindMWNextKey(mw2, mr, mwBase, 64, RemoteRead)
 	require.ErrorIs(t, err, ErrInvalidArgument, "type 2 windows are bound by a work request")
 	require.Equal(t, before, mw2.Rkey)
-	_, err = tb.BindMWNextKey(nil, mr, base, 64, RemoteRead)
+	_, err = tb.BindMWNextKey(nil, mr, mwBase, 64, RemoteRead)
 	require.ErrorIs(t, err, ErrInvalidArgument)
 }
 
 // TestBindMWNextKeyConcurrent: the key byte is read under the table lock,
 // so binds racing on one window each get their own key byte.
 func TestBindMWNextKeyConcurrent(t *testing.T) {
-	tb := NewTable(8)
-	pd := NewPD(1)
-	const base = 0x10000
-	mr := regMR(t, tb, pd, 4096, base, LocalWrite|MWBind)
-	mw, err := tb.AllocMW(pd, MWType1)
-	require.NoError(t, err)
+	tb, _, mr, mw := type1Window(t)
 	const workers, each = 8, 30 // 240 binds: key bytes 1..240, none twice
 	got := make([][]uint32, workers)
 	var wg sync.WaitGroup
@@ -156,7 +161,7 @@ func TestBindMWNextKeyConcurrent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range each {
-				k, err := tb.BindMWNextKey(mw, mr, base, 64, RemoteRead)
+				k, err := tb.BindMWNextKey(mw, mr, mwBase, 64, RemoteRead)
 				if err != nil {
 					panic(err)
 				}

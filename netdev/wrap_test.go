@@ -2,26 +2,13 @@ package netdev_test
 
 import (
 	"io"
-	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/softverbs/softverbs/netdev"
+	"github.com/softverbs/softverbs/netdev/linktest"
 )
-
-// capLink is a fabric port with the optional interfaces of a real link
-// (Holder, Poller, OwnReceiver), counting the calls it gets.
-type capLink struct {
-	*netdev.FabricPort
-	holds, flushes, polls atomic.Int64
-}
-
-func (c *capLink) Hold()                        { c.holds.Add(1) }
-func (c *capLink) Flush()                       { c.flushes.Add(1) }
-func (c *capLink) FlushLazy()                   { c.flushes.Add(1) }
-func (c *capLink) PollReceive() bool            { c.polls.Add(1); return false }
-func (c *capLink) ReceivesOnOwnGoroutine() bool { return false }
 
 // wrapAll wraps l in a capture and a fault link, as rvt pingpong --pcap
 // --loss does.
@@ -34,7 +21,7 @@ func wrapAll(t *testing.T, l netdev.Link) netdev.Link {
 
 func TestAsThroughWrappers(t *testing.T) {
 	fab := netdev.NewFabric(nil, 1)
-	base := &capLink{FabricPort: fab.NewPort(netdev.MAC{2, 0, 0, 0, 0, 1}, 1500)}
+	base := &linktest.CapLink{FabricPort: fab.NewPort(netdev.MAC{2, 0, 0, 0, 0, 1}, 1500)}
 	host := netdev.NewHost(base, base.HardwareAddr(), nil, nil)
 	top := wrapAll(t, host)
 

@@ -10,21 +10,9 @@ import (
 
 	"github.com/softverbs/softverbs/cq"
 	"github.com/softverbs/softverbs/netdev"
+	"github.com/softverbs/softverbs/netdev/linktest"
 	"github.com/softverbs/softverbs/qp"
 )
-
-// capLink is a fabric port with the optional interfaces of a real link
-// (Holder, Poller, OwnReceiver), counting the calls it gets.
-type capLink struct {
-	*netdev.FabricPort
-	holds, flushes, polls atomic.Int64
-}
-
-func (c *capLink) Hold()                        { c.holds.Add(1) }
-func (c *capLink) Flush()                       { c.flushes.Add(1) }
-func (c *capLink) FlushLazy()                   { c.flushes.Add(1) }
-func (c *capLink) PollReceive() bool            { c.polls.Add(1); return false }
-func (c *capLink) ReceivesOnOwnGoroutine() bool { return false }
 
 // TestWrappedLinkCapabilities opens a device on a link wrapped as rvt
 // pingpong --pcap --loss wraps one (capture, then faults), and checks that
@@ -37,7 +25,7 @@ func TestWrappedLinkCapabilities(t *testing.T) {
 	ip, peerIP := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")
 	fab.AddAddr(ip, mac)
 	fab.AddAddr(peerIP, peerMAC)
-	base := &capLink{FabricPort: fab.NewPort(mac, 1500)}
+	base := &linktest.CapLink{FabricPort: fab.NewPort(mac, 1500)}
 	t.Cleanup(func() { _ = base.Close() })
 	host := netdev.NewHost(base, mac, []netip.Addr{ip}, nil)
 	peer := fab.NewPort(peerMAC, 1500)
@@ -81,10 +69,10 @@ func TestWrappedLinkCapabilities(t *testing.T) {
 	wc := make([]WC, 1)
 	require.Equal(t, 1, n.cq.Poll(wc))
 	require.Equal(t, cq.Success, wc[0].Status, "%+v", wc[0])
-	require.Positive(t, base.holds.Load(), "the transport holds the link below the wrappers")
-	require.Equal(t, base.holds.Load(), base.flushes.Load(), "every hold flushed")
+	require.Positive(t, base.Holds.Load(), "the transport holds the link below the wrappers")
+	require.Equal(t, base.Holds.Load(), base.Flushes.Load(), "every hold flushed")
 
 	// Poller: PollLink drives the link below.
 	require.False(t, n.d.PollLink())
-	require.EqualValues(t, 1, base.polls.Load())
+	require.EqualValues(t, 1, base.Polls.Load())
 }

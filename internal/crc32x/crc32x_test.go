@@ -34,31 +34,31 @@ func needFold(t *testing.T) {
 	}
 }
 
-func TestUpdateMatchesHashCRC32(t *testing.T) {
-	needFold(t)
+// sweep calls check with slices of lengths 0 to 5000 at a few offsets,
+// each with a random initial CRC.
+func sweep(check func(p []byte, init uint32, msg string)) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	buf := randBytes(rng, 5000+64)
 	for n := 0; n <= 5000; n += 1 + n/64 {
 		for _, off := range []int{0, 1, 7, 33} {
-			p := buf[off : off+n]
-			init := rng.Uint32()
-			require.Equal(t, crc32.Update(init, crc32.IEEETable, p), Update(init, p), "n=%d off=%d", n, off)
-			require.Equal(t, crc32.ChecksumIEEE(p), Checksum(p), "n=%d off=%d", n, off)
+			check(buf[off:off+n], rng.Uint32(), fmt.Sprintf("n=%d off=%d", n, off))
 		}
 	}
 }
 
+func TestUpdateMatchesHashCRC32(t *testing.T) {
+	needFold(t)
+	sweep(func(p []byte, init uint32, msg string) {
+		require.Equal(t, crc32.Update(init, crc32.IEEETable, p), Update(init, p), msg)
+		require.Equal(t, crc32.ChecksumIEEE(p), Checksum(p), msg)
+	})
+}
+
 // Slice8 is table code of its own, tested on every CPU.
 func TestSlice8MatchesHashCRC32(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	buf := randBytes(rng, 5000+64)
-	for n := 0; n <= 5000; n += 1 + n/64 {
-		for _, off := range []int{0, 1, 7, 33} {
-			p := buf[off : off+n]
-			init := rng.Uint32()
-			require.Equal(t, crc32.Update(init, crc32.IEEETable, p), Slice8(init, p), "n=%d off=%d", n, off)
-		}
-	}
+	sweep(func(p []byte, init uint32, msg string) {
+		require.Equal(t, crc32.Update(init, crc32.IEEETable, p), Slice8(init, p), msg)
+	})
 }
 
 // Every length around each branch of the fold: the minFast (512-byte)
