@@ -3,7 +3,9 @@ package transport
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 )
@@ -75,6 +77,36 @@ func TestParseValid(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Parse into a used descriptor leaves nothing of the old packet: fill
+// stores field by field, so a field it forgets would survive. Every field,
+// exported or not, is first set to a non-zero value.
+func TestParseOverwritesEveryField(t *testing.T) {
+	var used Packet
+	v := reflect.ValueOf(&used).Elem()
+	for i := range v.NumField() {
+		f := v.Field(i)
+		f = reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem()
+		switch f.Kind() {
+		case reflect.Slice:
+			f.Set(reflect.ValueOf([]byte{0xEE}))
+		case reflect.Pointer:
+			f.Set(reflect.ValueOf(RCAck.Info()))
+		case reflect.Bool:
+			f.SetBool(true)
+		case reflect.Uint8, reflect.Uint16, reflect.Uint32:
+			f.SetUint(0xEE)
+		default:
+			t.Fatalf("field %s: kind %v not covered", v.Type().Field(i).Name, f.Kind())
+		}
+		require.False(t, f.IsZero(), v.Type().Field(i).Name)
+	}
+	b := buildPkt(RCSendOnly, 8)
+	var fresh Packet
+	require.NoError(t, Parse(b, &fresh))
+	require.NoError(t, Parse(b, &used))
+	require.Equal(t, fresh, used)
 }
 
 func TestParseDrops(t *testing.T) {
