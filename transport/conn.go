@@ -331,9 +331,14 @@ type outbox struct {
 	evs []Event
 }
 
-func (o *outbox) wc(q *cq.CQ, wc cq.WC) {
+// wc appends a zeroed completion for q and returns it to be filled in
+// place: building a cq.WC apart and copying it in costs a stall, as the
+// copy's wide loads read the small stores just made. The pointer is good
+// until the next call.
+func (o *outbox) wc(q *cq.CQ) *cq.WC {
 	o.cqs = append(o.cqs, q)
-	o.wcs = append(o.wcs, wc)
+	o.wcs = append(o.wcs, cq.WC{})
+	return &o.wcs[len(o.wcs)-1]
 }
 
 func (o *outbox) event(ev Event) { o.evs = append(o.evs, ev) }

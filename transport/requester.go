@@ -595,10 +595,9 @@ func (c *Conn) retireLocked() {
 		}
 		failed := w.State == qp.WQEError
 		if w.Signaled || failed {
-			c.sout.wc(c.qp.SendCQ(), cq.WC{
-				WRID: w.WR.WRID, Status: w.Status, Opcode: w.WR.Opcode.WCOpcode(),
-				ByteLen: w.Length, QPNum: c.qp.Num(),
-			})
+			wc := c.sout.wc(c.qp.SendCQ())
+			wc.WRID, wc.Status, wc.Opcode = w.WR.WRID, w.Status, w.WR.Opcode.WCOpcode()
+			wc.ByteLen, wc.QPNum = w.Length, c.qp.Num()
 		}
 		sq.Retire()
 		if failed {
@@ -629,9 +628,9 @@ func (c *Conn) flushSendLocked() {
 		if w.State == qp.WQEError {
 			status = w.Status
 		}
-		c.sout.wc(c.qp.SendCQ(), cq.WC{
+		*c.sout.wc(c.qp.SendCQ()) = cq.WC{
 			WRID: w.WR.WRID, Status: status, Opcode: w.WR.Opcode.WCOpcode(), QPNum: c.qp.Num(),
-		})
+		}
 		sq.Retire()
 	}
 	sq.Next = sq.Head()

@@ -156,10 +156,10 @@ func (c *Conn) respondLocked() bool {
 // once for a QP on an SRQ.
 func (c *Conn) flushRecvLocked() {
 	if c.resp.haveWQE {
-		c.recvWC(cq.WC{WRID: c.resp.wqe.WRID, Status: cq.WRFlushErr, Opcode: cq.Recv})
+		c.recvWC(c.resp.wqe.WRID, cq.WRFlushErr, cq.Recv)
 		c.resp.haveWQE = false
 	}
-	c.qp.FlushRecvLocked(func(wc *cq.WC) { c.rout.wc(c.qp.RecvCQ(), *wc) })
+	c.qp.FlushRecvLocked(func(wc *cq.WC) { *c.rout.wc(c.qp.RecvCQ()) = *wc })
 	c.reqIn.drain(c.e)
 	c.reqLocal.drain(c.e)
 	c.reqQ.drain(c.e)
@@ -169,9 +169,12 @@ func (c *Conn) flushRecvLocked() {
 	}
 }
 
-func (c *Conn) recvWC(wc cq.WC) {
-	wc.QPNum = c.qp.Num()
-	c.rout.wc(c.qp.RecvCQ(), wc)
+// recvWC queues a receive completion of this QP and returns it for the
+// caller to fill in the rest.
+func (c *Conn) recvWC(wrid uint64, st cq.Status, op cq.Opcode) *cq.WC {
+	wc := c.rout.wc(c.qp.RecvCQ())
+	wc.WRID, wc.Status, wc.Opcode, wc.QPNum = wrid, st, op, c.qp.Num()
+	return wc
 }
 
 // takeWQELocked makes sure a receive WQE is in hand, with its MRs. A WQE
@@ -196,7 +199,7 @@ func (c *Conn) takeWQELocked() respResult {
 		return respOK // checked at post time and no key changed since
 	}
 	if _, err := qp.CheckSGL(c.qp.Keys(), c.qp.RecvPD(), w.SGL, keys.LocalWrite, w.MRs); err != nil {
-		c.recvWC(cq.WC{WRID: w.WRID, Status: cq.LocProtErr, Opcode: cq.Recv})
+		c.recvWC(w.WRID, cq.LocProtErr, cq.Recv)
 		c.resp.haveWQE = false
 		return respLocalProt
 	}
@@ -249,7 +252,7 @@ func (c *Conn) rcRequestLocked(p *Packet, a *qp.Attr) {
 		e := respError[r]
 		c.sendAckLocked(NAKSyndrome(e.nak), p.PSN)
 		if c.resp.haveWQE {
-			c.recvWC(cq.WC{WRID: c.resp.wqe.WRID, Status: e.status, Opcode: cq.Recv})
+			c.recvWC(c.resp.wqe.WRID, e.status, cq.Recv)
 			c.resp.haveWQE = false
 		}
 		c.rout.event(Event{Type: e.event, QPN: c.qp.Num()})
@@ -311,24 +314,26 @@ func (c *Conn) sendLocked(p *Packet) respResult {
 		return respOK
 	}
 	c.resp.inSend = false
-	wc := cq.WC{WRID: c.resp.wqe.WRID, Opcode: cq.Recv, ByteLen: c.resp.off,
-		SrcQP: c.qp.AttrLocked().DestQPN, Solicited: p.SE}
+	var rkey uint32
+	if info.Has(FlagInv) {
+		rkey = p.IETH().RKey()
+		if err := c.qp.Keys().Invalidate(c.qp.PD(), rkey); err != nil {
+			return respInvRkey
+		}
+	}
+	c.resp.haveWQE = false
+	c.resp.msn = (c.resp.msn + 1) & 0xFFFFFF
+	c.counters.inc(RDMARecvs)
+	wc := c.recvWC(c.resp.wqe.WRID, cq.Success, cq.Recv)
+	wc.ByteLen, wc.SrcQP, wc.Solicited = c.resp.off, c.qp.AttrLocked().DestQPN, p.SE
 	if info.Has(FlagImm) {
 		wc.Flags |= cq.WithImm
 		wc.ImmData = p.ImmDt().Imm()
 	}
 	if info.Has(FlagInv) {
-		rkey := p.IETH().RKey()
-		if err := c.qp.Keys().Invalidate(c.qp.PD(), rkey); err != nil {
-			return respInvRkey
-		}
 		wc.Flags |= cq.WithInv
 		wc.InvalidatedRkey = rkey
 	}
-	c.resp.haveWQE = false
-	c.resp.msn = (c.resp.msn + 1) & 0xFFFFFF
-	c.counters.inc(RDMARecvs)
-	c.recvWC(wc)
 	return respOK
 }
 
@@ -367,8 +372,9 @@ func (c *Conn) writeLocked(p *Packet) respResult {
 	c.resp.msn = (c.resp.msn + 1) & 0xFFFFFF
 	if info.Has(FlagImm) {
 		c.resp.haveWQE = false
-		c.recvWC(cq.WC{WRID: c.resp.wqe.WRID, Opcode: cq.RecvRDMAWithImm, ByteLen: c.resp.wlen,
-			SrcQP: c.qp.AttrLocked().DestQPN, Flags: cq.WithImm, ImmData: p.ImmDt().Imm(), Solicited: p.SE})
+		wc := c.recvWC(c.resp.wqe.WRID, cq.Success, cq.RecvRDMAWithImm)
+		wc.ByteLen, wc.SrcQP, wc.Solicited = c.resp.wlen, c.qp.AttrLocked().DestQPN, p.SE
+		wc.Flags, wc.ImmData = cq.WithImm, p.ImmDt().Imm()
 	}
 	return respOK
 }
@@ -651,16 +657,13 @@ func (c *Conn) udRequestLocked(pb *pktBuf, a *qp.Attr) {
 	} else {
 		copy(grh[20:], pb.ipHdr)
 	}
-	wc := cq.WC{WRID: c.resp.wqe.WRID, Opcode: cq.Recv, SrcQP: deth.SrcQP(),
-		Flags: cq.GRH, Solicited: p.SE, ByteLen: 40 + p.PayloadLen}
-	if r := c.placeLocked(grh[:]); r != respOK {
-		wc.Status = cq.LocLenErr
-		c.recvWC(wc)
-		return
+	st := cq.Success
+	if c.placeLocked(grh[:]) != respOK || c.placeLocked(p.Payload()) != respOK {
+		st = cq.LocLenErr
 	}
-	if r := c.placeLocked(p.Payload()); r != respOK {
-		wc.Status = cq.LocLenErr
-		c.recvWC(wc)
+	wc := c.recvWC(c.resp.wqe.WRID, st, cq.Recv)
+	wc.SrcQP, wc.Flags, wc.Solicited, wc.ByteLen = deth.SrcQP(), cq.GRH, p.SE, 40+p.PayloadLen
+	if st != cq.Success {
 		return
 	}
 	if p.Info.Has(FlagImm) {
@@ -668,5 +671,4 @@ func (c *Conn) udRequestLocked(pb *pktBuf, a *qp.Attr) {
 		wc.ImmData = p.ImmDt().Imm()
 	}
 	c.counters.inc(RDMARecvs)
-	c.recvWC(wc)
 }
