@@ -29,6 +29,39 @@ func TestLoopbackPacketCounts(t *testing.T) {
 	require.Equal(t, uint64(1), b.Counters()["rcvd_pkts"], "the SEND")
 }
 
+// TestMessageCounts checks rdma_sends and rdma_recvs as rxe keeps them:
+// the requester counts each SEND work request it completes, however it
+// ended, the responder each SEND it delivered; RDMA WRITEs are neither.
+func TestMessageCounts(t *testing.T) {
+	n, clk, a, b := rcPair(t)
+	src, dst := n.mr(t, 64), n.mr(t, 64)
+	for i := range 3 {
+		require.NoError(t, b.PostRecv(RecvWR{WRID: uint64(i), SGL: sge(dst, 0, 64)}))
+	}
+	require.NoError(t, a.PostSend(
+		SendWR{WRID: 1, Opcode: qp.OpSend, Flags: qp.Signaled, SGL: sge(src, 0, 8)},
+		SendWR{WRID: 2, Opcode: qp.OpSendWithImm, SGL: sge(src, 0, 8)},
+		SendWR{WRID: 3, Opcode: qp.OpRDMAWrite, Flags: qp.Signaled, SGL: sge(src, 0, 8),
+			RemoteAddr: dst.IOVA, Rkey: dst.Rkey},
+		SendWR{WRID: 4, Opcode: qp.OpSend, Flags: qp.Signaled, SGL: sge(src, 0, 8)}))
+	poll(t, n.cq, 6, func() { clk.AdvanceToNext() }) // 3 signalled sends, 3 receives
+	require.Equal(t, uint64(3), a.Counters()["rdma_sends"])
+	require.Equal(t, uint64(3), b.Counters()["rdma_recvs"])
+	require.Zero(t, b.Counters()["rdma_sends"])
+
+	// A SEND larger than the receive buffer fails on both sides: the
+	// requester still counts it, the responder does not.
+	require.NoError(t, b.PostRecv(RecvWR{WRID: 9, SGL: sge(dst, 0, 4)}))
+	require.NoError(t, a.PostSend(SendWR{WRID: 5, Opcode: qp.OpSend, Flags: qp.Signaled, SGL: sge(src, 0, 8)}))
+	wcs := poll(t, n.cq, 2, func() { clk.AdvanceToNext() })
+	for _, wc := range wcs {
+		require.NotEqual(t, cq.Success, wc.Status, "%+v", wc)
+	}
+	require.Equal(t, uint64(4), a.Counters()["rdma_sends"])
+	require.Equal(t, uint64(3), b.Counters()["rdma_recvs"])
+	require.Equal(t, uint64(4), n.d.Counters()["rdma_sends"])
+}
+
 // TestCNPDroppedAsNotSupported hands the device a RoCEv2 CNP addressed to
 // one of its QPs: with no congestion control, it is dropped as not
 // supported before any QP sees it.

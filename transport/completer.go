@@ -47,7 +47,7 @@ func (c *Conn) responseLocked(pb *pktBuf) {
 	}
 	if !p.PSN.Less(c.req.maxPSN) || p.PSN.Less(c.comp.psn) && p.Opcode == RCAck && p.AETH().Syndrome().Type() != AckTypeACK {
 		// A response to a PSN never sent (or a stale NAK): a ghost.
-		c.counters.inc(GhostAcks)
+		c.count(GhostAcks)
 		return
 	}
 	if aeth := p.AETH(); aeth != nil {
@@ -104,7 +104,7 @@ func (c *Conn) ackBeforeLocked(psn PSN) bool {
 			if PSN(w.LastPSN).Less(psn) {
 				// Acknowledged past a READ or atomic whose response
 				// never came: an implied NAK; ask again.
-				c.counters.inc(CompleterRetryErr)
+				c.count(CompleterRetryErr)
 				c.progressLocked(want)
 				c.requestRetryLocked(want)
 				return false
@@ -180,7 +180,7 @@ func (c *Conn) ackLocked(p *Packet, a *qp.Attr) {
 	case AckTypeACK:
 		c.ackBeforeLocked(p.LastPSN().Add(1))
 	case AckTypeRNRNAK:
-		c.counters.inc(RcvdRNRErr)
+		c.count(RcvdRNRErr)
 		if !c.ackBeforeLocked(p.PSN) || c.req.rnrWait {
 			return
 		}
@@ -189,7 +189,7 @@ func (c *Conn) ackLocked(p *Packet, a *qp.Attr) {
 		c.req.retryLeft = a.RetryCnt
 		if a.RNRRetry != 7 {
 			if c.req.rnrLeft == 0 {
-				c.counters.inc(RNRRetryExceededErr)
+				c.count(RNRRetryExceededErr)
 				c.failOldestLocked(cq.RNRRetryExcErr)
 				return
 			}
@@ -201,7 +201,7 @@ func (c *Conn) ackLocked(p *Packet, a *qp.Attr) {
 	case AckTypeNAK:
 		code := syn.NAKCode()
 		if code == NAKPSNSeqError {
-			c.counters.inc(RcvdSeqErr)
+			c.count(RcvdSeqErr)
 			if !c.ackBeforeLocked(p.PSN) || c.req.rnrWait {
 				return
 			}
@@ -226,14 +226,14 @@ func (c *Conn) readResponseLocked(p *Packet, a *qp.Attr) {
 	w := c.oldestPendingLocked()
 	mtu := c.pmtu(a)
 	if w == nil || w.WR.Opcode != qp.OpRDMARead {
-		c.counters.inc(GhostAcks)
+		c.count(GhostAcks)
 		return
 	}
 	want := PSN(w.FirstPSN).Add(w.Done / mtu)
 	if d := p.PSN.Diff(want); d != 0 {
 		if d > 0 {
 			// Lost responses: ask again from the first missing one.
-			c.counters.inc(CompleterRetryErr)
+			c.count(CompleterRetryErr)
 			c.requestRetryLocked(want)
 		}
 		return
@@ -262,7 +262,7 @@ func (c *Conn) atomicAckLocked(p *Packet) {
 	}
 	w := c.oldestPendingLocked()
 	if w == nil || !w.WR.Opcode.Atomic() || PSN(w.FirstPSN) != p.PSN {
-		c.counters.inc(GhostAcks)
+		c.count(GhostAcks)
 		return
 	}
 	var orig [8]byte

@@ -50,12 +50,13 @@ type Conn struct {
 	// The cached route and MTU, under the QP lock.
 	path path
 
-	// Packets sent, sent over the loopback path (which the device also
-	// counts as received), and taken by the tasks, under the QP lock: the
-	// data path counts them with plain adds, and whoever reads the counters
-	// adds them in first (countLocked), so a message costs no locked
-	// instruction for its counts.
-	sent, looped, taken uint64
+	// Counts made under the QP lock (count), and packets sent over the
+	// loopback path (which the device counts as received): the data path
+	// counts with plain adds, and whoever reads the counters adds these in
+	// first (countLocked), so a message costs no locked instruction for its
+	// counts.
+	pend   [NumCounters]uint64
+	looped uint64
 
 	// Receive task state, under the QP lock.
 	resp   respState
@@ -257,17 +258,18 @@ func (c *Conn) enqueue(pb *pktBuf, w wake) {
 	}
 }
 
-// countLocked moves the packet counts kept under the QP lock into the
-// counters (the QP's, and the device's for looped packets). Readers call
-// it; the data path never does.
+// count adds one to counter k of the QP; the caller holds the QP lock.
+func (c *Conn) count(k Counter) { c.pend[k]++ }
+
+// countLocked moves the counts kept under the QP lock into the counters
+// (the QP's, and the device's for looped packets). Readers call it; the
+// data path never does.
 func (c *Conn) countLocked() {
-	if c.sent != 0 {
-		c.counters.c[SentPkts].Add(c.sent)
-		c.sent = 0
-	}
-	if c.taken != 0 {
-		c.counters.c[RcvdPkts].Add(c.taken)
-		c.taken = 0
+	for k, n := range c.pend {
+		if n != 0 {
+			c.counters.c[k].Add(n)
+			c.pend[k] = 0
+		}
 	}
 	if c.looped != 0 {
 		c.e.counters.c[RcvdPkts].Add(c.looped)
@@ -301,7 +303,7 @@ func (c *Conn) next(in *inbox, l *pktList, q *pktQueue) *pktBuf {
 		if len(in.b) == 0 {
 			return nil
 		}
-		c.taken += uint64(len(in.b))
+		c.pend[RcvdPkts] += uint64(len(in.b))
 	}
 	pb := in.b[in.i]
 	in.b[in.i] = nil

@@ -59,8 +59,6 @@ func (cs *Counters) Get(c Counter) uint64 { return cs.c[c].Load() }
 // Drops returns how many packets were dropped for reason r.
 func (cs *Counters) Drops(r DropReason) uint64 { return cs.drops[r].Load() }
 
-func (cs *Counters) inc(c Counter) { cs.c[c].Add(1) }
-
 // Snapshot returns every non-zero counter by name (drops as "drop_<reason>").
 func (cs *Counters) Snapshot() map[string]uint64 {
 	m := make(map[string]uint64)

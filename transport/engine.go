@@ -669,7 +669,7 @@ func (e *Engine) xmit(c *Conn, r *route, buf []byte, ib int, ext []byte) {
 // xmitSpan is xmit for a loopback burst that covers span PSNs (span > 1
 // only on the fast path, with ext holding the whole payload).
 func (e *Engine) xmitSpan(c *Conn, r *route, buf []byte, ib int, ext []byte, span uint32) {
-	c.sent++ // under c's QP lock, as every transmit is
+	c.pend[SentPkts]++ // under c's QP lock, as every transmit is
 	if r.bad {
 		e.counters.c[SendErr].Add(1)
 		return

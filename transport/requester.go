@@ -478,9 +478,9 @@ func (c *Conn) onTimeoutLocked() {
 		c.armTimerLocked()
 		return
 	}
-	c.counters.inc(Timeouts)
+	c.count(Timeouts)
 	if c.req.retryLeft == 0 {
-		c.counters.inc(RetryExceededErr)
+		c.count(RetryExceededErr)
 		c.failOldestLocked(cq.RetryExcErr)
 		return
 	}
@@ -525,7 +525,7 @@ func (c *Conn) retryLocked(rnr bool) {
 	if start == sq.Next && (sq.Next == sq.Head() || sq.At(sq.Next).Sent == 0) {
 		return // nothing was sent that needs sending again
 	}
-	c.counters.inc(Retransmits)
+	c.count(Retransmits)
 	w := sq.At(start)
 	first := PSN(w.FirstPSN)
 	var psn PSN
@@ -594,6 +594,9 @@ func (c *Conn) retireLocked() {
 			break
 		}
 		failed := w.State == qp.WQEError
+		if w.WR.Opcode.Send() {
+			c.count(RDMASends) // as rxe: each SEND WQE completed, however it ended
+		}
 		if w.Signaled || failed {
 			wc := c.sout.wc(c.qp.SendCQ())
 			wc.WRID, wc.Status, wc.Opcode = w.WR.WRID, w.Status, w.WR.Opcode.WCOpcode()
@@ -665,7 +668,7 @@ func (c *Conn) creditOKLocked(w *qp.SendWQE) bool {
 	}
 	if !c.req.creditWait {
 		c.req.creditWait = true
-		c.counters.inc(CreditWaits)
+		c.count(CreditWaits)
 	}
 	return false
 }

@@ -223,14 +223,14 @@ func (c *Conn) rcRequestLocked(p *Packet, a *qp.Attr) {
 	}
 	switch d := p.PSN.Diff(c.resp.epsn); {
 	case d > 0:
-		c.counters.inc(OutOfSeqRequest)
+		c.count(OutOfSeqRequest)
 		if !c.resp.nakSent {
 			c.resp.nakSent = true
 			c.sendAckLocked(NAKSyndrome(NAKPSNSeqError), c.resp.epsn)
 		}
 		return
 	case d < 0:
-		c.counters.inc(DuplicateRequest)
+		c.count(DuplicateRequest)
 		c.duplicateLocked(p, a)
 		return
 	}
@@ -240,12 +240,12 @@ func (c *Conn) rcRequestLocked(p *Packet, a *qp.Attr) {
 	case respOK:
 		if p.AckReq {
 			if c.resp.ackPending {
-				c.counters.inc(AckDeferred)
+				c.count(AckDeferred)
 			}
 			c.resp.ackPending, c.resp.ackPSN = true, p.LastPSN()
 		}
 	case respRNR:
-		c.counters.inc(SendRNRErr)
+		c.count(SendRNRErr)
 		c.resp.nakSent = true
 		c.sendAckLocked(RNRNAKSyndrome(RNRTimerCode(a.MinRNRTimer)), p.PSN)
 	default:
@@ -323,7 +323,7 @@ func (c *Conn) sendLocked(p *Packet) respResult {
 	}
 	c.resp.haveWQE = false
 	c.resp.msn = (c.resp.msn + 1) & 0xFFFFFF
-	c.counters.inc(RDMARecvs)
+	c.count(RDMARecvs)
 	wc := c.recvWC(c.resp.wqe.WRID, cq.Success, cq.Recv)
 	wc.ByteLen, wc.SrcQP, wc.Solicited = c.resp.off, c.qp.AttrLocked().DestQPN, p.SE
 	if info.Has(FlagImm) {
@@ -606,7 +606,7 @@ func (c *Conn) ucRequestLocked(p *Packet, a *qp.Attr) {
 		// A gap (or a message already broken): abandon the message in
 		// progress; its receive WQE stays for the next one.
 		if p.PSN != c.resp.epsn {
-			c.counters.inc(OutOfSeqRequest)
+			c.count(OutOfSeqRequest)
 		}
 		c.resp.inSend, c.resp.inWrite, c.resp.off = false, false, 0
 		c.resp.dropMsg = !info.Has(FlagStart)
@@ -625,7 +625,7 @@ func (c *Conn) ucRequestLocked(p *Packet, a *qp.Attr) {
 	c.resp.inSend, c.resp.inWrite, c.resp.off = false, false, 0
 	c.resp.dropMsg = !info.Has(FlagEnd)
 	if r == respRNR {
-		c.counters.inc(RecvWQEMissing)
+		c.count(RecvWQEMissing)
 	}
 }
 
@@ -646,7 +646,7 @@ func (c *Conn) udRequestLocked(pb *pktBuf, a *qp.Attr) {
 		// No WQE, or one whose memory was gone (takeWQELocked completed
 		// it): the datagram is dropped.
 		if r == respRNR {
-			c.counters.inc(RecvWQEMissing)
+			c.count(RecvWQEMissing)
 		}
 		return
 	}
@@ -670,5 +670,5 @@ func (c *Conn) udRequestLocked(pb *pktBuf, a *qp.Attr) {
 		wc.Flags |= cq.WithImm
 		wc.ImmData = p.ImmDt().Imm()
 	}
-	c.counters.inc(RDMARecvs)
+	c.count(RDMARecvs)
 }
