@@ -657,42 +657,52 @@ func (ps *portState) routeTo(av *qp.AddressVector, srcPort uint16, datagram bool
 	return r
 }
 
-// xmit sends one packet. buf holds the packet's BTH at netHeadroom and ib
-// is its length (BTH through pad). It frames, adds the ICRC and sends it on
-// the link and/or delivers it to this device. On the loopback fast path ext
-// may hold the payload in place (then buf holds the headers only, ib bytes,
-// and the payload is never staged): the receiver copies from it directly.
-func (e *Engine) xmit(c *Conn, r *route, buf []byte, ib int, ext []byte) {
-	e.xmitSpan(c, r, buf, ib, ext, 1)
+// txPkt is a packet being built: on the loopback fast path in a packet
+// buffer the receiver takes as it is (pb), else in a frame buffer (frame)
+// with headroom for the framing before the BTH.
+type txPkt struct {
+	pb    *pktBuf
+	frame []byte
+}
+
+// startTx returns where to build a packet for route r, and the bytes to
+// write it into from the BTH on: a packet buffer on the fast path, else
+// frame (the QP's transmit buffer) past the headroom.
+func (e *Engine) startTx(r *route, frame []byte) (txPkt, []byte) {
+	if r.fast {
+		pb := e.getBuf(wakeChain) // the engines build in their tasks
+		return txPkt{pb: pb}, pb.own[:cap(pb.own)]
+	}
+	return txPkt{frame: frame}, frame[netHeadroom:]
+}
+
+// xmit sends one packet, built in t (see startTx) and ib bytes long from
+// the BTH through the pad. It frames it, adds the ICRC and sends it on the
+// link and/or delivers it to this device. On the loopback fast path ext may
+// hold the payload in place (then the packet is the headers only, ib
+// bytes, and the payload is never staged): the receiver copies from it
+// directly.
+func (e *Engine) xmit(c *Conn, r *route, t txPkt, ib int, ext []byte) {
+	e.xmitSpan(c, r, t, ib, ext, 1)
 }
 
 // xmitSpan is xmit for a loopback burst that covers span PSNs (span > 1
 // only on the fast path, with ext holding the whole payload).
-func (e *Engine) xmitSpan(c *Conn, r *route, buf []byte, ib int, ext []byte, span uint32) {
+func (e *Engine) xmitSpan(c *Conn, r *route, t txPkt, ib int, ext []byte, span uint32) {
 	c.pend[SentPkts]++ // under c's QP lock, as every transmit is
-	if r.bad {
-		e.counters.c[SendErr].Add(1)
-		return
-	}
-	if r.fast {
+	if pb := t.pb; pb != nil {
 		c.looped++ // received by this device: see countLocked
-		pb := e.getBuf(wakeChain)
-		pb.own = append(pb.own[:0], buf[netHeadroom:netHeadroom+ib]...)
-		var err error
-		if ext != nil {
-			err = parseExternal(pb.own, ext, span, &pb.pkt)
-		} else {
-			err = Parse(pb.own, &pb.pkt)
-		}
-		if err != nil {
-			e.putBuf(pb, wakeChain)
-			e.counters.c[SendErr].Add(1)
-			return
-		}
+		pb.own = pb.own[:ib]
+		fillBuilt(&pb.pkt, pb.own, ext, span)
 		pb.src, pb.dst = r.src.IP, r.dst.IP
 		e.deliver(pb, wakeChain, r) // xmit runs in a task of ours
 		return
 	}
+	if r.bad {
+		e.counters.c[SendErr].Add(1)
+		return
+	}
+	buf := t.frame
 	v6 := netdev.UsesIPv6(r.src.IP, r.dst.IP)
 	start := netHeadroom - netdev.HeaderLen(v6)
 	udpLen := ib + ICRCLen

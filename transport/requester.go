@@ -339,7 +339,7 @@ func (c *Conn) sendPacketLocked(w *qp.SendWQE, a *qp.Attr) {
 		}
 	}
 	info := o.Info()
-	b := c.reqTx[netHeadroom:]
+	t, b := c.e.startTx(r, c.reqTx)
 	hl := info.HdrLen
 	clear(b[:hl])
 	destQP := a.DestQPN
@@ -406,10 +406,10 @@ func (c *Conn) sendPacketLocked(w *qp.SendWQE, a *qp.Attr) {
 		}
 	}
 	if ext != nil {
-		c.e.xmitSpan(c, r, c.reqTx, hl, ext, span)
+		c.e.xmitSpan(c, r, t, hl, ext, span)
 	} else {
 		clear(b[hl+int(payload) : hl+int(payload+pad)])
-		c.e.xmit(c, r, c.reqTx, hl+int(payload+pad), nil)
+		c.e.xmit(c, r, t, hl+int(payload+pad), nil)
 	}
 
 	// Advance the WQE and the PSN.

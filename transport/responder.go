@@ -506,24 +506,25 @@ func (c *Conn) flushAckLocked() {
 	c.sendAckLocked(c.ackSyndrome(), c.resp.ackPSN)
 }
 
-// respHeaderLocked writes the BTH of response opcode o with PSN psn into
-// the response buffer, and its AETH (if o carries one) with syndrome syn and
-// the current MSN. It returns the buffer from the BTH on and o's entry.
-func (c *Conn) respHeaderLocked(o Opcode, psn PSN, syn Syndrome, a *qp.Attr) ([]byte, *OpInfo) {
+// respHeaderLocked starts a response on route r (see Engine.startTx) and
+// writes the BTH of response opcode o with PSN psn, and its AETH (if o
+// carries one) with syndrome syn and the current MSN. It returns the packet,
+// its bytes from the BTH on, and o's entry.
+func (c *Conn) respHeaderLocked(r *route, o Opcode, psn PSN, syn Syndrome, a *qp.Attr) (txPkt, []byte, *OpInfo) {
 	if o != RCAck || syn.Type() != AckTypeACK {
 		// A READ or atomic response or a NAK: the requester waits on it,
 		// so this run's batch is flushed at once (see runRecv).
 		c.resp.urgent = true
 	}
 	info := o.Info()
-	b := c.respTx[netHeadroom:]
+	t, b := c.e.startTx(r, c.respTx)
 	BTH(b).Init(o, DefaultPKey, a.DestQPN, psn)
 	if off := info.Offset(HdrAETH); off != 0 {
 		aeth := AETH(b[off:])
 		aeth.SetSyndrome(syn)
 		aeth.SetMSN(c.resp.msn)
 	}
-	return b, info
+	return t, b, info
 }
 
 // sendAckLocked sends an ACK or NAK with the current MSN.
@@ -532,15 +533,17 @@ func (c *Conn) sendAckLocked(syn Syndrome, psn PSN) {
 		c.flushAckLocked()
 	}
 	a := c.qp.AttrLocked()
-	_, info := c.respHeaderLocked(RCAck, psn, syn, a)
-	c.e.xmit(c, &c.pathLocked(a).r, c.respTx, info.HdrLen, nil)
+	r := &c.pathLocked(a).r
+	t, _, info := c.respHeaderLocked(r, RCAck, psn, syn, a)
+	c.e.xmit(c, r, t, info.HdrLen, nil)
 }
 
 func (c *Conn) sendAtomicAckLocked(psn PSN, orig uint64) {
 	a := c.qp.AttrLocked()
-	b, info := c.respHeaderLocked(RCAtomicAck, psn, c.ackSyndrome(), a)
+	r := &c.pathLocked(a).r
+	t, b, info := c.respHeaderLocked(r, RCAtomicAck, psn, c.ackSyndrome(), a)
 	AtomicAckETH(b[info.Offset(HdrAtomicAckETH):]).SetOrigData(orig)
-	c.e.xmit(c, &c.pathLocked(a).r, c.respTx, info.HdrLen, nil)
+	c.e.xmit(c, r, t, info.HdrLen, nil)
 }
 
 // sendReadResponsesLocked sends the responses to a READ of n bytes at va,
@@ -553,9 +556,9 @@ func (c *Conn) sendReadResponsesLocked(psn PSN, mr *keys.MR, va uint64, n uint32
 	if r.fast && k > 1 {
 		// Loopback: one burst covering all k response PSNs.
 		if ext, ok := mr.View(va, uint64(n)); ok {
-			b, info := c.respHeaderLocked(RCReadResponseOnly, psn, syn, a)
+			t, b, info := c.respHeaderLocked(r, RCReadResponseOnly, psn, syn, a)
 			BTH(b).SetPadCount(uint8((4 - n%4) % 4))
-			c.e.xmitSpan(c, r, c.respTx, info.HdrLen, ext, k)
+			c.e.xmitSpan(c, r, t, info.HdrLen, ext, k)
 			return
 		}
 	}
@@ -572,7 +575,7 @@ func (c *Conn) sendReadResponsesLocked(psn PSN, mr *keys.MR, va uint64, n uint32
 		default:
 			o = RCReadResponseMiddle
 		}
-		b, info := c.respHeaderLocked(o, psn.Add(i), syn, a)
+		t, b, info := c.respHeaderLocked(r, o, psn.Add(i), syn, a)
 		hl := info.HdrLen
 		m := min(mtu, n-off)
 		pad := (4 - m%4) % 4
@@ -582,13 +585,13 @@ func (c *Conn) sendReadResponsesLocked(psn PSN, mr *keys.MR, va uint64, n uint32
 			ext, _ = mr.View(va+uint64(off), uint64(m))
 		}
 		if ext != nil {
-			c.e.xmit(c, r, c.respTx, hl, ext)
+			c.e.xmit(c, r, t, hl, ext)
 		} else {
 			if m > 0 {
 				mr.ReadAt(b[hl:hl+int(m)], va+uint64(off))
 			}
 			clear(b[hl+int(m) : hl+int(m+pad)])
-			c.e.xmit(c, r, c.respTx, hl+int(m+pad), nil)
+			c.e.xmit(c, r, t, hl+int(m+pad), nil)
 		}
 		off += m
 	}
