@@ -689,7 +689,7 @@ func (e *Engine) xmit(c *Conn, r *route, t txPkt, ib int, ext []byte) {
 // xmitSpan is xmit for a loopback burst that covers span PSNs (span > 1
 // only on the fast path, with ext holding the whole payload).
 func (e *Engine) xmitSpan(c *Conn, r *route, t txPkt, ib int, ext []byte, span uint32) {
-	c.pend[SentPkts]++ // under c's QP lock, as every transmit is
+	c.count(SentPkts) // under c's QP lock, as every transmit is
 	if pb := t.pb; pb != nil {
 		c.looped++ // received by this device: see countLocked
 		pb.own = pb.own[:ib]
@@ -712,12 +712,14 @@ func (e *Engine) xmitSpan(c *Conn, r *route, t txPkt, ib int, ext []byte, span u
 		e.counters.c[SendErr].Add(1)
 		return
 	}
-	if err := PutICRC(frame[netdev.EthernetHeaderLen:]); err != nil {
-		e.counters.c[SendErr].Add(1)
-		return
-	}
-	netdev.PutUDPChecksum(frame, r.src.IP, r.dst.IP) // over IPv6 it covers the ICRC
 	if r.wire {
+		// Only the wire needs the ICRC and the UDP checksum: the local
+		// copy below is received as checked.
+		if err := PutICRC(frame[netdev.EthernetHeaderLen:]); err != nil {
+			e.counters.c[SendErr].Add(1)
+			return
+		}
+		netdev.PutUDPChecksum(frame, r.src.IP, r.dst.IP) // over IPv6 it covers the ICRC
 		if l := e.port.Load().link; l != nil {
 			if err := l.Send(frame); err != nil {
 				e.counters.c[SendErr].Add(1)
@@ -727,7 +729,7 @@ func (e *Engine) xmitSpan(c *Conn, r *route, t txPkt, ib int, ext []byte, span u
 	if r.local {
 		// Datagrams to ourselves take the receive path (the GRH needs
 		// the IP header) in a copy, as the receiver owns its frame, and
-		// without checking the ICRC written just above.
+		// without an ICRC check: the engine built it.
 		b := e.local.Get()
 		e.receiveFrame(b[:copy(b, frame)], e.local, wakeChain, true)
 	}
