@@ -493,7 +493,7 @@ func (e *Engine) receiveFrame(frame []byte, rel netdev.Releaser, w wake, checked
 		e.putBuf(pb, w)
 		return
 	}
-	e.deliver(pb, w, nil)
+	e.deliver(pb, w)
 }
 
 // roceFrame parses frame's headers and reports whether it is a RoCEv2
@@ -517,9 +517,8 @@ func (e *Engine) roceFrame(frame []byte, checked bool) (netdev.FrameInfo, bool) 
 }
 
 // deliver routes a parsed packet to its QP's queue, or to every member of
-// its multicast group; w is as for receiveFrame. r is the route of a packet
-// on the loopback path, which caches the destination QP, or nil.
-func (e *Engine) deliver(pb *pktBuf, w wake, r *route) {
+// its multicast group; w is as for receiveFrame.
+func (e *Engine) deliver(pb *pktBuf, w wake) {
 	p := &pb.pkt
 	if p.PKey&^PKeyFullMember != DefaultPKey&^PKeyFullMember {
 		e.drop(nil, DropBadPKey)
@@ -535,12 +534,7 @@ func (e *Engine) deliver(pb *pktBuf, w wake, r *route) {
 		e.deliverMulticast(pb, w)
 		return
 	}
-	var c *Conn
-	if r != nil {
-		c = e.peerOf(r, p.DestQP)
-	} else {
-		c = e.lookup(p.DestQP)
-	}
+	c := e.lookup(p.DestQP)
 	if c == nil {
 		e.drop(nil, DropUnknownQP)
 		e.putBuf(pb, w)
@@ -695,7 +689,15 @@ func (e *Engine) xmitSpan(c *Conn, r *route, t txPkt, ib int, ext []byte, span u
 		pb.own = pb.own[:ib]
 		fillBuilt(&pb.pkt, pb.own, ext, span)
 		pb.src, pb.dst = r.src.IP, r.dst.IP
-		e.deliver(pb, wakeChain, r) // xmit runs in a task of ours
+		// Our own unicast RC/UC packet (the default P_Key, never a CNP):
+		// straight to the destination QP, which the route caches.
+		peer := e.peerOf(r, pb.pkt.DestQP)
+		if peer == nil {
+			e.drop(nil, DropUnknownQP)
+			e.putBuf(pb, wakeChain)
+			return
+		}
+		peer.enqueue(pb, wakeChain) // xmit runs in a task of ours
 		return
 	}
 	if r.bad {

@@ -78,7 +78,7 @@ func (h *rcHarness) respond(t *testing.T, psn PSN, syn Syndrome) {
 	pb.own = append(pb.own[:0], b...)
 	require.NoError(t, Parse(pb.own, &pb.pkt))
 	pb.src = h.peer
-	h.e.deliver(pb, wakeSchedule, nil)
+	h.e.deliver(pb, wakeSchedule)
 }
 
 // An RNR wait whose message was acknowledged meanwhile (the responder took
