@@ -34,7 +34,6 @@ import (
 var (
 	ErrInvalidArgument = verr.ErrInvalidArgument
 	ErrExists          = errors.New("already exists")
-	ErrNoResources     = verr.ErrNoResources
 )
 
 // EventType is an asynchronous event, with the ibv_event_type values.

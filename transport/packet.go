@@ -226,25 +226,17 @@ func Parse(b []byte, p *Packet) error {
 		return DropBadPad.Err()
 	}
 	payload := rest - pad
-	if err := checkPayload(info, pad, payload); err != nil {
-		return err
-	}
-	fill(p, b, info, uint8(pad), uint32(payload))
-	return nil
-}
-
-// checkPayload applies Parse's payload and pad rules for an opcode.
-func checkPayload(info *OpInfo, pad, payload int) error {
 	switch {
-	case (payload+pad)%4 != 0:
+	case rest%4 != 0:
 		return DropBadLength.Err()
-	case info.Flags&FlagPayload == 0 && payload+pad != 0:
+	case info.Flags&FlagPayload == 0 && rest != 0:
 		return DropBadLength.Err()
 	case info.Flags&(FlagFirst|FlagMiddle) != 0 && pad != 0:
 		return DropBadPad.Err()
 	case info.Flags&(FlagFirst|FlagMiddle|FlagLast) != 0 && payload == 0:
 		return DropBadLength.Err()
 	}
+	fill(p, b, info, uint8(pad), uint32(payload))
 	return nil
 }
 
