@@ -26,6 +26,44 @@ func writeOnce(t *testing.T, n *node, a *QP) {
 	require.Equal(t, cq.Success, wcs[0].Status, "%+v", wcs[0])
 }
 
+// The device's counters never go down while QPs are destroyed: a
+// Counters call that races with a Destroy counts the destroyed QP's
+// packets exactly once (before, during or after its removal).
+func TestCountersMonotonicAcrossDestroy(t *testing.T) {
+	n := newNode(t, Options{})
+	const pairs = 40
+	qps := make([]*QP, 0, 2*pairs)
+	for range pairs {
+		a, b := n.qp(t, qp.RC), n.qp(t, qp.RC)
+		connect(t, a, n.d, b, n.d, defaultAttrs())
+		writeOnce(t, n, a)
+		qps = append(qps, a, b)
+	}
+	total := n.d.Counters()["sent_pkts"]
+	require.Equal(t, uint64(2*pairs), total, "a WRITE and its ACK per pair")
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if got := n.d.Counters()["sent_pkts"]; got != total {
+				t.Errorf("sent_pkts %d while destroying QPs, want %d throughout", got, total)
+				return
+			}
+		}
+	})
+	for _, q := range qps {
+		require.NoError(t, q.Destroy())
+	}
+	close(stop)
+	wg.Wait()
+	require.Equal(t, total, n.d.Counters()["sent_pkts"])
+}
+
 // A destroyed QP's counts stay in the device totals once: destroying it
 // again fails and adds nothing, and neither does destroying a QP after
 // the device closed.

@@ -69,6 +69,7 @@ type Conn struct {
 	timer      clock.Timer // guarded by timerMu
 	rnrTimer   clock.Timer // guarded by timerMu
 	stopped    atomic.Bool
+	removed    atomic.Bool   // RemoveConn has taken it (Engine.RemoveConn)
 	ran        chan struct{} // signalled after each task run while someone drains
 	waiters    atomic.Int32  // goroutines in WaitFlushed
 }

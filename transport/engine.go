@@ -145,6 +145,11 @@ type Engine struct {
 
 	atomicMu sync.Mutex // serialises atomics on memory
 
+	// countMu makes a removed QP's counts move into counters at once as
+	// far as Snapshot can tell: Snapshot sums under it, and RemoveConn
+	// unregisters the QP and adds its counts under it, so no sum counts a
+	// QP twice or not at all (the device's counters never go down).
+	countMu  sync.Mutex
 	counters Counters
 	pool     sync.Pool         // *pktBuf
 	local    *netdev.FramePool // copies of frames sent to this device (UD, multicast)
@@ -302,6 +307,8 @@ func (e *Engine) Clock() clock.Clock { return e.clk }
 // over the loopback path), not the QPs' sum, which leaves out packets no QP
 // took.
 func (e *Engine) Snapshot() map[string]uint64 {
+	e.countMu.Lock()
+	defer e.countMu.Unlock()
 	var total Counters
 	for _, c := range *e.byQPN.Load() {
 		// Counters also moves the QP's looped packets into the device's
@@ -333,22 +340,24 @@ func (e *Engine) NewConn(q *qp.QP) (*Conn, error) {
 	return c, nil
 }
 
-// RemoveConn unregisters a QP and stops its tasks and timers. A conn that
-// is not registered (removed already) is left alone, so its counts are
-// added to the device totals once.
+// RemoveConn stops a QP's tasks and timers and unregisters it, adding its
+// counts to the device's (the destroyed QP stays in the totals). A conn
+// that is not registered (removed already) is left alone, so its counts
+// are added once. It stops the QP first, so that the counts it adds are
+// final; packets that find the stopped QP meanwhile are dropped.
 func (e *Engine) RemoveConn(c *Conn) {
-	e.mu.Lock()
-	old := *e.byQPN.Load()
-	if old[c.qp.Num()] != c {
-		e.mu.Unlock()
+	if e.lookup(c.qp.Num()) != c || !c.removed.CompareAndSwap(false, true) {
 		return
 	}
-	m := maps.Clone(old)
+	c.stop()
+	e.countMu.Lock()
+	defer e.countMu.Unlock()
+	e.mu.Lock()
+	m := maps.Clone(*e.byQPN.Load())
 	delete(m, c.qp.Num())
 	e.byQPN.Store(&m)
 	e.mu.Unlock()
-	c.stop()
-	e.counters.add(c.Counters(), false) // the destroyed QP stays in the totals
+	e.counters.add(c.Counters(), false)
 }
 
 func (e *Engine) lookup(qpn uint32) *Conn { return (*e.byQPN.Load())[qpn] }
