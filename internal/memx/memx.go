@@ -21,9 +21,19 @@ const (
 
 // Copy copies min(len(dst), len(src)) bytes from src to dst and returns
 // how many, like copy(); dst and src may overlap.
+// Small enough to be inlined: most payload copies are below minMOVSB and
+// pay no call for the check.
 func Copy(dst, src []byte) int {
+	if len(dst) < minMOVSB || len(src) < minMOVSB || !useMOVSB {
+		return copy(dst, src)
+	}
+	return copyLarge(dst, src)
+}
+
+// copyLarge is Copy for copies of at least minMOVSB bytes on ERMS CPUs.
+func copyLarge(dst, src []byte) int {
 	n := min(len(dst), len(src))
-	if n < minMOVSB || n >= maxMOVSB || !useMOVSB || overlap(dst[:n], src[:n]) {
+	if n >= maxMOVSB || overlap(dst[:n], src[:n]) {
 		return copy(dst, src)
 	}
 	movsb(unsafe.Pointer(&dst[0]), unsafe.Pointer(&src[0]), uintptr(n))
