@@ -131,15 +131,13 @@ func TestInlineConcurrentSchedulers(t *testing.T) {
 			}
 			var wg sync.WaitGroup
 			for g := range goroutines {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
+				wg.Go(func() {
 					for r := range rounds {
 						i := (g*rounds + r) % nTasks
 						produced[i].Add(1)
 						tasks[i].Schedule()
 					}
-				}()
+				})
 			}
 			wg.Wait()
 			// Every Schedule has returned, and the drainer empties the queue
@@ -326,9 +324,7 @@ func TestPoolNeverConcurrentNoLostWakeups(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	for g := range goroutines {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for r := range rounds {
 				s := states[(g+r)%nTasks]
 				s.produced.Add(1)
@@ -338,7 +334,7 @@ func TestPoolNeverConcurrentNoLostWakeups(t *testing.T) {
 					tasks[(g+r)%nTasks].RunHere()
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	for i, s := range states {
