@@ -74,10 +74,14 @@ func (s *SRQ) Destroy() error {
 // PD returns the SRQ's protection domain.
 func (s *SRQ) PD() *keys.PD { return s.pd }
 
-// Post queues receive WRs, all or none.
+// Post queues receive WRs, all or none. ErrInvalidState once s is
+// destroyed.
 func (s *SRQ) Post(wrs []RecvWR) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.destroyed {
+		return fmt.Errorf("post recv on SRQ: %w: destroyed", ErrInvalidState)
+	}
 	if err := postRecv(&s.q, s.kt, s.pd, s.maxSGE, wrs); err != nil {
 		return fmt.Errorf("post recv on SRQ: %w", err)
 	}
@@ -96,10 +100,14 @@ func (s *SRQ) Cap() (maxWR, maxSGE uint32) { return uint32(s.q.Cap()), s.maxSGE 
 
 // Arm sets the SRQ limit (ibv_modify_srq with IBV_SRQ_LIMIT): when the
 // number of queued WQEs drops below limit, the SRQ-limit-reached event is
-// raised once and the SRQ disarms. 0 disarms.
+// raised once and the SRQ disarms. 0 disarms. ErrInvalidState once s is
+// destroyed.
 func (s *SRQ) Arm(limit uint32) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.destroyed {
+		return fmt.Errorf("arm SRQ: %w: destroyed", ErrInvalidState)
+	}
 	if limit > uint32(s.q.Cap()) {
 		return fmt.Errorf("arm SRQ: %w: limit %d above max_wr %d", ErrInvalidArgument, limit, s.q.Cap())
 	}

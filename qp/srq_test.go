@@ -255,6 +255,27 @@ func TestSRQDestroyTwice(t *testing.T) {
 	require.Zero(t, f.rcq.Refs())
 }
 
+// TestSRQPostArmAfterDestroy: a destroyed SRQ takes no more receive WRs
+// and cannot be armed; its queue is left as it was.
+func TestSRQPostArmAfterDestroy(t *testing.T) {
+	f := newFixture(t)
+	s := f.newSRQ(t, 4, 1)
+	require.NoError(t, s.Post([]RecvWR{{WRID: 1, SGL: []SGE{f.sge(0, 8)}}}))
+	require.NoError(t, s.Destroy())
+	require.Equal(t, 1, s.Len())
+
+	err := s.Post([]RecvWR{{WRID: 2, SGL: []SGE{f.sge(0, 8)}}})
+	require.ErrorIs(t, err, ErrInvalidState)
+	require.Contains(t, err.Error(), "destroyed")
+	require.Equal(t, 1, s.Len(), "a post on a destroyed SRQ queues nothing")
+
+	err = s.Arm(1)
+	require.ErrorIs(t, err, ErrInvalidState)
+	require.Contains(t, err.Error(), "destroyed")
+	require.Equal(t, uint32(0), s.Limit(), "a destroyed SRQ is not armed")
+	require.Equal(t, 1, s.Len())
+}
+
 // TestSRQDestroyRacesNew runs Destroy against a QP creation on the same
 // SRQ: exactly one of them wins, never both.
 func TestSRQDestroyRacesNew(t *testing.T) {
