@@ -39,10 +39,17 @@ func (pd *PD) TryRef() error {
 }
 
 // Unref drops a reference taken with TryRef. Dropping more references than
-// were taken is a programming error and panics.
+// were taken (or any on a freed PD) is a programming error and panics,
+// before the count is changed: a PD at zero must not turn into a freed one.
 func (pd *PD) Unref() {
-	if n := pd.refs.Add(-1); n < 0 {
-		panic(fmt.Sprintf("keys: PD %d reference count underflow", pd.Handle))
+	for {
+		n := pd.refs.Load()
+		if n <= 0 {
+			panic(fmt.Sprintf("keys: PD %d reference count underflow", pd.Handle))
+		}
+		if pd.refs.CompareAndSwap(n, n-1) {
+			return
+		}
 	}
 }
 

@@ -202,6 +202,13 @@ func TestPDRefs(t *testing.T) {
 	pd.Unref()
 	require.Zero(t, pd.Refs())
 	require.Panics(t, pd.Unref)
+	// The panic changed nothing: the PD is not freed, still takes and
+	// drops references, and frees once.
+	require.Zero(t, pd.Refs())
+	require.NoError(t, pd.TryRef())
+	require.Equal(t, 1, pd.Refs())
+	pd.Unref()
+	require.NoError(t, pd.Free())
 }
 
 // A freed PD takes no references: every creating call fails, names the
@@ -221,6 +228,10 @@ func TestFreedPD(t *testing.T) {
 	require.Zero(t, pd.Refs())
 	require.ErrorIs(t, pd.Free(), ErrInvalidArgument)
 	require.Panics(t, pd.Unref, "a freed PD holds no reference to drop")
+	// The panic changed nothing: the PD is still freed, not busy.
+	require.ErrorIs(t, pd.Free(), ErrInvalidArgument)
+	require.ErrorIs(t, pd.TryRef(), ErrInvalidArgument)
+	require.Zero(t, pd.Refs())
 }
 
 // A full table gives back the PD reference RegMR and AllocMW took.
