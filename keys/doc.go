@@ -33,21 +33,27 @@
 //
 // CheckLocal and CheckRemote run on the per-packet path. A check of a valid
 // MR reads an immutable grant without a lock (as rdmavt reads its table under
-// RCU); MWs and failures take the table's read lock. They do not allocate, and return wrapped sentinel errors (ErrInvalidKey,
-// ErrPDMismatch, ErrAccess, ErrBounds) that the transport maps to completion
-// statuses and NAK syndromes. A zero-length check succeeds with a nil *MR and
-// validates nothing (IBTA: zero-length transfers do not check keys).
+// RCU); MWs and failures take the table's read lock. They do not allocate,
+// and return wrapped sentinel errors (ErrInvalidKey, ErrPDMismatch,
+// ErrAccess, ErrBounds) that the transport maps to completion statuses and
+// NAK syndromes. A zero-length check succeeds with a nil *MR and validates
+// nothing (IBTA: zero-length transfers do not check keys).
 //
 // # Data path and concurrency
 //
-// A Table is safe for concurrent use. Verbs (RegMR, FastReg, BindMW, ...) take
-// the table lock and publish grants for the lock-free checks; Epoch moves
-// after every change that may make a passing check fail. MR.ReadAt, MR.WriteAt and MR.Word
-// take no lock: they read an immutable description of the MR's memory that
-// MapPages replaces atomically, and they clamp to it, so a consumer that remaps
-// an MR while data is still in flight gets short copies, never a panic or an
-// access outside the registered memory. The exported fields of MR and MW are
-// snapshots for their owner; they change only through the Table's verbs.
+// A Table is safe for concurrent use. Verbs (RegMR, FastReg, BindMW, ...)
+// take the table lock and publish grants for the lock-free checks. Epoch
+// moves after every change that may make a passing CheckLocal fail, so a
+// CheckLocal result may be kept while it is unchanged. It does not cover
+// CheckRemote: invalidating, deallocating or rebinding a memory window does
+// not move it, so never keep a CheckRemote result.
+//
+// MR.ReadAt, MR.WriteAt and MR.Word take no lock: they read an immutable
+// description of the MR's memory that MapPages replaces atomically, and they
+// clamp to it, so a consumer that remaps an MR while data is still in flight
+// gets short copies, never a panic or an access outside the registered
+// memory. The exported fields of MR and MW are snapshots for their owner;
+// they change only through the Table's verbs.
 //
 // Lock order: Table.mu is the only lock in this package. PD reference counts
 // are atomic.
