@@ -30,11 +30,30 @@ func TestLoopbackPacketCounts(t *testing.T) {
 }
 
 // TestMessageCounts checks rdma_sends and rdma_recvs as rxe keeps them:
-// the requester counts each SEND work request it completes, however it
-// ended, the responder each SEND it delivered; RDMA WRITEs are neither.
+// the requester counts each SEND work request as it is retired, whatever
+// its status (rxe's completer), but not one that is flushed (rxe's flush
+// path does not count); the responder counts each SEND it delivered. RDMA
+// WRITEs are neither.
 func TestMessageCounts(t *testing.T) {
 	n, clk, a, b := rcPair(t)
 	src, dst := n.mr(t, 64), n.mr(t, 64)
+
+	// A SEND is counted when it is retired, not when it is posted: while b
+	// answers RNR (rnr_retry 7 retries forever) it is not counted yet.
+	require.NoError(t, a.PostSend(SendWR{WRID: 0, Opcode: qp.OpSend, Flags: qp.Signaled, SGL: sge(src, 0, 8)}))
+	for range 5 {
+		clk.AdvanceToNext()
+	}
+	require.Zero(t, n.cq.Len(), "no receive posted: the SEND is still in flight")
+	require.NotZero(t, a.Counters()["rcvd_rnr_err"], "b answered RNR")
+	require.Zero(t, a.Counters()["rdma_sends"], "a posted SEND that is not retired is not counted")
+	require.NoError(t, b.PostRecv(RecvWR{WRID: 100, SGL: sge(dst, 0, 64)}))
+	for _, wc := range poll(t, n.cq, 2, func() { clk.AdvanceToNext() }) {
+		require.Equal(t, cq.Success, wc.Status, "%+v", wc)
+	}
+	require.Equal(t, uint64(1), a.Counters()["rdma_sends"])
+	require.Equal(t, uint64(1), b.Counters()["rdma_recvs"])
+
 	for i := range 3 {
 		require.NoError(t, b.PostRecv(RecvWR{WRID: uint64(i), SGL: sge(dst, 0, 64)}))
 	}
@@ -44,9 +63,10 @@ func TestMessageCounts(t *testing.T) {
 		SendWR{WRID: 3, Opcode: qp.OpRDMAWrite, Flags: qp.Signaled, SGL: sge(src, 0, 8),
 			RemoteAddr: dst.IOVA, Rkey: dst.Rkey},
 		SendWR{WRID: 4, Opcode: qp.OpSend, Flags: qp.Signaled, SGL: sge(src, 0, 8)}))
-	poll(t, n.cq, 6, func() { clk.AdvanceToNext() }) // 3 signalled sends, 3 receives
-	require.Equal(t, uint64(3), a.Counters()["rdma_sends"])
-	require.Equal(t, uint64(3), b.Counters()["rdma_recvs"])
+	// 3 signalled WRs (2 SENDs and the WRITE), 3 receives.
+	poll(t, n.cq, 6, func() { clk.AdvanceToNext() })
+	require.Equal(t, uint64(4), a.Counters()["rdma_sends"])
+	require.Equal(t, uint64(4), b.Counters()["rdma_recvs"])
 	require.Zero(t, b.Counters()["rdma_sends"])
 
 	// A SEND larger than the receive buffer fails on both sides: the
@@ -57,9 +77,19 @@ func TestMessageCounts(t *testing.T) {
 	for _, wc := range wcs {
 		require.NotEqual(t, cq.Success, wc.Status, "%+v", wc)
 	}
-	require.Equal(t, uint64(4), a.Counters()["rdma_sends"])
-	require.Equal(t, uint64(3), b.Counters()["rdma_recvs"])
-	require.Equal(t, uint64(4), n.d.Counters()["rdma_sends"])
+	require.Equal(t, uint64(5), a.Counters()["rdma_sends"])
+	require.Equal(t, uint64(4), b.Counters()["rdma_recvs"])
+	require.Equal(t, uint64(5), n.d.Counters()["rdma_sends"])
+
+	// a is in ERR after the failed SEND: one more SEND is flushed, and a
+	// flushed SEND is not counted.
+	require.Equal(t, qp.Err, a.State())
+	require.NoError(t, a.PostSend(SendWR{WRID: 6, Opcode: qp.OpSend, Flags: qp.Signaled, SGL: sge(src, 0, 8)}))
+	wcs = poll(t, n.cq, 1, func() { clk.AdvanceToNext() })
+	require.Equal(t, uint64(6), wcs[0].WRID)
+	require.Equal(t, cq.WRFlushErr, wcs[0].Status, "%+v", wcs[0])
+	require.Equal(t, uint64(5), a.Counters()["rdma_sends"], "a flushed SEND is not counted")
+	require.Equal(t, uint64(5), n.d.Counters()["rdma_sends"])
 }
 
 // TestCNPDroppedAsNotSupported hands the device a RoCEv2 CNP addressed to

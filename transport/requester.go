@@ -595,7 +595,10 @@ func (c *Conn) retireLocked() {
 		}
 		failed := w.State == qp.WQEError
 		if w.WR.Opcode.Send() {
-			c.count(RDMASends) // as rxe: each SEND WQE completed, however it ended
+			// As rxe's completer: each SEND WQE retired here, whatever
+			// its status. Flushed WQEs (flushSendLocked) are not
+			// counted, as rxe's flush path does not count them.
+			c.count(RDMASends)
 		}
 		if w.Signaled || failed {
 			wc := c.sout.wc(c.qp.SendCQ())
