@@ -90,6 +90,13 @@ func TestDestroyQPCountsOnce(t *testing.T) {
 	require.Equal(t, before, n.d.Counters(), "destroy after close adds nothing")
 	require.Equal(t, refs-2, n.pd.Refs())
 	require.ErrorIs(t, b.Destroy(), ErrInvalidArgument)
+
+	// A closed device makes no QP, and says what was refused.
+	_, err := n.pd.CreateQP(QPInitAttr{Type: qp.RC, SendCQ: n.cq, RecvCQ: n.cq,
+		Cap: QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	require.ErrorIs(t, err, ErrClosed)
+	require.Contains(t, err.Error(), "create QP")
+	require.Equal(t, refs-2, n.pd.Refs(), "a refused creation takes no reference")
 }
 
 // Deallocating a PD twice fails and frees one PD's worth of the device's

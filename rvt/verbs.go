@@ -182,7 +182,7 @@ func (pd *PD) CreateQP(ia QPInitAttr) (*QP, error) {
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
-		return nil, ErrClosed
+		return nil, fmt.Errorf("create QP: %w", ErrClosed)
 	}
 	if len(d.qps) >= maxQP {
 		d.mu.Unlock()
@@ -229,7 +229,7 @@ func (pd *PD) CreateQP(ia QPInitAttr) (*QP, error) {
 		d.mu.Unlock()
 		d.eng.RemoveConn(conn)
 		q.Release()
-		return nil, ErrClosed
+		return nil, fmt.Errorf("create QP %#x: %w", num, ErrClosed)
 	}
 	d.qps[num] = x
 	d.mu.Unlock()
