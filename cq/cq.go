@@ -289,13 +289,13 @@ func (c *CQ) TryRef() error {
 	return nil
 }
 
-// Unref drops a reference taken by TryRef. It panics if there is none: that is a
-// reference-counting bug in the caller.
+// Unref drops a reference taken by TryRef. It panics if there is none:
+// that is a reference-counting bug in the caller.
 func (c *CQ) Unref() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.refs == 0 {
-		panic("cq: Unref without Ref")
+		panic("cq: Unref without TryRef")
 	}
 	c.refs--
 }
