@@ -97,6 +97,9 @@ func TestDestroyQPCountsOnce(t *testing.T) {
 	require.ErrorIs(t, err, ErrClosed)
 	require.Contains(t, err.Error(), "create QP")
 	require.Equal(t, refs-2, n.pd.Refs(), "a refused creation takes no reference")
+	_, err = n.d.AllocPD()
+	require.ErrorIs(t, err, ErrClosed)
+	require.Contains(t, err.Error(), "alloc PD")
 }
 
 // Deallocating a PD twice fails and frees one PD's worth of the device's

@@ -25,7 +25,7 @@ func (d *Device) AllocPD() (*PD, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
-		return nil, ErrClosed
+		return nil, fmt.Errorf("alloc PD: %w", ErrClosed)
 	}
 	if d.nPD.Load() >= maxPD {
 		return nil, fmt.Errorf("alloc PD: %w: %d PDs", ErrNoResources, maxPD)
