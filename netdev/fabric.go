@@ -151,8 +151,11 @@ func (f *Fabric) lookup(from *FabricPort, src, dst MAC) *FabricPort {
 	}
 	if known != from && !src.IsMulticast() {
 		f.mu.Lock()
-		// A port's own MAC is static: never move it by learning.
-		if cur := (*f.fdb.Load())[src]; cur != from && (cur == nil || cur.mac != src) {
+		// A port's own MAC is static: never move it by learning. Nor learn a
+		// port closed since Send checked: Close marks it closed before
+		// detach takes f.mu, so checking under f.mu means detach either
+		// already removed it (and it must not come back) or will.
+		if cur := (*f.fdb.Load())[src]; cur != from && (cur == nil || cur.mac != src) && !from.closed.Load() {
 			f.editFDBLocked(func(fdb map[MAC]*FabricPort) { fdb[src] = from })
 		}
 		f.mu.Unlock()

@@ -173,6 +173,20 @@ func TestFabricNoHandlerAndClose(t *testing.T) {
 	require.Equal(t, []int{0, 1, 0}, s.counts())
 }
 
+// TestFabricClosedPortNotLearned replays a Send that passed its closed
+// check before a concurrent Close: the learning that follows must not
+// record the closed port, whose own MAC would never be re-learned.
+func TestFabricClosedPortNotLearned(t *testing.T) {
+	s := newFabricSetup(t, macA, macB, macC)
+	require.NoError(t, s.ports[2].Close())
+	s.fab.lookup(s.ports[2], macC, macA) // the rest of the racing Send
+	require.NotContains(t, *s.fab.fdb.Load(), macC)
+
+	// So a frame to macC still floods to the live ports.
+	require.NoError(t, s.ports[0].Send(rawFrame(macA, macC, 0, 46)))
+	require.Equal(t, []int{0, 1, 0}, s.counts())
+}
+
 func TestFabricStaticMACNotStolen(t *testing.T) {
 	s := newFabricSetup(t, macA, macB, macC)
 	// Port 2 spoofs port 1's MAC as its source; frames to macB still go to 1.
