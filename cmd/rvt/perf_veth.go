@@ -86,7 +86,7 @@ func (cfg perfConfig) check() (links []string, mtus []perfMTU, err error) {
 	for _, s := range strings.Split(cfg.MTUs, ",") {
 		m, ok := perfMTUs[strings.TrimSpace(s)]
 		if !ok {
-			return nil, nil, fmt.Errorf("--mtu %q: %q is not a path MTU: want 4096 and/or 1024", cfg.MTUs, s)
+			return nil, nil, fmt.Errorf("--mtu %q: perf measures path MTUs 4096 and 1024, not %q", cfg.MTUs, s)
 		}
 		if slices.Contains(mtus, m) {
 			return nil, nil, fmt.Errorf("--mtu %q: path MTU %d given twice", cfg.MTUs, m.size)

@@ -88,10 +88,10 @@ func TestPerfFlags(t *testing.T) {
 		want string // in stderr, beside the flag's name
 	}{
 		{[]string{"perf", "--link", "ib"}, `--link "ib"`},
-		{[]string{"perf", "--mtu", "2048"}, `--mtu "2048": "2048" is not a path MTU`},
+		{[]string{"perf", "--mtu", "2048"}, `--mtu "2048": perf measures path MTUs 4096 and 1024, not "2048"`},
 		// The whole value is quoted, and the bad element named in it.
-		{[]string{"perf", "--mtu", "4096,,1024"}, `--mtu "4096,,1024": "" is not a path MTU`},
-		{[]string{"perf", "--mtu", "4096, 1024,x"}, `--mtu "4096, 1024,x": "x" is not a path MTU`},
+		{[]string{"perf", "--mtu", "4096,,1024"}, `--mtu "4096,,1024": perf measures path MTUs 4096 and 1024, not ""`},
+		{[]string{"perf", "--mtu", "4096, 1024,x"}, `--mtu "4096, 1024,x": perf measures path MTUs 4096 and 1024, not "x"`},
 		{[]string{"perf", "--mtu", "4096,1024,4096"}, `--mtu "4096,1024,4096": path MTU 4096 given twice`},
 		{[]string{"perf", "--mtu", "1024, 1024"}, `--mtu "1024, 1024": path MTU 1024 given twice`},
 		{[]string{"perf", "--seconds", "0"}, "--seconds 0"},
