@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 )
 
 // command is one subcommand: its flags are parsed into a config that run
@@ -144,7 +145,7 @@ func parseInterspersed(fs *flag.FlagSet, args []string, positional bool) error {
 	for {
 		rest := fs.Args()
 		// Parse stops at the first positional argument, or just past "--".
-		if n := len(args) - len(rest); len(rest) == 0 || (n > 0 && args[n-1] == "--") {
+		if len(rest) == 0 || endsAtSeparator(fs, args[:len(args)-len(rest)]) {
 			pos = append(pos, rest...)
 			break
 		}
@@ -157,6 +158,29 @@ func parseInterspersed(fs *flag.FlagSet, args []string, positional bool) error {
 		return nil // nothing was interspersed: fs.Args is pos already
 	}
 	return fs.Parse(append([]string{"--"}, pos...))
+}
+
+// endsAtSeparator reports whether the arguments fs.Parse consumed end
+// with a "--" separator, rather than with a "--" that is the value of a
+// flag ("-d --"). It walks them as the flag package does: a flag without
+// "=" that is not boolean takes the next argument as its value.
+func endsAtSeparator(fs *flag.FlagSet, consumed []string) bool {
+	for i := 0; i < len(consumed); i++ {
+		a := consumed[i]
+		if a == "--" {
+			return i == len(consumed)-1
+		}
+		name := strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-")
+		if strings.Contains(name, "=") {
+			continue
+		}
+		if f := fs.Lookup(name); f != nil {
+			if b, ok := f.Value.(interface{ IsBoolFlag() bool }); !ok || !b.IsBoolFlag() {
+				i++ // its value
+			}
+		}
+	}
+	return false
 }
 
 func usage(w io.Writer, cmds []command) {

@@ -181,6 +181,17 @@ func TestPingpongFlags(t *testing.T) {
 	require.Equal(t, 7, cfg.Iters)
 	require.True(t, cfg.Check)
 
+	// A "--" that is a flag's value is no separator; one after a flag
+	// that took "-n" as its value is.
+	cfg, rest = parse("-d", "--", "x", "-n", "5")
+	require.Equal(t, []string{"x"}, rest)
+	require.Equal(t, "--", cfg.Device)
+	require.Equal(t, 5, cfg.Iters)
+	cfg, rest = parse("-d", "-n", "--", "x", "-c")
+	require.Equal(t, []string{"x", "-c"}, rest)
+	require.Equal(t, "-n", cfg.Device)
+	require.False(t, cfg.Check)
+
 	cfg, rest = parse("-d", "rxe0", "--uc", "-m", "4096", "--tap", "svtap0", "--ip", "10.50.0.200/24")
 	require.Empty(t, rest)
 	require.Equal(t, "uc", cfg.Mode)
