@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/softverbs/softverbs/netdev/internal/netns"
+	"github.com/softverbs/softverbs/netdev/nettest"
 )
 
 func inode(t *testing.T, path string) uint64 {
@@ -20,28 +21,30 @@ func inode(t *testing.T, path string) uint64 {
 	return st.Ino
 }
 
-// TestDoEntersNamespace enters this process's own namespace (no root
-// needed) and checks f ran on a thread in it, and that errors carry the
-// path and f's error.
+// TestDoEntersNamespace checks that a missing namespace is reported with
+// its path, then (as root) enters a new namespace, other than the test's
+// own, and checks f ran on a thread in it and that errors carry the path
+// and f's error.
 func TestDoEntersNamespace(t *testing.T) {
-	self := "/proc/self/ns/net"
-	want := inode(t, self)
+	err := netns.Do("/nonexistent/netns", func() error { return nil })
+	require.ErrorIs(t, err, os.ErrNotExist)
+	require.Contains(t, err.Error(), "/nonexistent/netns")
+
+	nettest.RequireRoot(t)
+	path := "/run/netns/" + nettest.New(t).Name
+	want := inode(t, path)
+	self := inode(t, "/proc/self/ns/net")
+	require.NotEqual(t, self, want, "the new namespace is not the test's own")
 	// f runs on another goroutine, where require cannot stop the test:
 	// it reports through its error instead.
 	var st unix.Stat_t
-	err := netns.Do(self, func() error { return unix.Stat("/proc/thread-self/ns/net", &st) })
-	if errors.Is(err, unix.EPERM) {
-		t.Skipf("setns needs CAP_SYS_ADMIN here: %v", err)
-	}
+	err = netns.Do(path, func() error { return unix.Stat("/proc/thread-self/ns/net", &st) })
 	require.NoError(t, err)
-	require.Equal(t, want, st.Ino)
+	require.Equal(t, want, st.Ino, "f ran in the target namespace")
+	require.Equal(t, self, inode(t, "/proc/self/ns/net"), "the process stayed in its own")
 
 	boom := errors.New("boom")
-	err = netns.Do(self, func() error { return boom })
+	err = netns.Do(path, func() error { return boom })
 	require.ErrorIs(t, err, boom)
-	require.Contains(t, err.Error(), self)
-
-	err = netns.Do("/nonexistent/netns", func() error { return nil })
-	require.ErrorIs(t, err, os.ErrNotExist)
-	require.Contains(t, err.Error(), "/nonexistent/netns")
+	require.Contains(t, err.Error(), path)
 }
