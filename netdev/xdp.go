@@ -758,11 +758,14 @@ func (l *XDPLink) Flush() {
 }
 
 // kickIfOpen kicks the kernel for what the TX ring holds, if anything,
-// unless the link is closing.
+// unless the link is closing. With nothing pending, or a kernel that
+// needs no wake-up, it skips kickRLocked's counter: drainRLocked would
+// find the same and do nothing, and a kick already under way drains
+// for as long as both hold.
 func (l *XDPLink) kickIfOpen() {
 	l.closeMu.RLock()
 	defer l.closeMu.RUnlock()
-	if !l.closing.Load() {
+	if !l.closing.Load() && l.tx.pending() > 0 && l.tx.needWakeup() {
 		l.kickRLocked()
 	}
 }
