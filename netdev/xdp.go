@@ -941,13 +941,11 @@ func (l *XDPLink) Close() error {
 
 // drainTXForClose kicks the kernel until it has consumed every
 // descriptor of the TX ring, for at most closeDrainWait and
-// closeDrainPolls kicks; what is left then is dropped by teardown.
+// closeDrainPolls kicks; what is left then is dropped by teardown. Only
+// Close calls it, once and before anything sets closing.
 func (l *XDPLink) drainTXForClose() {
 	l.closeMu.RLock()
 	defer l.closeMu.RUnlock()
-	if l.closing.Load() {
-		return
-	}
 	deadline := l.clk.Now().Add(closeDrainWait)
 	for i := 0; ; i++ {
 		l.kickRLocked()
