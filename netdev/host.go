@@ -6,6 +6,7 @@ package netdev
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -651,11 +652,16 @@ func (h *Host) sendND(typ, flags uint8, src, dst netip.Addr, dstMAC MAC, target 
 // GroupJoiner is implemented by links that must be told which multicast
 // groups to receive: a Host announces membership (IGMP/MLD) so that
 // snooping bridges forward the group to it; the UDP link joins the group
-// on its socket.
+// on its socket. Joins nest; LeaveGroup of a group not joined returns an
+// error wrapping ErrNotJoined.
 type GroupJoiner interface {
 	JoinGroup(group netip.Addr) error
 	LeaveGroup(group netip.Addr) error
 }
+
+// ErrNotJoined is wrapped by the error of LeaveGroup for a group that is
+// not joined.
+var ErrNotJoined = errors.New("netdev: group not joined")
 
 var _ GroupJoiner = (*Host)(nil)
 
@@ -689,11 +695,11 @@ func (r *groupRefs) join(g netip.Addr, act func() error) (first bool, err error)
 // last leave calls act (nil: nothing to do) and returns its error; the
 // join is forgotten even if act fails, as a group half left cannot be
 // left again. Leaving a group that is not joined is an error naming the
-// group, and act is not called.
+// group and wrapping ErrNotJoined, and act is not called.
 func (r *groupRefs) leave(g netip.Addr, act func() error) (last bool, err error) {
 	switch n := r.n[g]; n {
 	case 0:
-		return false, fmt.Errorf("leave group %v: not joined", g)
+		return false, fmt.Errorf("leave group %v: %w", g, ErrNotJoined)
 	case 1:
 		delete(r.n, g)
 		if act != nil {

@@ -491,7 +491,7 @@ func TestHostGroupReports(t *testing.T) {
 	out = cl.take()
 	require.Len(t, out, 1)
 	require.Equal(t, MAC{0x01, 0, 0x5e, 0, 0, 2}, Ethernet(out[0]).Dst())
-	require.Error(t, h.LeaveGroup(netip.MustParseAddr("239.1.1.1")))
+	require.ErrorIs(t, h.LeaveGroup(netip.MustParseAddr("239.1.1.1")), ErrNotJoined)
 }
 
 // Two hosts on the in-memory fabric find each other over ARP and ND, with
@@ -576,11 +576,11 @@ func TestGroupRefs(t *testing.T) {
 		g       netip.Addr
 		actErr  error // what the act returns, if called
 		want    bool  // first join, last leave: the act is called
-		wantErr error // nil: none; errAct: the act's; else one naming g
+		wantErr error // nil: none; errAct: the act's; ErrNotJoined: one naming g
 	}{
-		{join: false, g: g1, wantErr: errNotJoined}, // never joined
+		{join: false, g: g1, wantErr: ErrNotJoined}, // never joined
 		{join: true, g: g1, actErr: errAct, wantErr: errAct},
-		{join: false, g: g1, wantErr: errNotJoined}, // the failed join did not count
+		{join: false, g: g1, wantErr: ErrNotJoined}, // the failed join did not count
 		{join: true, g: g1, want: true},
 		{join: true, g: g1},
 		{join: true, g: g2, want: true},
@@ -588,9 +588,9 @@ func TestGroupRefs(t *testing.T) {
 		{join: false, g: g2, want: true},
 		{join: true, g: g2, want: true},
 		{join: false, g: g2, actErr: errAct, want: true, wantErr: errAct},
-		{join: false, g: g2, wantErr: errNotJoined}, // forgotten all the same
+		{join: false, g: g2, wantErr: ErrNotJoined}, // forgotten all the same
 		{join: false, g: g1, want: true},
-		{join: false, g: g1, wantErr: errNotJoined}, // one leave too many
+		{join: false, g: g1, wantErr: ErrNotJoined}, // one leave too many
 		{join: true, g: g1, want: true},             // counting starts over
 	}
 	for i, s := range steps {
@@ -610,7 +610,9 @@ func TestGroupRefs(t *testing.T) {
 			require.NoError(t, err, name)
 		case errAct:
 			require.ErrorIs(t, err, errAct, name)
+			require.NotErrorIs(t, err, ErrNotJoined, name)
 		default:
+			require.ErrorIs(t, err, ErrNotJoined, name)
 			require.ErrorContains(t, err, s.g.String(), name)
 		}
 		require.Equal(t, s.want || s.actErr != nil, acted, "%s: act called", name)
@@ -619,9 +621,5 @@ func TestGroupRefs(t *testing.T) {
 	r.reset()
 	require.Empty(t, r.all())
 	_, err := r.leave(g1, nil)
-	require.Error(t, err, "reset forgets the joins")
+	require.ErrorIs(t, err, ErrNotJoined, "reset forgets the joins")
 }
-
-// errNotJoined marks a step of TestGroupRefs that expects groupRefs' own
-// error for a group not joined.
-var errNotJoined = errors.New("not joined")

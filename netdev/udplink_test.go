@@ -365,6 +365,7 @@ func TestUDPLinkGroupsNested(t *testing.T) {
 			err = l.LeaveGroup(g)
 		}
 		if s.wantErr {
+			require.ErrorIs(t, err, ErrNotJoined, name)
 			require.ErrorContains(t, err, g.String(), name)
 		} else {
 			require.NoError(t, err, name)
@@ -374,5 +375,5 @@ func TestUDPLinkGroupsNested(t *testing.T) {
 	}
 	require.NoError(t, l.Close())
 	require.False(t, socket(), "Close drops the group")
-	require.Error(t, l.LeaveGroup(g), "and its joins")
+	require.ErrorIs(t, l.LeaveGroup(g), ErrNotJoined, "and its joins")
 }

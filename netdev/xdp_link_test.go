@@ -472,7 +472,7 @@ func TestXDPLinkGroups(t *testing.T) {
 		require.True(t, has(g), "%v still joined once", g)
 		require.NoError(t, l.LeaveGroup(g))
 		require.False(t, has(g), "%v left", g)
-		require.Error(t, l.LeaveGroup(g), "not joined")
+		require.ErrorIs(t, l.LeaveGroup(g), netdev.ErrNotJoined, "not joined")
 	}
 	require.Error(t, l.JoinGroup(p.b.v4), "not a multicast address")
 	require.NoError(t, l.JoinGroup(g4))
