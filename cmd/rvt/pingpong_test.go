@@ -269,6 +269,15 @@ func runPair(t *testing.T, linkMTU int, server, client func(*pingpongConfig)) pp
 		ccfg.Server = "127.0.0.1"
 		ccfg.Port = a.(*net.TCPAddr).Port
 		r.cerr = runPingpong(&cout, ccfg)
+		if r.cerr != nil {
+			// The client may have failed before it dialled (opening
+			// its link): connect and hang up, so that the server's
+			// Accept returns and its run fails instead of waiting for
+			// the package timeout.
+			if c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", ccfg.Port), 5*time.Second); err == nil {
+				c.Close()
+			}
+		}
 	}
 	wg.Wait()
 	r.server, r.client = sout.String(), cout.String()
@@ -378,6 +387,15 @@ func TestPingpongCheckDetects(t *testing.T) {
 			require.Equal(t, []string{"invalid data in page 0", "invalid data in page 1", "invalid data in page 2"}, extra)
 		})
 	}
+}
+
+// A client that fails before it dials (here at its GID) fails the pair
+// promptly: the server's accept is released and its run reports the
+// closed exchange, rather than both waiting for the package timeout.
+func TestPingpongClientFailsEarly(t *testing.T) {
+	r := runPair(t, 1500, func(*pingpongConfig) {}, func(c *pingpongConfig) { c.GIDIndex = 99 })
+	require.ErrorContains(t, r.cerr, "index 99")
+	require.ErrorContains(t, r.serr, "remote address")
 }
 
 func TestPingpongErrors(t *testing.T) {
