@@ -418,14 +418,21 @@ func (c *Conn) resetLocked() {
 // PostSend posts send work requests (all or none) and wakes the requester.
 func (c *Conn) PostSend(wrs []qp.SendWR) error {
 	c.qp.Lock()
-	err := c.qp.PostSendLocked(wrs)
-	c.qp.Unlock()
-	if err == nil {
-		// As rxe's post_send: run the requester in the caller's context
-		// when it is idle, rather than waking a worker for it.
-		c.sendTask.RunHere()
+	if err := c.qp.PostSendLocked(wrs); err != nil {
+		c.qp.Unlock()
+		return err
 	}
-	return err
+	// As rxe's post_send: run the requester in the caller's context when
+	// it is idle, rather than waking a worker for it; and under the lock
+	// already held (task.Claim).
+	cl := c.sendTask.Claim()
+	if cl != task.ClaimRun {
+		c.qp.Unlock()
+		c.sendTask.Release(cl, false)
+		return nil
+	}
+	c.sendTask.Release(cl, c.sendBatchUnlock())
+	return nil
 }
 
 // PostRecv posts receive work requests (all or none).

@@ -47,15 +47,20 @@ const sendBatch = 64
 
 // runSend is the send task: completer first, then requester.
 func (c *Conn) runSend() bool {
+	c.qp.Lock()
+	return c.sendBatchUnlock()
+}
+
+// sendBatchUnlock is the send task's batch for a caller holding the QP
+// lock, which it releases; it reports whether work is left.
+func (c *Conn) sendBatchUnlock() bool {
 	h := c.e.hold()
 	defer flush(h, false)
-	q := c.qp
-	q.Lock()
 	more := c.completeLocked()
 	if c.requestLocked() {
 		more = true
 	}
-	q.Unlock()
+	c.qp.Unlock()
 	c.deliver(&c.sout)
 	c.signalRan()
 	return more

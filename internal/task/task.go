@@ -117,6 +117,71 @@ func (t *Task) RunHere() {
 	t.finish(t.fn())
 }
 
+// A Claim is what Claim took: see Claim and Release.
+type Claim uint8
+
+const (
+	// ClaimNone: nothing was taken; Release schedules the task.
+	ClaimNone Claim = iota
+	// ClaimRun: the caller does one batch of the task's work itself.
+	ClaimRun
+	// claimDrain (Inline): the caller became the drainer but the task was
+	// not idle (queued by another goroutine, or stopped); Release drains.
+	claimDrain
+)
+
+// Claim is RunHere for a caller that already holds the lock fn would take
+// and does fn's batch of work itself, under that lock, instead of
+// calling fn: it saves unlocking and locking again (two locked
+// instructions) and a compare-and-swap. With ClaimRun the caller does
+// the batch, releases its lock, then calls Release with fn's result.
+// Otherwise it only releases its lock and calls Release, which schedules
+// the task.
+//
+// On a Pool, ClaimRun means the task was idle and is now running on the
+// caller, as with RunHere. On an Inline executor it means, in addition,
+// that nothing was queued and the caller is now the drainer, so that the
+// batch runs where Schedule would have run it (the order stays that of
+// the calls) and may Chain other tasks.
+func (t *Task) Claim() Claim {
+	switch e := t.ex.(type) {
+	case *Pool:
+		if t.state.CompareAndSwap(stateIdle, stateBusy) {
+			return ClaimRun
+		}
+	case *Inline:
+		if !e.draining.Load() && e.top.Load() == nil && e.draining.CompareAndSwap(false, true) {
+			// Only a drainer runs tasks, so t is not busy: it is idle,
+			// queued on the stack by another goroutine, or stopped.
+			if t.state.CompareAndSwap(stateIdle, stateBusy) {
+				return ClaimRun
+			}
+			return claimDrain
+		}
+	}
+	return ClaimNone
+}
+
+// Release ends what Claim began; the caller has released its lock. With
+// ClaimRun, more is the batch's result, as fn's would be: the task goes
+// back to idle, or to its executor's queue if more is true or it was
+// scheduled meanwhile, and on an Inline executor the caller then runs
+// what was queued, as Schedule does. With ClaimNone, Release is Schedule.
+func (t *Task) Release(c Claim, more bool) {
+	switch c {
+	case ClaimRun:
+		t.finish(more)
+		if e, ok := t.ex.(*Inline); ok {
+			e.drain()
+		}
+	case claimDrain:
+		// t is queued on the stack (drain runs it) or stopped.
+		t.ex.(*Inline).drain()
+	default:
+		t.Schedule()
+	}
+}
+
 // Stop waits until fn is not running and makes sure it never runs again;
 // later calls to Schedule do nothing. Stop may be called more than once and
 // from several goroutines. It must not be called from the task's own fn,

@@ -2,6 +2,7 @@ package task_test
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -573,4 +574,91 @@ func TestInlineRunHereWhenIdle(t *testing.T) {
 	a.RunHere()
 	require.Equal(t, []string{"a", "b"}, order, "a stopped task ran")
 	require.True(t, ex.Idle())
+}
+
+// TestInlineClaim: on an idle Inline executor Claim makes the caller the
+// drainer doing the task's batch; what the batch chains, or what asks the
+// task to run again meanwhile, runs at Release, in call order.
+func TestInlineClaim(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		during   func(self, other *task.Task) // inside the claimed batch
+		more     bool
+		want     string
+		wantRuns int // runs of the claimed task's fn after Release
+	}{
+		{name: "alone", during: func(_, _ *task.Task) {}, want: ""},
+		{name: "chains another", during: func(_, o *task.Task) { o.Chain() }, want: "o"},
+		{name: "scheduled meanwhile", during: func(s, _ *task.Task) { s.Schedule() }, want: "s", wantRuns: 1},
+		{name: "more", during: func(_, _ *task.Task) {}, more: true, want: "s", wantRuns: 1},
+		{name: "chains, then more", during: func(_, o *task.Task) { o.Chain() }, more: true, want: "os", wantRuns: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ex := task.NewInline()
+			var order string
+			self := task.New(ex, "s", func() bool { order += "s"; return false })
+			other := task.New(ex, "o", func() bool { order += "o"; return false })
+			c := self.Claim()
+			require.Equal(t, task.ClaimRun, c)
+			require.False(t, ex.Idle(), "the claimer is the drainer")
+			tc.during(self, other)
+			require.Empty(t, order, "nothing runs inside the claimed batch")
+			self.Release(c, tc.more)
+			require.Equal(t, tc.want, order)
+			require.Equal(t, tc.wantRuns, strings.Count(order, "s"))
+			require.True(t, ex.Idle())
+		})
+	}
+}
+
+// TestInlineClaimBusy: while another goroutine drains, Claim takes
+// nothing and Release schedules the task, which that drainer runs.
+func TestInlineClaimBusy(t *testing.T) {
+	ex := task.NewInline()
+	inside, release := make(chan struct{}), make(chan struct{})
+	blocker := task.New(ex, "b", func() bool { close(inside); <-release; return false })
+	fn, runs := counted(func() bool { return false })
+	tk := task.New(ex, "t", fn)
+	go blocker.Schedule()
+	<-inside
+	c := tk.Claim()
+	require.Equal(t, task.ClaimNone, c)
+	tk.Release(c, false)
+	require.Zero(t, runs.Load(), "scheduled behind the running drainer")
+	close(release)
+	require.Eventually(t, func() bool { return runs.Load() == 1 && ex.Idle() }, waitFor, time.Millisecond)
+}
+
+// TestInlineClaimStopped: a stopped task is not claimed and does not run,
+// but the caller still drains what others queued.
+func TestInlineClaimStopped(t *testing.T) {
+	ex := task.NewInline()
+	fn, runs := counted(func() bool { return false })
+	tk := task.New(ex, "t", fn)
+	tk.Stop()
+	c := tk.Claim()
+	require.NotEqual(t, task.ClaimRun, c)
+	tk.Release(c, false)
+	require.Zero(t, runs.Load())
+	require.True(t, ex.Idle())
+}
+
+// TestPoolClaim: an idle task is claimed by the caller; a claimed task is
+// not claimed twice, and a Release of the failed claim arms it, so it runs
+// once more on the pool after the first Release.
+func TestPoolClaim(t *testing.T) {
+	p := task.NewPool(1)
+	defer p.Close()
+	fn, runs := counted(func() bool { return false })
+	tk := task.New(p, "t", fn)
+	c := tk.Claim()
+	require.Equal(t, task.ClaimRun, c)
+	c2 := tk.Claim()
+	require.Equal(t, task.ClaimNone, c2, "claimed twice")
+	tk.Release(c2, false) // busy: armed
+	require.Zero(t, runs.Load(), "ran while claimed")
+	tk.Release(c, false)
+	require.Eventually(t, func() bool { return runs.Load() == 1 }, waitFor, time.Millisecond)
+	time.Sleep(10 * time.Millisecond)
+	require.EqualValues(t, 1, runs.Load(), "one extra run, no more")
 }
