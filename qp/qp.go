@@ -387,7 +387,11 @@ func (q *QP) enqueueSend(wr *SendWR, epoch uint64) {
 	w.FirstPSN, w.LastPSN, w.Sent, w.Done, w.SSN = 0, 0, 0, 0, 0
 	w.Epoch, w.Assigned = epoch, false
 	w.AH = AH{}
-	w.WR.SGL = append(w.sges[:0], wr.SGL...)
+	if len(wr.SGL) == 1 {
+		w.WR.SGL = append(w.sges[:0], wr.SGL[0])
+	} else {
+		w.WR.SGL = append(w.sges[:0], wr.SGL...)
+	}
 	w.WR.InlineData = nil
 	if wr.Flags&Inline != 0 {
 		// w.inline is MaxInlineData long, which checkSendWR enforced.
@@ -494,9 +498,16 @@ func popInto(rq *RecvQueue, dst *RecvWQE) bool {
 	}
 	w := rq.At(rq.tail)
 	dst.WRID, dst.Length, dst.Epoch = w.WRID, w.Length, w.Epoch
-	dst.SGL = append(dst.sges[:0], w.SGL...)
+	if len(w.SGL) == 1 {
+		// The common case, by element: a slice append of pointers is a
+		// call to typedslicecopy.
+		dst.SGL = append(dst.sges[:0], w.SGL[0])
+		dst.MRs = append(dst.MRs[:0], w.MRs[0])
+	} else {
+		dst.SGL = append(dst.sges[:0], w.SGL...)
+		dst.MRs = append(dst.MRs[:0], w.MRs[:len(w.SGL)]...)
+	}
 	dst.sges = dst.SGL[:0]
-	dst.MRs = append(dst.MRs[:0], w.MRs[:len(w.SGL)]...)
 	rq.tail++
 	return true
 }
