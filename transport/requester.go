@@ -297,7 +297,8 @@ func npkts(n, mtu uint32) uint32 {
 
 // sendPacketLocked builds and sends the next packet of w and advances it.
 func (c *Conn) sendPacketLocked(w *qp.SendWQE, a *qp.Attr) {
-	mtu := c.pmtu(a)
+	pa := c.pathLocked(a)
+	mtu := pa.mtu
 	op := w.WR.Opcode
 	typ := c.qp.Type()
 	first := w.Sent == 0
@@ -309,7 +310,7 @@ func (c *Conn) sendPacketLocked(w *qp.SendWQE, a *qp.Attr) {
 		ud := c.e.port.Load().routeTo(&w.AH.AV, c.srcPort, true)
 		r = &ud
 	} else {
-		r = &c.pathLocked(a).r
+		r = &pa.r
 	}
 	// Loopback: a whole SEND or WRITE whose source is contiguous travels
 	// as one burst covering all its PSNs (nothing on a wire to segment).
