@@ -237,6 +237,19 @@ func (l *groupLink) take() []string {
 	return r
 }
 
+// netJoins takes the log and returns its joins minus its leaves.
+func (l *groupLink) netJoins() int {
+	k := 0
+	for _, s := range l.take() {
+		if strings.HasPrefix(s, "join") {
+			k++
+		} else {
+			k--
+		}
+	}
+	return k
+}
+
 // groupNode is a device on a fabric port that records its group joins.
 func groupNode(t *testing.T) (*node, *groupLink) {
 	fab := netdev.NewFabric(nil, 1)
@@ -312,15 +325,7 @@ func TestAttachRacesDestroy(t *testing.T) {
 			require.ErrorIs(t, attachErr, ErrInvalidArgument, "round %d", i)
 		}
 		require.Zero(t, n.d.mc.Groups(), "round %d: destroyed QP %#x left in a group (attach error %v)", i, q.Num(), attachErr)
-		joins := 0
-		for _, s := range link.take() {
-			if strings.HasPrefix(s, "join") {
-				joins++
-			} else {
-				joins--
-			}
-		}
-		require.Zero(t, joins, "round %d: the link stays in an empty group", i)
+		require.Zero(t, link.netJoins(), "round %d: the link stays in an empty group", i)
 	}
 }
 
@@ -335,17 +340,6 @@ func TestMcastJoinLeaveConcurrently(t *testing.T) {
 		qps[i] = n.qp(t, qp.UD)
 	}
 	g := GID(netip.MustParseAddr("ff0e::103").As16())
-	joined := func() int { // joins minus leaves so far
-		k := 0
-		for _, s := range link.take() {
-			if strings.HasPrefix(s, "join") {
-				k++
-			} else {
-				k--
-			}
-		}
-		return k
-	}
 	in := 0
 	for range 200 {
 		for _, op := range []func(*QP) error{
@@ -368,7 +362,7 @@ func TestMcastJoinLeaveConcurrently(t *testing.T) {
 			for _, err := range errs {
 				require.NoError(t, err)
 			}
-			in += joined()
+			in += link.netJoins()
 			_, members, _ := n.d.mc.Lookup(mcast.GID(g))
 			require.Equal(t, min(len(members), 1), in, "link in the group %d times with %d members", in, len(members))
 		}
