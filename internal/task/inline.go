@@ -40,11 +40,18 @@ func NewInline() *Inline { return &Inline{} }
 // Idle reports whether no task is queued and none is being run.
 func (e *Inline) Idle() bool { return e.top.Load() == nil && !e.draining.Load() }
 
+// becomeIdleDrainer makes the caller the drainer if nothing is queued and
+// nobody drains: a task it then runs at once (instead of queueing it) runs
+// where the queue would have run it, and a push and a swap are saved,
+// each a locked instruction. The loads first: a failed compare-and-swap
+// costs as much as one that succeeds.
+func (e *Inline) becomeIdleDrainer() bool {
+	return !e.draining.Load() && e.top.Load() == nil && e.draining.CompareAndSwap(false, true)
+}
+
 func (e *Inline) enqueue(t *Task) {
-	// With nothing queued and nobody draining, t would be the whole queue:
-	// become the drainer and run it without queueing it (a push and a
-	// swap saved, each a locked instruction).
-	if !e.draining.Load() && e.top.Load() == nil && e.draining.CompareAndSwap(false, true) {
+	// With nothing queued and nobody draining, t would be the whole queue.
+	if e.becomeIdleDrainer() {
 		t.run()
 		e.drain()
 		return

@@ -150,7 +150,7 @@ func (t *Task) Claim() Claim {
 			return ClaimRun
 		}
 	case *Inline:
-		if !e.draining.Load() && e.top.Load() == nil && e.draining.CompareAndSwap(false, true) {
+		if e.becomeIdleDrainer() {
 			// Only a drainer runs tasks, so t is not busy: it is idle,
 			// queued on the stack by another goroutine, or stopped.
 			if t.state.CompareAndSwap(stateIdle, stateBusy) {
