@@ -171,7 +171,10 @@ func TestFreedPDCreatesNothing(t *testing.T) {
 			err := create()
 			require.ErrorIs(t, err, ErrInvalidArgument)
 			require.Contains(t, err.Error(), fmt.Sprintf("PD %d", pd.Handle))
-			require.Zero(t, pd.Refs(), "a refused creation takes no reference")
+			// Refs reads 0 on a freed PD whatever happened: Dealloc tells
+			// a freed PD (still refused) from one a stray reference
+			// turned live again (freed now, or busy).
+			require.ErrorContains(t, pd.Dealloc(), "deallocated already", "%s took a reference", name)
 		})
 	}
 	require.Equal(t, qps, qpTable(), "no QP number stays reserved")
