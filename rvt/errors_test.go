@@ -110,9 +110,7 @@ func TestRNRRetryExceeded(t *testing.T) {
 }
 
 func TestRNRThenReceivePosted(t *testing.T) {
-	n, clk := manualNode(t)
-	a, b := n.qp(t, qp.RC), n.qp(t, qp.RC)
-	connect(t, a, n.d, b, n.d, defaultAttrs()) // rnr_retry 7: infinite
+	n, clk, a, b := rcPair(t) // rnr_retry 7: infinite
 	src, dst := n.mr(t, 4096), n.mr(t, 4096)
 	src.WriteAt([]byte("hello"), src.IOVA)
 	require.NoError(t, a.PostSend(SendWR{WRID: 1, Opcode: qp.OpSend, Flags: qp.Signaled, SGL: sge(src, 0, 5)}))
@@ -215,9 +213,7 @@ func TestRetryExceededWhenPeerGone(t *testing.T) {
 }
 
 func TestFlushOnErrorAndDrain(t *testing.T) {
-	n, _ := manualNode(t)
-	a, b := n.qp(t, qp.RC), n.qp(t, qp.RC)
-	connect(t, a, n.d, b, n.d, defaultAttrs())
+	n, _, _, b := rcPair(t)
 	dst := n.mr(t, 4096)
 	for i := 0; i < 5; i++ {
 		require.NoError(t, b.PostRecv(RecvWR{WRID: uint64(i), SGL: sge(dst, 0, 64)}))
