@@ -27,6 +27,25 @@ func TestLoopbackPacketCounts(t *testing.T) {
 	require.Equal(t, uint64(2), c["rcvd_pkts"], "the SEND and its ACK: %v", c)
 	require.Equal(t, uint64(1), a.Counters()["rcvd_pkts"], "the ACK")
 	require.Equal(t, uint64(1), b.Counters()["rcvd_pkts"], "the SEND")
+
+	// Loopback moves a message of several MTUs as one burst; it counts
+	// as the packets it stands for, as on a wire (rxe counts 4 for a
+	// WRITE of 4 MTUs, and 4 READ responses).
+	big, bigDst := n.mr(t, 4096), n.mr(t, 4096) // MTU 1024: 4 packets
+	require.NoError(t, a.PostSend(
+		SendWR{WRID: 3, Opcode: qp.OpRDMAWrite, Flags: qp.Signaled, SGL: sge(big, 0, 4096),
+			RemoteAddr: bigDst.IOVA, Rkey: bigDst.Rkey},
+		SendWR{WRID: 4, Opcode: qp.OpRDMARead, Flags: qp.Signaled, SGL: sge(big, 0, 4096),
+			RemoteAddr: bigDst.IOVA, Rkey: bigDst.Rkey}))
+	poll(t, n.cq, 2, func() { clk.AdvanceToNext() })
+	c = n.d.Counters()
+	// a sent the SEND, 4 WRITE packets and a READ request; b its ACKs (at
+	// least one) and 4 READ responses.
+	require.Equal(t, uint64(1+4+1), a.Counters()["sent_pkts"], "%v", a.Counters())
+	require.Equal(t, uint64(1+4+1), b.Counters()["rcvd_pkts"], "%v", b.Counters())
+	require.Equal(t, b.Counters()["sent_pkts"], a.Counters()["rcvd_pkts"], "every response b sent reached a")
+	require.GreaterOrEqual(t, a.Counters()["rcvd_pkts"], uint64(1+1+4), "ACKs of the SEND and WRITE, 4 READ responses")
+	require.Equal(t, c["sent_pkts"], c["rcvd_pkts"], "loopback: the device received all it sent: %v", c)
 }
 
 // TestMessageCounts checks rdma_sends and rdma_recvs as rxe keeps them:

@@ -309,6 +309,10 @@ func (c *Conn) next(in *inbox, l *pktList, q *pktQueue) *pktBuf {
 	pb := in.b[in.i]
 	in.b[in.i] = nil
 	in.i++
+	if pb.pkt.span > 1 {
+		// A loopback burst: the rest of the packets it stands for.
+		c.pend[RcvdPkts] += uint64(pb.pkt.span - 1)
+	}
 	return pb
 }
 

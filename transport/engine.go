@@ -691,9 +691,11 @@ func (e *Engine) xmit(c *Conn, r *route, t txPkt, ib int, ext []byte) {
 // xmitSpan is xmit for a loopback burst that covers span PSNs (span > 1
 // only on the fast path, with ext holding the whole payload).
 func (e *Engine) xmitSpan(c *Conn, r *route, t txPkt, ib int, ext []byte, span uint32) {
-	c.count(SentPkts) // under c's QP lock, as every transmit is
+	// Under c's QP lock, as every transmit is. A burst counts as the
+	// packets it stands for, as they would on a wire.
+	c.pend[SentPkts] += uint64(span)
 	if pb := t.pb; pb != nil {
-		c.looped++ // received by this device: see countLocked
+		c.looped += uint64(span) // received by this device: see countLocked
 		pb.own = pb.own[:ib]
 		fillBuilt(&pb.pkt, pb.own, ext, span)
 		pb.src, pb.dst = r.src.IP, r.dst.IP
