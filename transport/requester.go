@@ -92,7 +92,7 @@ func (c *Conn) requestLocked() bool {
 		c.req.needRetry = true
 		rnr = true
 	}
-	if c.qp.AttrLocked().State == qp.Err {
+	if a.State == qp.Err { // a timeout may have moved it
 		c.flushSendLocked()
 		return false
 	}
@@ -101,6 +101,7 @@ func (c *Conn) requestLocked() bool {
 	}
 	sq := &c.qp.SQ
 	rc := c.qp.Type() == qp.RC
+	pa := c.pathLocked(a) // once per batch: a failed route is not cached
 	budget := sendBatch
 	for budget > 0 && !c.req.rnrWait && sq.Next != sq.Head() {
 		w := sq.At(sq.Next)
@@ -142,7 +143,7 @@ func (c *Conn) requestLocked() bool {
 			// Fix the WQE's PSN range at its first transmission.
 			k := uint32(1)
 			if !op.Atomic() {
-				k = npkts(w.Length, c.pmtu(a))
+				k = npkts(w.Length, pa.mtu)
 			}
 			first := c.req.maxPSN // never reuse a PSN, wherever a retry left req.psn
 			w.FirstPSN, w.LastPSN, w.Assigned = uint32(first), uint32(first.Add(k-1)), true
@@ -156,7 +157,7 @@ func (c *Conn) requestLocked() bool {
 				break
 			}
 		}
-		c.sendPacketLocked(w, a)
+		c.sendPacketLocked(w, a, pa)
 		budget--
 	}
 	c.retireLocked()
@@ -295,9 +296,9 @@ func npkts(n, mtu uint32) uint32 {
 	return (n + mtu - 1) / mtu
 }
 
-// sendPacketLocked builds and sends the next packet of w and advances it.
-func (c *Conn) sendPacketLocked(w *qp.SendWQE, a *qp.Attr) {
-	pa := c.pathLocked(a)
+// sendPacketLocked builds and sends the next packet of w on path pa (the
+// QP's, from pathLocked) and advances it.
+func (c *Conn) sendPacketLocked(w *qp.SendWQE, a *qp.Attr, pa *path) {
 	mtu := pa.mtu
 	op := w.WR.Opcode
 	typ := c.qp.Type()
