@@ -250,9 +250,11 @@ func fillBuilt(p *Packet, b, ext []byte, span uint32) {
 	bth := BTH(b)
 	info := &opTable[bth.Opcode()]
 	pad := bth.PadCount()
-	payload := uint32(len(b) - info.HdrLen - int(pad))
+	var payload uint32
 	if ext != nil {
-		payload = uint32(len(ext))
+		payload = uint32(len(ext)) // b is the headers only
+	} else {
+		payload = uint32(len(b) - info.HdrLen - int(pad))
 	}
 	fill(p, b, info, pad, payload)
 	if len(ext) != 0 {

@@ -92,3 +92,19 @@ func TestGatherScatter(t *testing.T) {
 		}
 	}
 }
+
+func TestNpkts(t *testing.T) {
+	for _, c := range []struct{ n, mtu, want uint32 }{
+		{0, 1024, 1}, // a zero-length message still takes a packet
+		{1, 1024, 1},
+		{1023, 1024, 1},
+		{1024, 1024, 1},
+		{1025, 1024, 2},
+		{4096, 1024, 4},
+		{4097, 1024, 5},
+		{1 << 31, 4096, 1 << 19},
+		{1<<31 + 1, 256, 1<<23 + 1},
+	} {
+		require.Equal(t, c.want, npkts(c.n, c.mtu), "npkts(%d, %d)", c.n, c.mtu)
+	}
+}
