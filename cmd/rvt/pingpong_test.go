@@ -435,8 +435,8 @@ func TestPingpongCLI(t *testing.T) {
 	// A bad address names the flag it came from, with its whole value.
 	errb.Reset()
 	require.Equal(t, 1, run([]string{"pingpong", "--ip", "1.2.3/24"}, &out, &errb))
-	require.Equal(t, "rvt pingpong: link: --ip \"1.2.3/24\": netip.ParsePrefix(\"1.2.3/24\"): "+
-		"ParseAddr(\"1.2.3\"): IPv4 address too short\n", errb.String())
+	// (What follows the value is net/netip's text, which Go may reword.)
+	require.Regexp(t, `^rvt pingpong: link: --ip "1\.2\.3/24": \S.*\n$`, errb.String())
 	out.Reset()
 	require.Equal(t, 0, run([]string{"help", "pingpong"}, &out, &errb))
 	require.Contains(t, out.String(), "usage: rvt pingpong [flags] [server]")
@@ -451,16 +451,23 @@ func TestOpenUDPLinkErrors(t *testing.T) {
 	}{
 		{udp: "1.2.3", err: `--udp "1.2.3": want IP or IP:port`},
 		{udp: "10.0.0.1:x", ip: "10.0.0.1/24", err: `--udp "10.0.0.1:x": want IP or IP:port`},
-		// --ip is parsed by parsePrefix, as for the other links.
-		{ip: "1.2.3/24", err: `--ip "1.2.3/24": netip.ParsePrefix("1.2.3/24"): ParseAddr("1.2.3"): IPv4 address too short`},
-		{ip: "1.2.3", err: `--ip "1.2.3": ParseAddr("1.2.3"): IPv4 address too short`},
-		{ip: "/24", err: `--ip "/24": netip.ParsePrefix("/24"): ParseAddr(""): unable to parse IP`},
-		{ip: "10.0.0.1:5000", err: `--ip "10.0.0.1:5000": ParseAddr("10.0.0.1:5000"): unexpected character (at ":5000")`},
-		{ip: "10.0.0.1/99", err: `--ip "10.0.0.1/99": netip.ParsePrefix("10.0.0.1/99"): prefix length out of range`},
+		// --ip is parsed by parsePrefix, as for the other links; after
+		// the value comes net/netip's text, which Go may reword.
+		{ip: "1.2.3/24", err: `--ip "1.2.3/24": netip.ParsePrefix("1.2.3/24"): `},
+		{ip: "1.2.3", err: `--ip "1.2.3": ParseAddr("1.2.3"): `},
+		{ip: "/24", err: `--ip "/24": netip.ParsePrefix("/24"): `},
+		{ip: "10.0.0.1:5000", err: `--ip "10.0.0.1:5000": ParseAddr("10.0.0.1:5000"): `},
+		{ip: "10.0.0.1/99", err: `--ip "10.0.0.1/99": netip.ParsePrefix("10.0.0.1/99"): `},
 	} {
 		l, err := openUDPLink(&pingpongConfig{UDP: tc.udp, IP: tc.ip})
 		require.Nil(t, l, "--udp %q --ip %q", tc.udp, tc.ip)
-		require.EqualError(t, err, tc.err, "--udp %q --ip %q", tc.udp, tc.ip)
+		require.Error(t, err, "--udp %q --ip %q", tc.udp, tc.ip)
+		if strings.HasSuffix(tc.err, ": ") {
+			require.True(t, strings.HasPrefix(err.Error(), tc.err) && len(err.Error()) > len(tc.err),
+				"--udp %q --ip %q: %q, want %q and the parser's reason", tc.udp, tc.ip, err, tc.err)
+		} else {
+			require.EqualError(t, err, tc.err, "--udp %q --ip %q", tc.udp, tc.ip)
+		}
 	}
 }
 
