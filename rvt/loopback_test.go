@@ -1,12 +1,15 @@
 package rvt
 
 import (
+	"bytes"
 	"encoding/binary"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/softverbs/softverbs/cq"
+	"github.com/softverbs/softverbs/keys"
 	"github.com/softverbs/softverbs/qp"
 )
 
@@ -100,5 +103,58 @@ func TestLoopbackBurstPSNs(t *testing.T) {
 		want := make([]byte, size)
 		src.ReadAt(want, src.IOVA)
 		require.Equal(t, want, got, "WRITE then READ back")
+	}
+}
+
+// TestUCSourceReusableAtCompletion: a UC send completes as it leaves (no
+// ACK to wait for), and from then on the sender may reuse its buffer. On
+// loopback the receiver must therefore not copy from that buffer later:
+// the sender's completion handler overwrites it, and the receiver must
+// still get what was sent, for a one-packet message and a burst of three.
+func TestUCSourceReusableAtCompletion(t *testing.T) {
+	for _, size := range []int{8, 3000} { // MTU 1024
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			for _, op := range []qp.Opcode{qp.OpSend, qp.OpRDMAWrite} {
+				n, _ := manualNode(t)
+				buf := make([]byte, size)
+				for i := range buf {
+					buf[i] = byte(i%251 + 1)
+				}
+				want := bytes.Clone(buf)
+				src, err := n.pd.Reg(buf, keys.LocalWrite)
+				require.NoError(t, err)
+				dst := n.mr(t, size)
+				var reused int
+				scq, err := n.d.CreateCQ(16, func(c *CQ) {
+					var wcs [4]WC
+					if c.Poll(wcs[:]) > 0 {
+						clear(buf) // the application reuses its buffer
+						reused++
+					}
+				})
+				require.NoError(t, err)
+				require.NoError(t, scq.Arm(false))
+				caps := QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
+				a, err := n.pd.CreateQP(QPInitAttr{Type: qp.UC, SendCQ: scq, RecvCQ: n.cq, Cap: caps})
+				require.NoError(t, err)
+				b := n.qp(t, qp.UC)
+				connect(t, a, n.d, b, n.d, defaultAttrs())
+				wr := SendWR{Opcode: op, Flags: qp.Signaled, SGL: sge(src, 0, uint32(size))}
+				if op == qp.OpRDMAWrite {
+					wr.RemoteAddr, wr.Rkey = dst.IOVA, dst.Rkey
+				} else {
+					require.NoError(t, b.PostRecv(RecvWR{SGL: sge(dst, 0, uint32(size))}))
+				}
+				require.NoError(t, a.PostSend(wr))
+				if op == qp.OpSend {
+					wc := poll(t, n.cq, 1, nil)[0]
+					require.Equal(t, cq.Success, wc.Status, "%+v", wc)
+				}
+				require.Equal(t, 1, reused, "%v: the send completion", op)
+				got := make([]byte, size)
+				dst.ReadAt(got, dst.IOVA)
+				require.Equal(t, want, got, "%v of %d bytes: the receiver read the reused buffer", op, size)
+			}
+		})
 	}
 }

@@ -313,11 +313,16 @@ func (c *Conn) sendPacketLocked(w *qp.SendWQE, a *qp.Attr, pa *path) {
 	} else {
 		r = &pa.r
 	}
-	// Loopback: a whole SEND or WRITE whose source is contiguous travels
-	// as one burst covering all its PSNs (nothing on a wire to segment).
+	// Loopback hands the receiver the payload in place (ext), and a whole
+	// SEND or WRITE whose source is contiguous travels as one burst
+	// covering all its PSNs (nothing on a wire to segment). Only for RC:
+	// its WQE completes when the ACK comes back, after the receiver has
+	// copied; a UC WQE completes as it leaves, and the application may
+	// then reuse the memory before the receiver has read it.
+	inPlace := r.fast && typ == qp.RC
 	span := uint32(1)
 	var ext []byte
-	if r.fast && first && rem > mtu && (op.Send() || op == qp.OpRDMAWrite || op == qp.OpRDMAWriteWithImm) {
+	if inPlace && first && rem > mtu && (op.Send() || op == qp.OpRDMAWrite || op == qp.OpRDMAWriteWithImm) {
 		if v := view(w, 0, rem); v != nil {
 			n, last, span, ext = rem, true, npkts(rem, mtu), v
 		}
@@ -396,7 +401,7 @@ func (c *Conn) sendPacketLocked(w *qp.SendWQE, a *qp.Attr, pa *path) {
 		d.SetSrcQP(c.qp.Num())
 	}
 	if payload > 0 && ext == nil {
-		if r.fast {
+		if inPlace {
 			ext = view(w, w.Sent, payload)
 		}
 		if ext == nil {
