@@ -104,17 +104,18 @@ func (t *Task) markQueued() bool {
 // context when it is not already running: it saves handing the work to a
 // worker (a wake-up of a parked goroutine, microseconds in a VM). If fn
 // has more work, or was scheduled again meanwhile, the task then goes to
-// the pool as Schedule would put it. Otherwise, and with the Inline
-// executor (whose order must stay that of the Schedule calls, and which
-// runs a task scheduled while it is idle at once anyway), RunHere is
-// Schedule. Do not call RunHere from the task's own fn, or while holding
-// a lock that fn takes.
+// the pool as Schedule would put it. Otherwise RunHere is Schedule; on the
+// Inline executor, whose order must stay that of the calls, it is Schedule
+// in every case (which runs a task at once when the executor is idle).
+// It is Claim, fn, Release. Do not call RunHere from the task's own fn,
+// or while holding a lock that fn takes.
 func (t *Task) RunHere() {
-	if _, pool := t.ex.(*Pool); !pool || !t.state.CompareAndSwap(stateIdle, stateBusy) {
-		t.Schedule()
-		return
+	c := t.Claim()
+	more := false
+	if c == ClaimRun {
+		more = t.fn()
 	}
-	t.finish(t.fn())
+	t.Release(c, more)
 }
 
 // A Claim is what Claim took: see Claim and Release.
@@ -166,7 +167,10 @@ func (t *Task) Claim() Claim {
 // ClaimRun, more is the batch's result, as fn's would be: the task goes
 // back to idle, or to its executor's queue if more is true or it was
 // scheduled meanwhile, and on an Inline executor the caller then runs
-// what was queued, as Schedule does. With ClaimNone, Release is Schedule.
+// what was queued, as Schedule does. Otherwise Release finishes what
+// Schedule would have done: it schedules the task, or (when Claim made
+// the caller the drainer of an Inline executor on which the task was not
+// idle) runs what is queued.
 func (t *Task) Release(c Claim, more bool) {
 	switch c {
 	case ClaimRun:

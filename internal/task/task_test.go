@@ -136,7 +136,11 @@ func TestInlineConcurrentSchedulers(t *testing.T) {
 					for r := range rounds {
 						i := (g*rounds + r) % nTasks
 						produced[i].Add(1)
-						tasks[i].Schedule()
+						if r%2 == 0 {
+							tasks[i].Schedule()
+						} else {
+							tasks[i].RunHere() // Claim, fn, Release
+						}
 					}
 				})
 			}
@@ -629,8 +633,9 @@ func TestInlineClaimBusy(t *testing.T) {
 	require.Eventually(t, func() bool { return runs.Load() == 1 && ex.Idle() }, waitFor, time.Millisecond)
 }
 
-// TestInlineClaimStopped: a stopped task is not claimed and does not run,
-// but the caller still drains what others queued.
+// TestInlineClaimStopped: a stopped task is not claimed and does not run.
+// (A claim that finds its task queued by another goroutine drains it:
+// TestInlineConcurrentSchedulers, through RunHere.)
 func TestInlineClaimStopped(t *testing.T) {
 	ex := task.NewInline()
 	fn, runs := counted(func() bool { return false })
