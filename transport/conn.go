@@ -212,6 +212,13 @@ func (pq *pktQueue) drain(e *Engine) {
 	}
 }
 
+// list puts pb on l (reqLocal or respLocal), stamped with the reset
+// generation so that a reset meanwhile drops it (see next).
+func (c *Conn) list(l *pktList, pb *pktBuf) {
+	pb.gen = c.resetGen.Load()
+	l.push(pb)
+}
+
 // enqueue queues a packet for the QP's responder or completer and wakes its
 // task as w says.
 func (c *Conn) enqueue(pb *pktBuf, w wake) {
@@ -231,8 +238,7 @@ func (c *Conn) enqueue(pb *pktBuf, w wake) {
 		if resp {
 			l = &c.respLocal
 		}
-		pb.gen = c.resetGen.Load()
-		l.push(pb)
+		c.list(l, pb)
 		if c.stopped.Load() {
 			// Stop ran meanwhile: nothing will take it. (Stop cannot
 			// empty the lists; what a stop after this check leaves on

@@ -7,9 +7,10 @@ package transport
 // the responder.
 //
 // Lock order: qp.QP lock -> Conn.timerMu, and qp.QP lock -> the engine's
-// atomicMu; Engine.mu (the QP table) is taken with no transport lock held
-// and nothing is taken under it. CQ pushes and events are issued after the QP
-// lock is released.
+// atomicMu; Engine.countMu -> qp.QP lock and Engine.countMu -> Engine.mu
+// (Snapshot, RemoveConn); Engine.mu (the QP table) is otherwise taken with
+// no transport lock held, and nothing is taken under it. CQ pushes and
+// events are issued after the QP lock is released.
 
 import (
 	"errors"

@@ -76,11 +76,9 @@ func TestPktListFIFO(t *testing.T) {
 // after the reset is kept.
 func TestResetDropsLocalPackets(t *testing.T) {
 	h := newRCHarness(t)
-	// As Conn.enqueue lists them: stamped with the reset generation.
-	list := func(l *pktList) *pktBuf {
+	list := func(l *pktList) *pktBuf { // as Conn.enqueue lists them
 		pb := h.e.getBuf(wakeChain)
-		pb.gen = h.c.resetGen.Load()
-		l.push(pb)
+		h.c.list(l, pb)
 		return pb
 	}
 	list(&h.c.reqLocal)
