@@ -111,7 +111,7 @@ func (t *Table) bindMW(mw *MW, mr *MR, addr, length uint64, access Access, key u
 		return 0, fmt.Errorf("bind mw: nil or foreign argument: %w", ErrInvalidArgument)
 	}
 	if next && mw.Type != MWType1 {
-		return 0, fmt.Errorf("bind mw: %s window: %w: type 2 windows are bound with a BIND_MW work request", mw.Type, ErrInvalidArgument)
+		return 0, fmt.Errorf("bind mw %#x: %s window: %w: type 2 windows are bound with a BIND_MW work request", mw.Rkey, mw.Type, ErrInvalidArgument)
 	}
 	if bad := access & (ZeroBased | MWBind | ^allAccess); bad != 0 {
 		return 0, fmt.Errorf("bind mw: window access %s: %w", bad, ErrInvalidArgument)

@@ -144,6 +144,7 @@ func TestBindMWNextKey(t *testing.T) {
 	before := mw2.Rkey
 	_, err = tb.BindMWNextKey(mw2, mr, mwBase, 64, RemoteRead)
 	require.ErrorIs(t, err, ErrInvalidArgument, "type 2 windows are bound by a work request")
+	require.ErrorContains(t, err, fmt.Sprintf("bind mw %#x: ", before), "the error names the window")
 	require.Equal(t, before, mw2.Rkey)
 	_, err = tb.BindMWNextKey(nil, mr, mwBase, 64, RemoteRead)
 	require.ErrorIs(t, err, ErrInvalidArgument)
