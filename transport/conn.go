@@ -220,8 +220,9 @@ func (c *Conn) list(l *pktList, pb *pktBuf) {
 }
 
 // enqueue queues a packet for the QP's responder or completer and wakes its
-// task as w says.
-func (c *Conn) enqueue(pb *pktBuf, w wake) {
+// task as w says; src, if not nil, is the task (with w = wakeChain) whose
+// batch sent the packet, which then carries the QP's task (task.Carry).
+func (c *Conn) enqueue(pb *pktBuf, w wake, src *task.Task) {
 	if c.stopped.Load() {
 		c.e.putBuf(pb, w)
 		return
@@ -231,9 +232,11 @@ func (c *Conn) enqueue(pb *pktBuf, w wake) {
 	if resp {
 		t = c.sendTask
 	}
-	if c.e.onDrainer(w) {
-		// Tasks run one at a time and we are one: the list needs no
-		// atomics, and its task (run by us later) takes it.
+	// The list needs no atomics when the tasks run one at a time and we
+	// are one (own), or when t's next batch runs here after ours
+	// (carried): t takes it then.
+	own := c.e.onDrainer(w)
+	if own || src != nil && t.TryCarry(src) {
 		l := &c.reqLocal
 		if resp {
 			l = &c.respLocal
@@ -246,7 +249,9 @@ func (c *Conn) enqueue(pb *pktBuf, w wake) {
 			l.drain(c.e)
 			return
 		}
-		t.Chain()
+		if own {
+			t.Chain()
+		}
 		return
 	}
 	q := &c.reqQ
@@ -258,9 +263,12 @@ func (c *Conn) enqueue(pb *pktBuf, w wake) {
 		q.drain(c.e) // stop ran meanwhile: nothing will take it
 		return
 	}
-	if w == wakeHere {
+	switch {
+	case w == wakeHere:
 		t.RunHere()
-	} else {
+	case src != nil:
+		t.Carry(src) // t is busy elsewhere, queued, or just went idle
+	default:
 		t.Schedule() // a Pool's Chain is Schedule
 	}
 }

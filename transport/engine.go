@@ -549,7 +549,7 @@ func (e *Engine) deliver(pb *pktBuf, w wake) {
 		e.putBuf(pb, w)
 		return
 	}
-	c.enqueue(pb, w)
+	c.enqueue(pb, w, nil)
 }
 
 const multicastQPN = 0xFFFFFF
@@ -584,7 +584,7 @@ func (e *Engine) deliverMulticast(pb *pktBuf, w wake) {
 		cp.own = append(cp.own, pb.ipHdr...)
 		cp.ipHdr = cp.own[n:]
 		cp.src, cp.dst, cp.v6 = pb.src, pb.dst, pb.v6
-		c.enqueue(cp, w)
+		c.enqueue(cp, w, nil)
 	}
 }
 
@@ -708,7 +708,13 @@ func (e *Engine) xmitSpan(c *Conn, r *route, t txPkt, ib int, ext []byte, span u
 			e.putBuf(pb, wakeChain)
 			return
 		}
-		peer.enqueue(pb, wakeChain) // xmit runs in a task of ours
+		// xmit runs in a task of ours: the requester's (c.sendTask) for
+		// a request, the responder's for a response.
+		src := c.sendTask
+		if pb.pkt.Info.Has(FlagResponse) {
+			src = c.recvTask
+		}
+		peer.enqueue(pb, wakeChain, src)
 		return
 	}
 	if r.bad {

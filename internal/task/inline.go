@@ -29,9 +29,9 @@ type Inline struct {
 	top      atomic.Pointer[Task] // newest task pushed by Schedule, linked by Task.next
 	draining atomic.Bool          // a goroutine is running queued tasks
 
-	// The drainer's list, oldest first, linked by Task.next; only the
-	// goroutine that set draining touches it.
-	head, tail *Task
+	// The drainer's list, oldest first; only the goroutine that set
+	// draining touches it.
+	list list
 }
 
 // NewInline returns an inline executor with an empty run queue.
@@ -79,18 +79,7 @@ func (e *Inline) requeue(t *Task) {
 	if e.top.Load() != nil {
 		e.takeTop()
 	}
-	e.add(t)
-}
-
-// add appends t to the drainer's list.
-func (e *Inline) add(t *Task) {
-	t.next = nil
-	if e.tail == nil {
-		e.head = t
-	} else {
-		e.tail.next = t
-	}
-	e.tail = t
+	e.list.add(t)
 }
 
 // takeTop moves the tasks pushed on the stack to the end of the drainer's
@@ -105,7 +94,7 @@ func (e *Inline) takeTop() {
 	}
 	for fifo != nil {
 		n := fifo.next
-		e.add(fifo)
+		e.list.add(fifo)
 		fifo = n
 	}
 }
@@ -119,15 +108,10 @@ func (e *Inline) drain() {
 			if e.top.Load() != nil {
 				e.takeTop()
 			}
-			t := e.head
+			t := e.list.pop() // clears t.next: run may queue t again
 			if t == nil {
 				break
 			}
-			e.head = t.next
-			if e.head == nil {
-				e.tail = nil
-			}
-			t.next = nil // run may queue the task again
 			t.run()
 		}
 		e.draining.Store(false)

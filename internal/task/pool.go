@@ -77,7 +77,7 @@ func (p *Pool) worker() {
 		}
 		t := p.q.pop()
 		p.mu.Unlock()
-		t.run()
+		runCarried(t.run())
 		p.mu.Lock()
 	}
 }

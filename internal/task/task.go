@@ -36,7 +36,11 @@ type Task struct {
 	ex    Executor
 	fn    Func
 	name  string
-	next  *Task // in an Inline run queue
+	next  *Task // in an Inline run queue, or in a carry list
+
+	// carry holds the tasks handed to the goroutine running this one's
+	// batch (Carry); only that goroutine touches it.
+	carry list
 
 	// stopMu and stopped let Stop wait for a running fn; only used by Stop.
 	stopMu  sync.Mutex
@@ -76,6 +80,67 @@ func (t *Task) Schedule() {
 func (t *Task) Chain() {
 	if t.markQueued() {
 		t.ex.requeue(t)
+	}
+}
+
+// Carry is Chain for a task handed work by src's batch, which is running
+// on the calling goroutine (inside src's Func, or between Claim and
+// Release): the goroutine runs t when src's batch is over, as rxe runs
+// its responder in the sender's context when the responder has no
+// backlog. On a Pool that saves a worker's wake-up and keeps the work
+// where its data is warm. A task that is busy (on another goroutine) is
+// armed instead, and one already queued is left in its queue: the backlog
+// cases. On an Inline executor Carry is Chain.
+func (t *Task) Carry(src *Task) {
+	if t.markQueued() {
+		t.carried(src)
+	}
+}
+
+// TryCarry is Carry for an idle task, or one src's batch already carries:
+// it reports whether the calling goroutine runs t's next batch, so that
+// whatever it hands t until then needs no synchronisation. A task in any
+// other state is left as it is.
+func (t *Task) TryCarry(src *Task) bool {
+	switch t.state.Load() {
+	case stateIdle:
+		// A failed compare-and-swap costs as much as one that succeeds:
+		// hence the load first.
+		if t.state.CompareAndSwap(stateIdle, stateQueued) {
+			t.carried(src)
+			return true
+		}
+	case stateQueued:
+		// Queued by us, for example for the packet before this one? Only
+		// our goroutine touches src's carry list, and nobody else runs
+		// a task on it.
+		return src.carry.has(t)
+	}
+	return false
+}
+
+// carried puts t, just moved to queued, where src's goroutine runs it.
+func (t *Task) carried(src *Task) {
+	if _, ok := t.ex.(*Pool); ok {
+		src.carry.add(t)
+	} else {
+		t.ex.requeue(t) // Chain: we are the drainer
+	}
+}
+
+// takeCarry empties t's carry list and returns it; t's batch is over but
+// the task has not been finished yet, so nothing else can be adding to it.
+func (t *Task) takeCarry() list {
+	c := t.carry
+	t.carry = list{}
+	return c
+}
+
+// runCarried runs a carry list taken with takeCarry, then the tasks those
+// carry in turn, in order.
+func runCarried(l list) {
+	for h := l.pop(); h != nil; h = l.pop() {
+		l.cat(h.run())
 	}
 }
 
@@ -174,9 +239,12 @@ func (t *Task) Claim() Claim {
 func (t *Task) Release(c Claim, more bool) {
 	switch c {
 	case ClaimRun:
+		c := t.takeCarry()
 		t.finish(more)
 		if e, ok := t.ex.(*Inline); ok {
 			e.drain()
+		} else {
+			runCarried(c)
 		}
 	case claimDrain:
 		// t is queued on the stack (drain runs it) or stopped.
@@ -222,12 +290,17 @@ func (t *Task) waitStopped() {
 }
 
 // run is called by an executor for a task it took off its run queue. It runs
-// fn once, then leaves the task idle, requeues it, or completes a Stop.
-func (t *Task) run() {
+// fn once, then leaves the task idle, requeues it, or completes a Stop. It
+// returns the tasks the batch carried (Carry), for the caller to run.
+func (t *Task) run() (carried list) {
 	if !t.state.CompareAndSwap(stateQueued, stateBusy) {
-		return // stopped while queued
+		return list{} // stopped while queued
 	}
-	t.finish(t.fn())
+	more := t.fn()
+	// Before finish: once finished, t may run on another goroutine.
+	carried = t.takeCarry()
+	t.finish(more)
+	return carried
 }
 
 // finish leaves a task whose fn has just returned idle, requeues it, or
@@ -259,4 +332,55 @@ func (t *Task) finish(more bool) {
 			panic("task: impossible state after run")
 		}
 	}
+}
+
+// list is a FIFO of tasks linked by Task.next, for one goroutine.
+type list struct{ head, tail *Task }
+
+// add appends t.
+func (l *list) add(t *Task) {
+	t.next = nil
+	if l.tail == nil {
+		l.head = t
+	} else {
+		l.tail.next = t
+	}
+	l.tail = t
+}
+
+// cat appends the tasks of m.
+func (l *list) cat(m list) {
+	if m.head == nil {
+		return
+	}
+	if l.tail == nil {
+		l.head = m.head
+	} else {
+		l.tail.next = m.head
+	}
+	l.tail = m.tail
+}
+
+// has reports whether t is on l.
+func (l *list) has(t *Task) bool {
+	for h := l.head; h != nil; h = h.next {
+		if h == t {
+			return true
+		}
+	}
+	return false
+}
+
+// pop removes and returns the oldest task, or nil.
+func (l *list) pop() *Task {
+	t := l.head
+	if t == nil {
+		return nil
+	}
+	l.head = t.next
+	if l.head == nil {
+		l.tail = nil
+	}
+	t.next = nil
+	return t
 }

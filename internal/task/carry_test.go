@@ -1,0 +1,167 @@
+package task_test
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/softverbs/softverbs/internal/task"
+)
+
+// TestPoolCarryRunsAfterSrcOnCaller: tasks carried by a batch run on the
+// goroutine that ran it, after it, in the order carried, and so do the
+// tasks those carry (after the ones carried before them); none goes to a
+// worker, so all have run when RunHere returns.
+func TestPoolCarryRunsAfterSrcOnCaller(t *testing.T) {
+	p := task.NewPool(1)
+	defer p.Close()
+	var order []string // appended on the caller only; the race detector checks it
+	var src, a, b, c *task.Task
+	src = task.New(p, "src", func() bool {
+		a.Carry(src)
+		b.Carry(src)
+		a.Carry(src) // already carried: once
+		order = append(order, "src")
+		return false
+	})
+	a = task.New(p, "a", func() bool {
+		c.Carry(a)
+		order = append(order, "a")
+		return false
+	})
+	b = task.New(p, "b", func() bool { order = append(order, "b"); return false })
+	c = task.New(p, "c", func() bool { order = append(order, "c"); return false })
+	src.RunHere()
+	require.Equal(t, []string{"src", "a", "b", "c"}, order)
+}
+
+// TestPoolCarryAtRelease: a batch done between Claim and Release carries
+// its tasks to the Release.
+func TestPoolCarryAtRelease(t *testing.T) {
+	p := task.NewPool(1)
+	defer p.Close()
+	fn, runs := counted(func() bool { return false })
+	tk := task.New(p, "t", fn)
+	src := task.New(p, "src", func() bool { panic("src's batch is the caller's") })
+	cl := src.Claim()
+	require.Equal(t, task.ClaimRun, cl)
+	tk.Carry(src)
+	require.Zero(t, runs.Load(), "ran inside the batch")
+	src.Release(cl, false)
+	require.EqualValues(t, 1, runs.Load(), "not run at the Release")
+}
+
+// TestPoolCarryFromWorker: a batch run by a worker carries to that worker,
+// which runs the carried task after the batch; with the pool's queue, the
+// other worker would have run it during the batch.
+func TestPoolCarryFromWorker(t *testing.T) {
+	p := task.NewPool(2)
+	defer p.Close()
+	fn, runs := counted(func() bool { return false })
+	tk := task.New(p, "t", fn)
+	ranEarly := make(chan bool, 1)
+	var src *task.Task
+	src = task.New(p, "src", func() bool {
+		tk.Carry(src)
+		time.Sleep(20 * time.Millisecond) // time for the other worker
+		ranEarly <- runs.Load() != 0
+		return false
+	})
+	src.Schedule()
+	require.False(t, <-ranEarly, "the carried task ran during the batch")
+	require.Eventually(t, func() bool { return runs.Load() == 1 }, waitFor, time.Millisecond)
+}
+
+// TestPoolCarryBusyArms: a task busy on another goroutine is armed, not
+// carried: it runs again there, and the carrying caller does not run it.
+func TestPoolCarryBusyArms(t *testing.T) {
+	p := task.NewPool(1)
+	defer p.Close()
+	started, release := make(chan struct{}), make(chan struct{})
+	var n atomic.Int32
+	tk := task.New(p, "t", func() bool {
+		if n.Add(1) == 1 {
+			close(started)
+			<-release
+		}
+		return false
+	})
+	tk.Schedule()
+	<-started
+	var took bool
+	var src *task.Task
+	src = task.New(p, "src", func() bool {
+		took = tk.TryCarry(src)
+		tk.Carry(src)
+		return false
+	})
+	src.RunHere() // returns: t is not run here
+	require.False(t, took, "took a busy task")
+	require.EqualValues(t, 1, n.Load(), "the carrier ran a busy task")
+	close(release)
+	require.Eventually(t, func() bool { return n.Load() == 2 }, waitFor, time.Millisecond, "armed task did not run again")
+}
+
+// TestPoolTryCarry: TryCarry takes an idle task, says yes again for one the
+// same batch carries, and no for one queued on the pool.
+func TestPoolTryCarry(t *testing.T) {
+	p := task.NewPool(1)
+	defer p.Close()
+	// Keep the only worker busy so that a scheduled task stays queued.
+	started, release := make(chan struct{}), make(chan struct{})
+	blocker := task.New(p, "blocker", func() bool { close(started); <-release; return false })
+	blocker.Schedule()
+	<-started
+	aFn, aRuns := counted(func() bool { return false })
+	bFn, bRuns := counted(func() bool { return false })
+	a, b := task.New(p, "a", aFn), task.New(p, "b", bFn)
+	b.Schedule() // queued behind the blocker
+	var got []bool
+	var src *task.Task
+	src = task.New(p, "src", func() bool {
+		got = append(got, a.TryCarry(src), a.TryCarry(src), b.TryCarry(src))
+		return false
+	})
+	src.RunHere()
+	require.Equal(t, []bool{true, true, false}, got)
+	require.EqualValues(t, 1, aRuns.Load(), "a carried once, run once")
+	require.Zero(t, bRuns.Load(), "b is the pool's to run")
+	close(release)
+	require.Eventually(t, func() bool { return bRuns.Load() == 1 }, waitFor, time.Millisecond)
+}
+
+// TestPoolCarriedThenStopped: a task stopped while carried does not run.
+func TestPoolCarriedThenStopped(t *testing.T) {
+	p := task.NewPool(1)
+	defer p.Close()
+	fn, runs := counted(func() bool { return false })
+	tk := task.New(p, "t", fn)
+	var src *task.Task
+	src = task.New(p, "src", func() bool {
+		tk.Carry(src)
+		tk.Stop() // queued: stops at once
+		return false
+	})
+	src.RunHere()
+	require.Zero(t, runs.Load())
+}
+
+// TestInlineCarryIsChain: on an Inline executor a carried task runs after
+// the batch, in call order with what else was chained.
+func TestInlineCarryIsChain(t *testing.T) {
+	ex := task.NewInline()
+	var order []string
+	var src, a, b *task.Task
+	src = task.New(ex, "src", func() bool {
+		a.Carry(src)
+		b.Chain()
+		order = append(order, "src")
+		return false
+	})
+	a = task.New(ex, "a", func() bool { order = append(order, "a"); return false })
+	b = task.New(ex, "b", func() bool { order = append(order, "b"); return false })
+	src.Schedule()
+	require.Equal(t, []string{"src", "a", "b"}, order)
+}
