@@ -29,14 +29,15 @@ type Conn struct {
 	reqQ  pktQueue // requests, for the responder
 	respQ pktQueue // ACKs and responses, for the completer
 	// Packets from tasks of an engine whose tasks run one at a time
-	// (Engine.onDrainer): lists without atomics, which only those tasks
-	// use. A reset runs outside the tasks, so it cannot empty them: it
-	// moves resetGen, each packet carries the generation it was listed in,
-	// and the QP's next task drops the older ones (seenGen is the
-	// generation it last saw, under the QP lock).
+	// (Engine.onDrainer), or from the goroutine that will run the task
+	// next (task.TryCarry): lists without atomics, each touched only by
+	// its task (reqLocal the responder's, respLocal the completer's) and
+	// by whoever runs that task's next batch. A reset runs outside the
+	// tasks, so it cannot empty them: it moves resetGen, each packet
+	// carries the generation it was listed in, and each task drops the
+	// older ones from its own list (inbox.seen).
 	reqLocal, respLocal pktList
 	resetGen            atomic.Uint32
-	seenGen             uint32
 
 	// Task-local batches taken from reqQ and respQ, under the QP lock.
 	reqIn, respIn inbox
@@ -294,8 +295,9 @@ func (c *Conn) countLocked() {
 
 // inbox is a task's batch of packets taken from its queue at once.
 type inbox struct {
-	b []*pktBuf
-	i int
+	b    []*pktBuf
+	i    int
+	seen uint32 // the reset generation the task last saw (Conn.resetGen)
 }
 
 // next returns the next packet for a task, or nil: from its batch in hand,
@@ -303,11 +305,11 @@ type inbox struct {
 func (c *Conn) next(in *inbox, l *pktList, q *pktQueue) *pktBuf {
 	if in.i == len(in.b) {
 		in.b, in.i = in.b[:0], 0
-		if g := c.resetGen.Load(); g != c.seenGen {
-			// A reset since our last look: drop what was listed before it.
-			c.seenGen = g
-			c.reqLocal.dropOlder(g, c.e)
-			c.respLocal.dropOlder(g, c.e)
+		if g := c.resetGen.Load(); g != in.seen {
+			// A reset since our last look: drop what was listed before
+			// it. Only from our list: the other task's may be in use.
+			in.seen = g
+			l.dropOlder(g, c.e)
 		}
 		if l.head != nil {
 			in.b = l.takeAll(in.b)

@@ -72,8 +72,10 @@ func TestPktListFIFO(t *testing.T) {
 }
 
 // TestResetDropsLocalPackets: packets another task listed for a QP before
-// the QP was reset are dropped by its next task, not processed; one listed
-// after the reset is kept.
+// the QP was reset are dropped by the task they were listed for, not
+// processed; one listed after the reset is kept. Each task drops only
+// from its own list: on a Pool the other task's list may be in use by
+// the goroutine carrying that task (task.TryCarry).
 func TestResetDropsLocalPackets(t *testing.T) {
 	h := newRCHarness(t)
 	list := func(l *pktList) *pktBuf { // as Conn.enqueue lists them
@@ -92,5 +94,10 @@ func TestResetDropsLocalPackets(t *testing.T) {
 	h.c.qp.Unlock()
 	require.Same(t, after, got, "the packet listed after the reset was not the one taken")
 	require.Nil(t, again, "a packet from before the reset was taken")
+	require.NotNil(t, h.c.respLocal.head, "the responder emptied the completer's list")
+	h.c.qp.Lock()
+	resp := h.c.popResp()
+	h.c.qp.Unlock()
+	require.Nil(t, resp, "a response from before the reset was taken")
 	require.Nil(t, h.c.respLocal.head, "a response from before the reset is still listed")
 }
