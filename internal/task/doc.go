@@ -16,6 +16,10 @@
 // executor take turns. Schedule on a task that is already queued or armed is
 // a single atomic load.
 //
+// A task's batch that wakes another task can carry it instead (Carry): the
+// goroutine running the batch runs the woken task after it, as rxe runs
+// its responder in the sender's context when nothing is queued for it.
+//
 // Two executors are provided. Inline runs tasks on the goroutine that calls
 // Schedule, which makes a single-goroutine simulation deterministic. Pool
 // runs tasks on a fixed number of worker goroutines sharing one FIFO run
