@@ -24,7 +24,7 @@ func (c *Conn) completeLocked() bool {
 			return false
 		}
 		c.responseLocked(pb)
-		c.e.putBuf(pb, wakeChain)
+		c.sendBufs.put(c.e, pb)
 	}
 	c.retireLocked()
 	return true

@@ -354,7 +354,7 @@ func (c *Conn) sendPacketLocked(w *qp.SendWQE, a *qp.Attr, pa *path) {
 		}
 	}
 	info := o.Info()
-	t, b := c.e.startTx(r, c.reqTx)
+	t, b := c.e.startTx(r, c.reqTx, c.sendBufs)
 	hl := info.HdrLen
 	clear(b[:hl])
 	destQP := a.DestQPN

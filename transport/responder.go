@@ -119,12 +119,12 @@ func (c *Conn) respondLocked() bool {
 		}
 		if !a.State.Allows(qp.ProcessRecvOK) {
 			c.e.drop(c, DropQPState)
-			c.e.putBuf(pb, wakeChain)
+			c.recvBufs.put(c.e, pb)
 			continue
 		}
 		if !c.qp.Type().Datagram() && pb.src != c.pathLocked(a).r.dst.IP {
 			c.e.drop(c, DropBadSource) // rxe's check_addr
-			c.e.putBuf(pb, wakeChain)
+			c.recvBufs.put(c.e, pb)
 			continue
 		}
 		if a.State == qp.RTR && !c.resp.commEst {
@@ -140,7 +140,7 @@ func (c *Conn) respondLocked() bool {
 		default:
 			c.udRequestLocked(pb, a)
 		}
-		c.e.putBuf(pb, wakeChain)
+		c.recvBufs.put(c.e, pb)
 		if a.State == qp.Err {
 			c.flushAckLocked()
 			c.flushRecvLocked()
@@ -517,7 +517,7 @@ func (c *Conn) respHeaderLocked(r *route, o Opcode, psn PSN, syn Syndrome, a *qp
 		c.resp.urgent = true
 	}
 	info := o.Info()
-	t, b := c.e.startTx(r, c.respTx)
+	t, b := c.e.startTx(r, c.respTx, c.recvBufs)
 	BTH(b).Init(o, DefaultPKey, a.DestQPN, psn)
 	if off := info.Offset(HdrAETH); off != 0 {
 		aeth := AETH(b[off:])
