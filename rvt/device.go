@@ -72,7 +72,9 @@ type Options struct {
 	Clock  clock.Clock  // nil: real time
 	Logger *slog.Logger // nil: discard
 	// Inline runs every task on the goroutine that wakes it (deterministic
-	// simulation); otherwise Workers goroutines run them (default 2).
+	// simulation); otherwise Workers goroutines (default 2) run what the
+	// goroutines that post and receive do not run themselves (see
+	// QP.PostSend).
 	Inline  bool
 	Workers int
 

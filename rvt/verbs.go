@@ -249,6 +249,11 @@ func (d *Device) unreserveQPN(num uint32) {
 func (q *QP) Modify(a *QPAttr, mask QPAttrMask) error { return q.conn.Modify(a, mask) }
 
 // PostSend posts send WRs (all or none): the error names the first bad WR.
+// As in rxe, the work may run before PostSend returns, on the caller's
+// goroutine: the requester if it is idle, and on the loopback path the
+// peer's responder and this QP's completer after it, when idle. So CQ
+// completion handlers and event subscribers may be called from inside
+// PostSend, and must not wait for locks its caller holds.
 func (q *QP) PostSend(wrs ...SendWR) error { return q.conn.PostSend(wrs) }
 
 // PostRecv posts receive WRs (all or none).
