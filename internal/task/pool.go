@@ -10,7 +10,8 @@ import (
 //
 // Close stops the workers. Tasks that are still queued when the pool closes,
 // or that are scheduled afterwards, stay queued and never run; Stop on such a
-// task returns at once.
+// task returns at once. A task carried by a goroutine (Carry) is run by that
+// goroutine, whether the pool is closed or not.
 type Pool struct {
 	mu       sync.Mutex // guards the fields below
 	work     sync.Cond  // signalled when q gains a task or the pool closes

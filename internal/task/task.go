@@ -90,7 +90,8 @@ func (t *Task) Chain() {
 // backlog. On a Pool that saves a worker's wake-up and keeps the work
 // where its data is warm. A task that is busy (on another goroutine) is
 // armed instead, and one already queued is left in its queue: the backlog
-// cases. On an Inline executor Carry is Chain.
+// cases. On an Inline executor Carry is Chain. t and src must share an
+// executor.
 func (t *Task) Carry(src *Task) {
 	if t.markQueued() {
 		t.carried(src)
