@@ -114,23 +114,47 @@ func (c *CQ) Push(wc *WC) bool {
 // handler is called at most once, after all of them are queued. It returns
 // how many were queued; the rest are lost, as with Push.
 func (c *CQ) PushBatch(wcs []WC) int {
-	var comp, fail func(*CQ)
-	n := 0
+	n, due := c.PushBatchDeferred(wcs)
+	due.Call(c)
+	return n
+}
+
+// Due holds the handlers a push made due (PushBatchDeferred).
+type Due struct{ comp, fail func(*CQ) }
+
+// Any reports whether a handler is due.
+func (d Due) Any() bool { return d.comp != nil || d.fail != nil }
+
+// Call calls the due handlers for c: the completion handler, then the
+// error handler.
+func (d Due) Call(c *CQ) {
+	if d.comp != nil {
+		d.comp(c)
+	}
+	if d.fail != nil {
+		d.fail(c)
+	}
+}
+
+// PushBatchDeferred is PushBatch that returns the handlers it made due
+// instead of calling them, for a producer that must get ready first (the
+// transport hands work that a handler might wait for to other goroutines)
+// or that pushes to several CQs before it calls any handler.
+func (c *CQ) PushBatchDeferred(wcs []WC) (n int, due Due) {
 	c.mu.Lock()
 	for i := range wcs {
 		h, f, ok := c.pushLocked(&wcs[i])
 		if h != nil {
-			comp = h
+			due.comp = h
 		}
 		if !ok {
-			fail = f
+			due.fail = f
 			break
 		}
 		n++
 	}
 	c.mu.Unlock()
-	c.notifyHandlers(comp, fail)
-	return n
+	return n, due
 }
 
 // pushLocked queues *wc. It returns the completion handler to call if wc
@@ -157,16 +181,6 @@ func (c *CQ) pushLocked(wc *WC) (comp, fail func(*CQ), ok bool) {
 		c.deliverLocked()
 	}
 	return comp, nil, true
-}
-
-// notifyHandlers calls the handlers pushLocked returned, without the lock.
-func (c *CQ) notifyHandlers(comp, fail func(*CQ)) {
-	if comp != nil {
-		comp(c)
-	}
-	if fail != nil {
-		fail(c)
-	}
 }
 
 // deliverLocked queues c on its channel unless an event for c is already

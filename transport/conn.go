@@ -361,6 +361,12 @@ type outbox struct {
 	cqs []*cq.CQ // cqs[i] is the CQ of wcs[i]
 	wcs []cq.WC
 	evs []Event
+	due []cqDue // handlers the pushes made due
+}
+
+type cqDue struct {
+	cq  *cq.CQ
+	due cq.Due
 }
 
 // wc appends a zeroed completion for q and returns it to be filled in
@@ -375,21 +381,40 @@ func (o *outbox) wc(q *cq.CQ) *cq.WC {
 
 func (o *outbox) event(ev Event) { o.evs = append(o.evs, ev) }
 
-func (c *Conn) deliver(o *outbox) {
+// deliver pushes a run's completions and raises its events; t is the task
+// whose batch made them, which is running. Before the first user callback
+// (a CQ handler, an event subscriber) it hands what the batch carries to
+// the executor's workers (task.Spill): a callback may wait for one of
+// those tasks (a drain, a destroy), which would otherwise run on this
+// goroutine only after the callback returns.
+func (c *Conn) deliver(o *outbox, t *task.Task) {
 	for i := 0; i < len(o.wcs); {
 		j := i + 1
 		for j < len(o.wcs) && o.cqs[j] == o.cqs[i] {
 			j++
 		}
-		o.cqs[i].PushBatch(o.wcs[i:j])
+		if _, due := o.cqs[i].PushBatchDeferred(o.wcs[i:j]); due.Any() {
+			o.due = append(o.due, cqDue{o.cqs[i], due})
+		}
 		i = j
 	}
 	clear(o.cqs)
 	o.cqs, o.wcs = o.cqs[:0], o.wcs[:0]
+	if len(o.due) == 0 && (len(o.evs) == 0 || c.e.cfg.Events == nil) {
+		o.evs = o.evs[:0]
+		return
+	}
+	c.e.callbacks.Add(1)
+	t.Spill()
+	for _, d := range o.due {
+		d.due.Call(d.cq)
+	}
 	for _, ev := range o.evs {
 		c.e.event(ev)
 	}
-	o.evs = o.evs[:0]
+	c.e.callbacks.Add(-1)
+	clear(o.due)
+	o.due, o.evs = o.due[:0], o.evs[:0]
 }
 
 // Modify applies ibv_modify_qp and the engine's reaction to the transition.
@@ -460,7 +485,17 @@ func (c *Conn) PostSend(wrs []qp.SendWR) error {
 		c.sendTask.Release(cl, false)
 		return nil
 	}
-	c.sendTask.Release(cl, c.sendBatchUnlock())
+	more := c.sendBatchUnlock()
+	if c.e.callbacks.Load() != 0 {
+		// Perhaps posted from a callback (see deliver), inside a batch
+		// of this goroutine that is not over: running what this batch
+		// carries here would nest without bound (a ping-pong driven
+		// from CQ handlers) and could wait for a task further up the
+		// stack. The workers run it. (A callback on another goroutine
+		// makes this needlessly cautious, never wrong.)
+		c.sendTask.Spill()
+	}
+	c.sendTask.Release(cl, more)
 	return nil
 }
 

@@ -155,6 +155,10 @@ type Engine struct {
 	pool     sync.Pool         // *pktBuf
 	local    *netdev.FramePool // copies of frames sent to this device (UD, multicast)
 
+	// Goroutines running user callbacks (CQ handlers, event subscribers)
+	// from a task's batch: see Conn.deliver and Conn.PostSend.
+	callbacks atomic.Int32
+
 	// Magazines of packet buffers that tasks trade (see bufCache): a
 	// *sync.Pool each, which a test replaces with one that keeps all.
 	fullMags, emptyMags depot

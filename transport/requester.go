@@ -61,7 +61,7 @@ func (c *Conn) sendBatchUnlock() bool {
 		more = true
 	}
 	c.qp.Unlock()
-	c.deliver(&c.sout)
+	c.deliver(&c.sout, c.sendTask)
 	c.signalRan()
 	return more
 }

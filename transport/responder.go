@@ -100,7 +100,7 @@ func (c *Conn) runRecv() bool {
 	// request-response exchange. READ responses, atomic responses and
 	// NAKs go at once.
 	defer flush(h, !urgent)
-	c.deliver(&c.rout)
+	c.deliver(&c.rout, c.recvTask)
 	c.signalRan()
 	return more
 }

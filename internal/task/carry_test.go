@@ -165,3 +165,85 @@ func TestInlineCarryIsChain(t *testing.T) {
 	src.Schedule()
 	require.Equal(t, []string{"src", "a", "b"}, order)
 }
+
+// ranAfter returns a Func that records whether it ran after returned was
+// closed (on a worker) rather than before (on the carrier, inside the
+// call that closes it afterwards).
+func ranAfter(returned <-chan struct{}, after *atomic.Bool, done chan<- struct{}) task.Func {
+	return func() bool {
+		select {
+		case <-returned:
+			after.Store(true)
+		case <-time.After(2 * time.Second):
+		}
+		close(done)
+		return false
+	}
+}
+
+// TestPoolSpill: Spill in a batch hands what the batch carries, and what
+// its carrier was to run after it, to the pool's workers.
+func TestPoolSpill(t *testing.T) {
+	p := task.NewPool(2)
+	defer p.Close()
+	t.Run("own", func(t *testing.T) {
+		returned, done := make(chan struct{}), make(chan struct{})
+		var after atomic.Bool
+		b := task.New(p, "b", ranAfter(returned, &after, done))
+		var src *task.Task
+		src = task.New(p, "src", func() bool {
+			b.Carry(src)
+			src.Spill()
+			return false
+		})
+		src.RunHere()
+		close(returned)
+		<-done
+		require.True(t, after.Load(), "the carrier ran what its batch spilled")
+	})
+	t.Run("remainder", func(t *testing.T) {
+		returned, done := make(chan struct{}), make(chan struct{})
+		var after atomic.Bool
+		c := task.New(p, "c", ranAfter(returned, &after, done))
+		var src, a *task.Task
+		a = task.New(p, "a", func() bool {
+			a.Spill() // c, carried by src after a, is still to run here
+			return false
+		})
+		src = task.New(p, "src", func() bool {
+			a.Carry(src)
+			c.Carry(src)
+			return false
+		})
+		src.RunHere()
+		close(returned)
+		<-done
+		require.True(t, after.Load(), "the carrier ran what a's batch spilled")
+	})
+}
+
+// TestPoolCarryBudget: a chain that keeps carrying returns to its caller
+// after a bounded number of batches; the pool runs the rest.
+func TestPoolCarryBudget(t *testing.T) {
+	p := task.NewPool(2)
+	defer p.Close()
+	const rounds = 1000
+	var n atomic.Int32
+	var x, y *task.Task
+	x = task.New(p, "x", func() bool {
+		if n.Add(1) < rounds {
+			y.Carry(x)
+		}
+		return false
+	})
+	y = task.New(p, "y", func() bool {
+		if n.Add(1) < rounds {
+			x.Carry(y)
+		}
+		return false
+	})
+	x.RunHere()
+	ranHere := n.Load()
+	require.Less(t, ranHere, int32(rounds), "the whole chain ran on the caller")
+	require.Eventually(t, func() bool { return n.Load() == rounds }, waitFor, time.Millisecond)
+}

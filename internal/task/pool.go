@@ -60,6 +60,21 @@ func (p *Pool) enqueue(t *Task) {
 
 func (p *Pool) requeue(t *Task) { p.enqueue(t) }
 
+// enqueueList is enqueue for each task of l, in order, under one lock.
+func (p *Pool) enqueueList(l list) {
+	p.mu.Lock()
+	n := 0
+	for t := l.pop(); t != nil; t = l.pop() {
+		p.q.push(t)
+		n++
+	}
+	wake := min(n, p.sleepers)
+	p.mu.Unlock()
+	for range wake {
+		p.work.Signal()
+	}
+}
+
 func (p *Pool) worker() {
 	defer p.wg.Done()
 	p.mu.Lock()

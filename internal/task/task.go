@@ -137,11 +137,40 @@ func (t *Task) takeCarry() list {
 	return c
 }
 
+// carryBudget bounds the carried batches one goroutine runs in a row, so
+// that a chain that keeps waking tasks (a ping-pong driven from CQ
+// handlers, say) returns to its caller; the rest go to the pool's queue.
+const carryBudget = 64
+
 // runCarried runs a carry list taken with takeCarry, then the tasks those
-// carry in turn, in order.
+// carry in turn, in order, up to carryBudget batches.
 func runCarried(l list) {
-	for h := l.pop(); h != nil; h = l.pop() {
-		l.cat(h.run())
+	for n := 0; ; n++ {
+		h := l.pop()
+		if h == nil {
+			return
+		}
+		if n == carryBudget {
+			l.push(h)
+			h.ex.(*Pool).enqueueList(l)
+			return
+		}
+		// What is still to run here goes on h's carry list, ahead of
+		// what h carries: a Spill in h's batch hands it on too.
+		h.carry = l
+		l = h.run()
+	}
+}
+
+// Spill hands the tasks that t's running batch carries, and those the
+// goroutine running it is to run after it, to t's executor's queue, for
+// its workers to run. Call it from t's batch before anything that may
+// wait for one of them: a carried task runs only when the batch is over,
+// so a CQ handler that drained or destroyed its QP, say, would wait for
+// itself. On an Inline executor, which carries nothing, it does nothing.
+func (t *Task) Spill() {
+	if l := t.takeCarry(); l.head != nil {
+		t.ex.(*Pool).enqueueList(l)
 	}
 }
 
@@ -295,7 +324,9 @@ func (t *Task) waitStopped() {
 // returns the tasks the batch carried (Carry), for the caller to run.
 func (t *Task) run() (carried list) {
 	if !t.state.CompareAndSwap(stateQueued, stateBusy) {
-		return list{} // stopped while queued
+		// Stopped while queued. Its carry list holds what a carrier
+		// attached to it (runCarried): hand that back.
+		return t.takeCarry()
 	}
 	more := t.fn()
 	// Before finish: once finished, t may run on another goroutine.
@@ -347,6 +378,15 @@ func (l *list) add(t *Task) {
 		l.tail.next = t
 	}
 	l.tail = t
+}
+
+// push puts t at the front.
+func (l *list) push(t *Task) {
+	t.next = l.head
+	l.head = t
+	if l.tail == nil {
+		l.tail = t
+	}
 }
 
 // cat appends the tasks of m.

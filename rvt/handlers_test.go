@@ -1,0 +1,123 @@
+package rvt
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/softverbs/softverbs/qp"
+)
+
+// On a worker pool a message posted on an idle loopback pair runs through
+// the peer's responder and this QP's completer on the posting goroutine
+// (task.Carry), CQ handlers included. These tests are handlers that wait
+// for, or keep feeding, that same chain.
+
+// handlerPair is two connected RC QPs on a worker-pool device, each with a
+// receive CQ of its own (for handlers) and the node's CQ for sends.
+func handlerPair(t *testing.T) (n *node, a, b *QP, arc, brc *CQ, recv RecvWR, send SendWR) {
+	n = newNode(t, Options{Workers: 2})
+	mk := func() (*QP, *CQ) {
+		rc, err := n.d.CreateCQ(4096, nil)
+		require.NoError(t, err)
+		q, err := n.pd.CreateQP(QPInitAttr{Type: qp.RC, SendCQ: n.cq, RecvCQ: rc,
+			Cap: QPCap{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		require.NoError(t, err)
+		return q, rc
+	}
+	a, arc = mk()
+	b, brc = mk()
+	connect(t, a, n.d, b, n.d, defaultAttrs())
+	mr := n.mr(t, 64)
+	recv = RecvWR{SGL: []SGE{{Addr: mr.IOVA, Length: 64, Lkey: mr.Lkey}}}
+	send = SendWR{Opcode: qp.OpSend, SGL: []SGE{{Addr: mr.IOVA, Length: 8, Lkey: mr.Lkey}}}
+	return
+}
+
+// TestHandlerDrainsSender: the receiver's handler drains the sender (whose
+// completer the chain has yet to run).
+func TestHandlerDrainsSender(t *testing.T) {
+	_, a, b, _, brc, recv, send := handlerPair(t)
+	require.NoError(t, b.PostRecv(recv))
+	res := make(chan error, 1)
+	brc.SetHandlers(func(*CQ) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		res <- a.Drain(ctx)
+	}, nil)
+	require.NoError(t, brc.Arm(false))
+	send.Flags = qp.Signaled
+	require.NoError(t, a.PostSend(send))
+	require.NoError(t, <-res, "the drain waited for its own goroutine")
+}
+
+// TestHandlerDestroysPeer: B's handler replies; A's handler, run by the
+// reply, destroys B, whose receive batch is still running B's handler.
+func TestHandlerDestroysPeer(t *testing.T) {
+	_, a, b, arc, brc, recv, send := handlerPair(t)
+	require.NoError(t, a.PostRecv(recv))
+	require.NoError(t, b.PostRecv(recv))
+	destroyed := make(chan error, 1)
+	brc.SetHandlers(func(c *CQ) {
+		var w [4]WC
+		c.Poll(w[:])
+		require.NoError(t, b.PostSend(send))
+	}, nil)
+	arc.SetHandlers(func(c *CQ) {
+		var w [4]WC
+		c.Poll(w[:])
+		destroyed <- b.Destroy()
+	}, nil)
+	require.NoError(t, arc.Arm(false))
+	require.NoError(t, brc.Arm(false))
+	require.NoError(t, a.PostSend(send))
+	select {
+	case err := <-destroyed:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Destroy from A's handler waited for a batch further up its own stack")
+	}
+}
+
+// TestHandlerPingPongLeavesPost: with each side's handler posting the
+// reply, the first PostSend returns after a bounded amount of the
+// exchange, not all of it (or, endless, never), and the rest runs on the
+// pool.
+func TestHandlerPingPongLeavesPost(t *testing.T) {
+	_, a, b, arc, brc, recv, send := handlerPair(t)
+	const rounds = 2000
+	var done atomic.Int64
+	for range 64 {
+		require.NoError(t, a.PostRecv(recv))
+		require.NoError(t, b.PostRecv(recv))
+	}
+	handler := func(self *QP) func(*CQ) {
+		wcs := make([]WC, 16)
+		return func(c *CQ) {
+			k := c.Poll(wcs)
+			if err := c.Arm(false); err != nil {
+				panic(err)
+			}
+			for range k {
+				if err := self.PostRecv(recv); err != nil {
+					panic(err)
+				}
+				if done.Add(1) < rounds {
+					if err := self.PostSend(send); err != nil {
+						panic(err)
+					}
+				}
+			}
+		}
+	}
+	arc.SetHandlers(handler(a), nil)
+	brc.SetHandlers(handler(b), nil)
+	require.NoError(t, arc.Arm(false))
+	require.NoError(t, brc.Arm(false))
+	require.NoError(t, a.PostSend(send))
+	require.Less(t, done.Load(), int64(rounds), "the first PostSend ran the whole exchange")
+	require.Eventually(t, func() bool { return done.Load() >= rounds }, 20*time.Second, time.Millisecond)
+}
