@@ -42,8 +42,8 @@ type Conn struct {
 	// Task-local batches taken from reqQ and respQ, under the QP lock.
 	reqIn, respIn inbox
 
-	// Each task's stock of packet buffers, which only the task uses: its
-	// own on a Pool, the engine's one for all tasks on an Inline engine.
+	// The stock of packet buffers each task's running batch uses: the
+	// goroutine's (bufCache), nil between batches and on an Inline engine.
 	sendBufs, recvBufs *bufCache
 
 	// Send task state, under the QP lock.
@@ -86,11 +86,6 @@ func newConn(e *Engine, q *qp.QP) *Conn {
 		reqTx:   make([]byte, maxFrame),
 		respTx:  make([]byte, maxFrame),
 		ran:     make(chan struct{}, 1),
-	}
-	if e.serial {
-		c.sendBufs, c.recvBufs = &e.bufs, &e.bufs // tasks run one at a time
-	} else {
-		c.sendBufs, c.recvBufs = new(bufCache), new(bufCache)
 	}
 	c.sendTask = task.New(e.cfg.Exec, "send", c.runSend)
 	c.recvTask = task.New(e.cfg.Exec, "recv", c.runRecv)
@@ -206,7 +201,7 @@ func (l *pktList) dropOlder(gen uint32, e *Engine) {
 			keep.push(pb)
 		} else {
 			pb.next = nil
-			e.putBuf(pb)
+			e.putBuf(pb, wakeChain)
 		}
 		pb = next
 	}
@@ -217,7 +212,7 @@ func (pq *pktQueue) drain(e *Engine) {
 	for pb := pq.top.Swap(nil); pb != nil; {
 		next := pb.next
 		pb.next = nil
-		e.putBuf(pb)
+		e.putBuf(pb, wakeSchedule)
 		pb = next
 	}
 }
@@ -234,7 +229,7 @@ func (c *Conn) list(l *pktList, pb *pktBuf) {
 // batch sent the packet, which then carries the QP's task (task.Carry).
 func (c *Conn) enqueue(pb *pktBuf, w wake, src *task.Task) {
 	if c.stopped.Load() {
-		c.e.putBuf(pb)
+		c.e.putBuf(pb, w)
 		return
 	}
 	resp := pb.pkt.Info.Has(FlagResponse)
@@ -343,7 +338,7 @@ func (c *Conn) next(in *inbox, l *pktList, q *pktQueue) *pktBuf {
 
 func (in *inbox) drain(e *Engine) {
 	for ; in.i < len(in.b); in.i++ {
-		e.putBuf(in.b[in.i])
+		e.putBuf(in.b[in.i], wakeSchedule)
 		in.b[in.i] = nil
 	}
 	in.b, in.i = in.b[:0], 0

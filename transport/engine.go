@@ -159,16 +159,16 @@ type Engine struct {
 	// from a task's batch: see Conn.deliver and Conn.PostSend.
 	callbacks atomic.Int32
 
-	// Magazines of packet buffers that tasks trade (see bufCache): a
-	// *sync.Pool each, which a test replaces with one that keeps all.
-	fullMags, emptyMags depot
-
 	// With an Inline executor, task Funcs run one at a time, on the
 	// goroutine draining it, and that role passes from one goroutine to the
-	// next through atomic operations: serial says so (see onDrainer), and
-	// the tasks share one stock of packet buffers, bufs.
+	// next through atomic operations. Packet buffers that tasks take and
+	// return then need no sync.Pool, whose shared queues cost locked
+	// instructions as soon as more than one buffer is out (a post list of
+	// 16 SENDs has 16): serial says so, and free is the tasks' own list.
+	// On a Pool, tasks use the stock of the goroutine running them
+	// (bufCache).
 	serial bool
-	bufs   bufCache
+	free   []*pktBuf
 }
 
 type portState struct {
@@ -203,8 +203,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 		cfg: cfg, clk: clock.OrReal(cfg.Clock), log: log, keys: cfg.Keys, mc: cfg.Mcast,
 		local: netdev.NewFramePool(maxFrame),
 	}
-	e.pool.New = e.newBuf
-	e.fullMags, e.emptyMags = new(sync.Pool), new(sync.Pool)
+	e.pool.New = func() any { return &pktBuf{own: make([]byte, 0, maxFrame)} }
 	_, e.serial = cfg.Exec.(*task.Inline)
 	e.port.Store(&portState{mtu: qp.MTU4096})
 	e.byQPN.Store(&map[uint32]*Conn{})
@@ -397,41 +396,37 @@ type pktBuf struct {
 }
 
 // onDrainer reports whether code that passes w runs where the tasks' own
-// packet lists may be used: in a task of this engine (wakeChain) while the tasks
+// lists may be used: in a task of this engine (wakeChain) while the tasks
 // run one at a time. Nothing checks the first half: wakeChain is passed
 // only by the requester, responder and completer (and what they call,
 // such as xmit), always inside a task's Func.
 func (e *Engine) onDrainer(w wake) bool { return w == wakeChain && e.serial }
 
-// newBuf is the engine's sync.Pool's New. Buffers taken from that pool
-// (packets received from a link) are freed by tasks into their stocks and
-// go on to the depot in magazines: when the pool runs dry, a full
-// magazine from the depot, if there is one, refills it rather than new
-// buffers.
-func (e *Engine) newBuf() any {
-	m, _ := e.fullMags.Get().(*magazine)
-	if m == nil {
-		return &pktBuf{own: make([]byte, 0, maxFrame)}
+// getBuf returns an empty packet buffer; w says where the caller runs
+// (see onDrainer).
+func (e *Engine) getBuf(w wake) *pktBuf {
+	if e.onDrainer(w) && len(e.free) > 0 {
+		n := len(e.free)
+		pb := e.free[n-1]
+		e.free[n-1] = nil
+		e.free = e.free[:n-1]
+		return pb
 	}
-	for m.n > 1 {
-		m.n--
-		e.pool.Put(m.b[m.n])
-		m.b[m.n] = nil
-	}
-	pb := m.b[0]
-	m.b[0], m.n = nil, 0
-	e.emptyMags.Put(m)
-	return pb
+	return e.pool.Get().(*pktBuf)
 }
 
-// getBuf returns an empty packet buffer from the engine's sync.Pool; tasks
-// use their own stocks (bufCache).
-func (e *Engine) getBuf() *pktBuf { return e.pool.Get().(*pktBuf) }
+// maxFree bounds the tasks' free list (a burst that needs more takes the
+// rest from the pool).
+const maxFree = 256
 
-// putBuf gives the packet's frame back to its link and the buffer to the
-// engine's sync.Pool; tasks use their own stocks (bufCache).
-func (e *Engine) putBuf(pb *pktBuf) {
+// putBuf gives the packet's frame back to its link and keeps the buffer
+// for reuse; w is as for getBuf.
+func (e *Engine) putBuf(pb *pktBuf, w wake) {
 	pb.reset()
+	if e.onDrainer(w) && len(e.free) < maxFree {
+		e.free = append(e.free, pb)
+		return
+	}
 	e.pool.Put(pb)
 }
 
@@ -474,7 +469,7 @@ func (e *Engine) ReceiveFrame(frame []byte) {
 }
 
 // wake says where the caller runs, and so how a packet it queues for a QP
-// wakes the QP's task (and whether it may use the task's list: onDrainer).
+// wakes the QP's task and where its packet buffers come from (onDrainer).
 type wake uint8
 
 const (
@@ -495,12 +490,12 @@ func (e *Engine) receiveFrame(frame []byte, rel netdev.Releaser, w wake, checked
 		return
 	}
 	end := fi.End()
-	pb := e.getBuf()
+	pb := e.getBuf(w)
 	pb.frame, pb.rel = frame, rel
 	if err := Parse(frame[fi.PayloadOff:end-ICRCLen], &pb.pkt); err != nil {
 		r, _ := DropReasonOf(err)
 		e.drop(nil, r)
-		e.putBuf(pb)
+		e.putBuf(pb, w)
 		return
 	}
 	pb.ipHdr = frame[fi.IPOff:fi.UDPOff]
@@ -510,7 +505,7 @@ func (e *Engine) receiveFrame(frame []byte, rel netdev.Releaser, w wake, checked
 		// does not cover the MAC, the destination GID decides (rxe's
 		// rxe_chk_dgid).
 		e.drop(nil, DropNotLocal)
-		e.putBuf(pb)
+		e.putBuf(pb, w)
 		return
 	}
 	e.deliver(pb, w)
@@ -542,12 +537,12 @@ func (e *Engine) deliver(pb *pktBuf, w wake) {
 	p := &pb.pkt
 	if p.PKey&^PKeyFullMember != DefaultPKey&^PKeyFullMember {
 		e.drop(nil, DropBadPKey)
-		e.putBuf(pb)
+		e.putBuf(pb, w)
 		return
 	}
 	if p.Info.Has(FlagCNP) {
 		e.drop(nil, DropNotSupported) // no congestion control
-		e.putBuf(pb)
+		e.putBuf(pb, w)
 		return
 	}
 	if p.DestQP == multicastQPN {
@@ -557,7 +552,7 @@ func (e *Engine) deliver(pb *pktBuf, w wake) {
 	c := e.lookup(p.DestQP)
 	if c == nil {
 		e.drop(nil, DropUnknownQP)
-		e.putBuf(pb)
+		e.putBuf(pb, w)
 		return
 	}
 	c.enqueue(pb, w, nil)
@@ -571,7 +566,7 @@ func (e *Engine) deliverMulticast(pb *pktBuf, w wake) {
 	if w == wakeHere {
 		w = wakeSchedule
 	}
-	defer e.putBuf(pb)
+	defer e.putBuf(pb, w)
 	if pb.pkt.Opcode.Class() != ClassUD {
 		e.drop(nil, DropQPType)
 		return
@@ -587,7 +582,7 @@ func (e *Engine) deliverMulticast(pb *pktBuf, w wake) {
 		if c == nil {
 			continue
 		}
-		cp := e.getBuf()
+		cp := e.getBuf(w)
 		cp.own = append(cp.own[:0], pb.pkt.Buf...)
 		cp.pkt = pb.pkt
 		cp.pkt.Buf = cp.own
@@ -716,7 +711,7 @@ func (e *Engine) xmitSpan(c *Conn, r *route, t txPkt, ib int, ext []byte, span u
 		peer := e.peerOf(r, pb.pkt.DestQP)
 		if peer == nil {
 			e.drop(nil, DropUnknownQP)
-			e.putBuf(pb)
+			e.putBuf(pb, wakeChain)
 			return
 		}
 		// xmit runs in a task of ours: the requester's (c.sendTask) for

@@ -11,90 +11,53 @@ import (
 	"github.com/softverbs/softverbs/qp"
 )
 
-// TestBufCache: a task's stock hands back the buffers it was given, last
-// first, cleared; it trades only whole magazines with the depot, and only
-// when both of its magazines are full (freeing) or empty (taking), so a
-// task freeing and taking around a magazine's edge never goes to it; and
-// what one task frees, another takes.
-func TestBufCache(t *testing.T) {
-	e, err := NewEngine(Config{Exec: task.NewInline(), Keys: keys.NewTable(8), Mcast: mcast.NewTable(4, 4)})
-	require.NoError(t, err)
-	// A sync.Pool may drop what it is given (at a GC; at random under the
-	// race detector): these keep everything.
-	e.fullMags, e.emptyMags = new(stack), new(stack)
-	depot := func() (n int) { // full magazines in the depot; takes them out
-		for m, _ := e.fullMags.Get().(*magazine); m != nil; m, _ = e.fullMags.Get().(*magazine) {
-			require.Equal(t, magSize, m.n, "a magazine in the depot is not full")
-			n++
+// TestTaskFreeList: buffers that tasks of an Inline engine return go on
+// the tasks' own list, up to maxFree, and come back from it; buffers
+// returned elsewhere, and every buffer of an engine on a Pool, go to the
+// sync.Pool.
+func TestTaskFreeList(t *testing.T) {
+	newEngine := func(ex task.Executor) *Engine {
+		e, err := NewEngine(Config{Exec: ex, Keys: keys.NewTable(8), Mcast: mcast.NewTable(4, 4)})
+		require.NoError(t, err)
+		return e
+	}
+	t.Run("inline", func(t *testing.T) {
+		e := newEngine(task.NewInline())
+		pb := e.getBuf(wakeChain)
+		pb.own = append(pb.own, 1, 2, 3)
+		e.putBuf(pb, wakeChain)
+		require.Len(t, e.free, 1)
+		require.Empty(t, pb.own, "a returned buffer is cleared")
+		require.Same(t, pb, e.getBuf(wakeChain))
+		require.Empty(t, e.free)
+
+		e.putBuf(pb, wakeSchedule) // not from a task: to the sync.Pool
+		require.Empty(t, e.free)
+
+		bufs := make([]*pktBuf, maxFree+3)
+		for i := range bufs {
+			bufs[i] = e.getBuf(wakeChain)
 		}
-		return n
-	}
-
-	var bc bufCache
-	pb := bc.get(e) // nothing stocked: from the engine's pool
-	pb.own = append(pb.own, 1, 2, 3)
-	bc.put(e, pb)
-	require.Empty(t, pb.own, "a returned buffer is cleared")
-	require.Same(t, pb, bc.get(e))
-	require.Zero(t, depot())
-
-	// Around a magazine's edge, freeing and taking trade nothing.
-	bufs := make([]*pktBuf, 2*magSize+1)
-	ours := make(map[*pktBuf]bool) // by identity: fresh buffers are all alike
-	for i := range bufs {
-		bufs[i] = e.getBuf()
-		ours[bufs[i]] = true
-	}
-	for _, b := range bufs[:magSize+1] {
-		bc.put(e, b)
-	}
-	for range 3 {
-		b1, b2 := bc.get(e), bc.get(e)
-		bc.put(e, b1)
-		bc.put(e, b2)
-	}
-	require.Zero(t, depot(), "traded a magazine at the edge")
-
-	// Two full magazines stay in the cache; one more buffer sends the
-	// older one to the depot, and another task takes its buffers.
-	for _, b := range bufs[magSize+1 : 2*magSize] {
-		bc.put(e, b)
-	}
-	require.Zero(t, depot(), "traded a magazine while one had room")
-	bc.put(e, bufs[2*magSize])
-	var other bufCache
-	for range magSize {
-		require.True(t, ours[other.get(e)], "another task did not get the freed buffers")
-	}
-	require.Zero(t, depot())
-
-	// Taking: the cache empties what it holds before it asks the depot.
-	for range magSize + 1 {
-		require.True(t, ours[bc.get(e)], "a buffer the cache held was not handed out")
-	}
-	require.Zero(t, bc.cur.n+bc.prev.n, "buffers left in the cache")
-	require.Nil(t, bc.cur.b[0], "an empty magazine still points at a buffer")
-}
-
-// stack is a depot that keeps what it is given.
-type stack []any
-
-func (s *stack) Put(x any) { *s = append(*s, x) }
-
-func (s *stack) Get() any {
-	if len(*s) == 0 {
-		return nil
-	}
-	x := (*s)[len(*s)-1]
-	*s = (*s)[:len(*s)-1]
-	return x
+		for _, b := range bufs {
+			e.putBuf(b, wakeChain)
+		}
+		require.Len(t, e.free, maxFree, "the list is bounded")
+	})
+	t.Run("pool", func(t *testing.T) {
+		p := task.NewPool(1)
+		defer p.Close()
+		e := newEngine(p)
+		pb := e.getBuf(wakeChain)
+		e.putBuf(pb, wakeChain)
+		require.Empty(t, e.free, "an engine on a Pool kept a buffer on the tasks' free list")
+	})
 }
 
 func TestPktListFIFO(t *testing.T) {
 	e, err := NewEngine(Config{Exec: task.NewInline(), Keys: keys.NewTable(8), Mcast: mcast.NewTable(4, 4)})
 	require.NoError(t, err)
 	var l pktList
-	bufs := []*pktBuf{e.getBuf(), e.getBuf(), e.getBuf()}
+	bufs := []*pktBuf{e.getBuf(wakeChain), e.getBuf(wakeChain), e.getBuf(wakeChain)}
 	for _, pb := range bufs {
 		l.push(pb)
 	}
@@ -105,6 +68,7 @@ func TestPktListFIFO(t *testing.T) {
 	l.push(bufs[0])
 	l.drain(e)
 	require.Nil(t, l.head)
+	require.Len(t, e.free, 1, "a drained packet goes back to the tasks' list")
 }
 
 // TestResetDropsLocalPackets: packets another task listed for a QP before
@@ -115,7 +79,7 @@ func TestPktListFIFO(t *testing.T) {
 func TestResetDropsLocalPackets(t *testing.T) {
 	h := newRCHarness(t)
 	list := func(l *pktList) *pktBuf { // as Conn.enqueue lists them
-		pb := h.e.getBuf()
+		pb := h.e.getBuf(wakeChain)
 		h.c.list(l, pb)
 		return pb
 	}
@@ -136,4 +100,56 @@ func TestResetDropsLocalPackets(t *testing.T) {
 	h.c.qp.Unlock()
 	require.Nil(t, resp, "a response from before the reset was taken")
 	require.Nil(t, h.c.respLocal.head, "a response from before the reset is still listed")
+}
+
+// TestBufCache: a goroutine's stock gives back the buffers it was given,
+// last first, cleared; it holds at most maxStock and hands the rest to the
+// engine; a nil stock is the engine's own buffers. On a Pool a task's
+// batch gets the stock of the goroutine running it, and a task between
+// batches holds none.
+func TestBufCache(t *testing.T) {
+	p := task.NewPool(1)
+	defer p.Close()
+	e, err := NewEngine(Config{Exec: p, Keys: keys.NewTable(8), Mcast: mcast.NewTable(4, 4)})
+	require.NoError(t, err)
+
+	var bc bufCache
+	pb := bc.get(e) // empty: from the engine
+	pb.own = append(pb.own, 1, 2, 3)
+	bc.put(e, pb)
+	require.Empty(t, pb.own, "a returned buffer is cleared")
+	require.Same(t, pb, bc.get(e))
+
+	bufs := make([]*pktBuf, maxStock+3)
+	for i := range bufs {
+		bufs[i] = e.getBuf(wakeSchedule)
+	}
+	for _, b := range bufs {
+		bc.put(e, b)
+	}
+	require.Len(t, bc.b, maxStock, "the stock is bounded")
+	require.Same(t, bufs[maxStock-1], bc.get(e), "last in, first out")
+
+	var none *bufCache
+	none.put(e, pb) // the engine's: no panic
+	require.NotNil(t, none.get(e))
+
+	var stocks []*bufCache
+	var tk *task.Task
+	tk = task.New(p, "t", func() bool {
+		stocks = append(stocks, e.stockFor(tk))
+		return false
+	})
+	tk.RunHere()
+	require.Len(t, stocks, 1)
+	require.NotNil(t, stocks[0], "a batch the caller runs has no stock")
+	require.Nil(t, tk.Local(), "an idle task still holds its goroutine's stock")
+
+	inline, err := NewEngine(Config{Exec: task.NewInline(), Keys: keys.NewTable(8), Mcast: mcast.NewTable(4, 4)})
+	require.NoError(t, err)
+	var it *task.Task
+	var got *bufCache
+	it = task.New(task.NewInline(), "i", func() bool { got = inline.stockFor(it); return false })
+	it.Schedule()
+	require.Nil(t, got, "an Inline engine's tasks use its free list")
 }

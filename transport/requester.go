@@ -54,6 +54,7 @@ func (c *Conn) runSend() bool {
 // sendBatchUnlock is the send task's batch for a caller holding the QP
 // lock, which it releases; it reports whether work is left.
 func (c *Conn) sendBatchUnlock() bool {
+	c.sendBufs = c.e.stockFor(c.sendTask)
 	h := c.e.hold()
 	defer flush(h, false)
 	more := c.completeLocked()
@@ -62,6 +63,7 @@ func (c *Conn) sendBatchUnlock() bool {
 	}
 	c.qp.Unlock()
 	c.deliver(&c.sout, c.sendTask)
+	c.sendBufs = nil // the goroutine's, not the QP's
 	c.signalRan()
 	return more
 }

@@ -87,6 +87,7 @@ const recvBatch = 64
 
 // runRecv is the receive task: the responder.
 func (c *Conn) runRecv() bool {
+	c.recvBufs = c.e.stockFor(c.recvTask)
 	h := c.e.hold()
 	q := c.qp
 	q.Lock()
@@ -101,6 +102,7 @@ func (c *Conn) runRecv() bool {
 	// NAKs go at once.
 	defer flush(h, !urgent)
 	c.deliver(&c.rout, c.recvTask)
+	c.recvBufs = nil // the goroutine's, not the QP's
 	c.signalRan()
 	return more
 }

@@ -74,7 +74,7 @@ func (h *rcHarness) respond(t *testing.T, psn PSN, syn Syndrome) {
 	b := make([]byte, info.HdrLen)
 	BTH(b).Init(RCAck, DefaultPKey, h.c.qp.Num(), psn)
 	AETH(b[info.Offset(HdrAETH):]).SetSyndrome(syn)
-	pb := h.e.getBuf()
+	pb := h.e.getBuf(wakeSchedule)
 	pb.own = append(pb.own[:0], b...)
 	require.NoError(t, Parse(pb.own, &pb.pkt))
 	pb.src = h.peer

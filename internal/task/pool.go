@@ -19,7 +19,8 @@ type Pool struct {
 	closed   bool
 	sleepers int // workers parked in work.Wait: enqueue signals only then
 
-	wg sync.WaitGroup // running workers
+	wg     sync.WaitGroup // running workers
+	locals sync.Pool      // *Local lent to callers that run a batch (Claim)
 }
 
 // NewPool starts a pool with the given number of workers; workers <= 0 means
@@ -75,8 +76,20 @@ func (p *Pool) enqueueList(l list) {
 	}
 }
 
+// borrow returns a Local for a caller that runs a batch itself.
+func (p *Pool) borrow() *Local {
+	if l, _ := p.locals.Get().(*Local); l != nil {
+		return l
+	}
+	return new(Local)
+}
+
+// giveBack returns what borrow lent; the garbage collector may take it.
+func (p *Pool) giveBack(l *Local) { p.locals.Put(l) }
+
 func (p *Pool) worker() {
 	defer p.wg.Done()
+	local := new(Local)
 	p.mu.Lock()
 	for {
 		// No spinning while idle: a worker that yields in a loop keeps the
@@ -93,7 +106,8 @@ func (p *Pool) worker() {
 		}
 		t := p.q.pop()
 		p.mu.Unlock()
-		runCarried(t.run())
+		t.local = local
+		runCarried(t.run(), local)
 		p.mu.Lock()
 	}
 }

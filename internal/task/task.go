@@ -41,6 +41,8 @@ type Task struct {
 	// carry holds the tasks handed to the goroutine running this one's
 	// batch (Carry); only that goroutine touches it.
 	carry list
+	// local is what the goroutine running the batch lends it (Local).
+	local *Local
 
 	// stopMu and stopped let Stop wait for a running fn; only used by Stop.
 	stopMu  sync.Mutex
@@ -143,8 +145,8 @@ func (t *Task) takeCarry() list {
 const carryBudget = 64
 
 // runCarried runs a carry list taken with takeCarry, then the tasks those
-// carry in turn, in order, up to carryBudget batches.
-func runCarried(l list) {
+// carry in turn, in order, up to carryBudget batches, lending them local.
+func runCarried(l list, local *Local) {
 	for n := 0; ; n++ {
 		h := l.pop()
 		if h == nil {
@@ -158,6 +160,7 @@ func runCarried(l list) {
 		// What is still to run here goes on h's carry list, ahead of
 		// what h carries: a Spill in h's batch hands it on too.
 		h.carry = l
+		h.local = local
 		l = h.run()
 	}
 }
@@ -173,6 +176,19 @@ func (t *Task) Spill() {
 		t.ex.(*Pool).enqueueList(l)
 	}
 }
+
+// Local is what a goroutine that runs a Pool's tasks lends the batches it
+// runs, one after another: a place for caches that belong with the
+// goroutine (with the CPU it runs on) rather than with a task, so that an
+// idle task holds nothing. Each worker has its own; a caller that runs a
+// batch itself (Claim, RunHere) borrows one for the batch and what it
+// carries. The executor never looks at V.
+type Local struct{ V any }
+
+// Local returns what the goroutine running t's batch lends it; call it only
+// from the batch. It is nil on an Inline executor, whose tasks run one at
+// a time and can share what they need.
+func (t *Task) Local() *Local { return t.local }
 
 // markQueued moves an idle task to queued and reports true, which obliges
 // the caller to put it on its executor's queue; it arms a busy task, and
@@ -243,6 +259,7 @@ func (t *Task) Claim() Claim {
 	switch e := t.ex.(type) {
 	case *Pool:
 		if t.state.CompareAndSwap(stateIdle, stateBusy) {
+			t.local = e.borrow()
 			return ClaimRun
 		}
 	case *Inline:
@@ -269,12 +286,14 @@ func (t *Task) Claim() Claim {
 func (t *Task) Release(c Claim, more bool) {
 	switch c {
 	case ClaimRun:
-		c := t.takeCarry()
+		c, local := t.takeCarry(), t.local
+		t.local = nil // an idle task holds nothing
 		t.finish(more)
 		if e, ok := t.ex.(*Inline); ok {
 			e.drain()
 		} else {
-			runCarried(c)
+			runCarried(c, local)
+			t.ex.(*Pool).giveBack(local)
 		}
 	case claimDrain:
 		// t is queued on the stack (drain runs it) or stopped.
@@ -331,6 +350,7 @@ func (t *Task) run() (carried list) {
 	more := t.fn()
 	// Before finish: once finished, t may run on another goroutine.
 	carried = t.takeCarry()
+	t.local = nil // an idle task holds nothing
 	t.finish(more)
 	return carried
 }
