@@ -34,11 +34,7 @@ func TestTaskFreeList(t *testing.T) {
 		e.putBuf(pb, wakeSchedule) // not from a task: to the sync.Pool
 		require.Empty(t, e.free)
 
-		bufs := make([]*pktBuf, maxFree+3)
-		for i := range bufs {
-			bufs[i] = e.getBuf(wakeChain)
-		}
-		for _, b := range bufs {
+		for _, b := range takeBufs(e, maxFree+3, wakeChain) {
 			e.putBuf(b, wakeChain)
 		}
 		require.Len(t, e.free, maxFree, "the list is bounded")
@@ -120,10 +116,7 @@ func TestBufCache(t *testing.T) {
 	require.Empty(t, pb.own, "a returned buffer is cleared")
 	require.Same(t, pb, bc.get(e))
 
-	bufs := make([]*pktBuf, maxStock+3)
-	for i := range bufs {
-		bufs[i] = e.getBuf(wakeSchedule)
-	}
+	bufs := takeBufs(e, maxStock+3, wakeSchedule)
 	for _, b := range bufs {
 		bc.put(e, b)
 	}
@@ -152,4 +145,13 @@ func TestBufCache(t *testing.T) {
 	it = task.New(task.NewInline(), "i", func() bool { got = inline.stockFor(it); return false })
 	it.Schedule()
 	require.Nil(t, got, "an Inline engine's tasks use its free list")
+}
+
+// takeBufs takes n buffers from e as w says.
+func takeBufs(e *Engine, n int, w wake) []*pktBuf {
+	bufs := make([]*pktBuf, n)
+	for i := range bufs {
+		bufs[i] = e.getBuf(w)
+	}
+	return bufs
 }
