@@ -161,7 +161,8 @@ func (pq *pktQueue) takeAll(b []*pktBuf) []*pktBuf {
 }
 
 // pktList is a FIFO of packets with no synchronisation, for packets that
-// tasks of a serial engine pass to one another.
+// one task hands another when the goroutine handing them will run the
+// other next: an Inline drainer, or a carrier (task.TryCarry).
 type pktList struct {
 	head, tail *pktBuf
 }
@@ -237,15 +238,18 @@ func (c *Conn) enqueue(pb *pktBuf, w wake, src *task.Task) {
 	if resp {
 		t = c.sendTask
 	}
+	q, l := &c.reqQ, &c.reqLocal
+	if resp {
+		q, l = &c.respQ, &c.respLocal
+	}
 	// The list needs no atomics when the tasks run one at a time and we
 	// are one (own), or when t's next batch runs here after ours
-	// (carried): t takes it then.
+	// (carried): t takes it then. t takes its list before its queue, so a
+	// carried packet is listed only behind an empty queue: an earlier one
+	// of ours may wait there (queued while t was busy elsewhere, carried
+	// when t went idle before our Carry).
 	own := c.e.onDrainer(w)
-	if own || src != nil && t.TryCarry(src) {
-		l := &c.reqLocal
-		if resp {
-			l = &c.respLocal
-		}
+	if own || src != nil && q.empty() && t.TryCarry(src) {
 		c.list(l, pb)
 		if c.stopped.Load() {
 			// Stop ran meanwhile: nothing will take it. (Stop cannot
@@ -258,10 +262,6 @@ func (c *Conn) enqueue(pb *pktBuf, w wake, src *task.Task) {
 			t.Chain()
 		}
 		return
-	}
-	q := &c.reqQ
-	if resp {
-		q = &c.respQ
 	}
 	q.push(pb)
 	if c.stopped.Load() {

@@ -98,6 +98,33 @@ func TestResetDropsLocalPackets(t *testing.T) {
 	require.Nil(t, h.c.respLocal.head, "a response from before the reset is still listed")
 }
 
+// TestCarriedAfterQueued: on a Pool, a sender's packet that went to the
+// receiver's queue while its task was busy elsewhere, followed by Carry
+// once that task went idle, stays ahead of the sender's next packet, which
+// TryCarry would otherwise list (and the task takes its list first).
+func TestCarriedAfterQueued(t *testing.T) {
+	p := task.NewPool(1)
+	p.Close() // no worker runs anything: the test drives the tasks
+	e, err := NewEngine(Config{Exec: p, Keys: keys.NewTable(8), Mcast: mcast.NewTable(4, 4)})
+	require.NoError(t, err)
+	c := newTestConn(t, e)
+	src := task.New(p, "src", func() bool { return false })
+	pkt := func() *pktBuf {
+		pb := e.getBuf(wakeChain)
+		pb.pkt.Info = RCSendOnly.Info()
+		return pb
+	}
+	p1, p2 := pkt(), pkt()
+	c.reqQ.push(p1)       // enqueue's queue path, the responder busy ...
+	c.recvTask.Carry(src) // ... and idle again by the time it carries it
+	c.enqueue(p2, wakeChain, src)
+	c.qp.Lock()
+	first, second := c.popReq(), c.popReq()
+	c.qp.Unlock()
+	require.Same(t, p1, first, "the later packet overtook the queued one")
+	require.Same(t, p2, second)
+}
+
 // TestBufCache: a goroutine's stock gives back the buffers it was given,
 // last first, cleared; it holds at most maxStock and hands the rest to the
 // engine; a nil stock is the engine's own buffers. On a Pool a task's

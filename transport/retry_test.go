@@ -35,16 +35,8 @@ func newRCHarness(t *testing.T) *rcHarness {
 	require.NoError(t, err)
 	peer := netip.MustParseAddr("198.18.0.1")
 	require.NoError(t, e.SetPort(PortConfig{Addrs: []netip.Addr{peer}}))
-	scq, err := cq.New(64)
-	require.NoError(t, err)
-	q, err := qp.New(0x11, qp.Config{
-		Type: qp.RC, PD: keys.NewPD(1), SendCQ: scq, RecvCQ: scq, Keys: kt,
-		Cap:    qp.Cap{MaxSendWR: 16, MaxRecvWR: 1, MaxInlineData: 64},
-		Limits: &qp.Limits{MaxMTU: qp.MTU4096, MaxRdAtomic: 1, MaxDestRdAtomic: 1, PkeyTableLen: 1, GIDTableLen: 1, Ports: 1},
-	})
-	require.NoError(t, err)
-	c, err := e.NewConn(q)
-	require.NoError(t, err)
+	c := newTestConn(t, e)
+	q, scq := c.qp, c.qp.SendCQ()
 	for _, a := range []qp.Attr{
 		{State: qp.Init, Port: 1},
 		{State: qp.RTR, PathMTU: qp.MTU1024, DestQPN: 0x99, MaxDestRdAtomic: 1, MinRNRTimer: 1,
@@ -54,6 +46,23 @@ func newRCHarness(t *testing.T) *rcHarness {
 		require.NoError(t, c.Modify(&a, qp.RequiredAttrs(qp.RC, q.State(), a.State)), "to %v", a.State)
 	}
 	return &rcHarness{e: e, c: c, clk: clk, cq: scq, peer: peer}
+}
+
+// newTestConn returns a Conn on e for a new RC QP (QPN 0x11, in RESET)
+// whose CQ, for sends and receives, has 64 entries.
+func newTestConn(t *testing.T, e *Engine) *Conn {
+	t.Helper()
+	scq, err := cq.New(64)
+	require.NoError(t, err)
+	q, err := qp.New(0x11, qp.Config{
+		Type: qp.RC, PD: keys.NewPD(1), SendCQ: scq, RecvCQ: scq, Keys: e.keys,
+		Cap:    qp.Cap{MaxSendWR: 16, MaxRecvWR: 1, MaxInlineData: 64},
+		Limits: &qp.Limits{MaxMTU: qp.MTU4096, MaxRdAtomic: 1, MaxDestRdAtomic: 1, PkeyTableLen: 1, GIDTableLen: 1, Ports: 1},
+	})
+	require.NoError(t, err)
+	c, err := e.NewConn(q)
+	require.NoError(t, err)
+	return c
 }
 
 // send posts signaled inline SENDs of one packet each.
