@@ -181,6 +181,16 @@ func ranAfter(returned <-chan struct{}, after *atomic.Bool, done chan<- struct{}
 	}
 }
 
+// waitDone waits for done, failing if a task that should run never does.
+func waitDone(t *testing.T, done <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-done:
+	case <-time.After(waitFor):
+		t.Fatal("the spilled task never ran")
+	}
+}
+
 // TestPoolSpill: Spill in a batch hands what the batch carries, and what
 // its carrier was to run after it, to the pool's workers.
 func TestPoolSpill(t *testing.T) {
@@ -198,7 +208,7 @@ func TestPoolSpill(t *testing.T) {
 		})
 		src.RunHere()
 		close(returned)
-		<-done
+		waitDone(t, done)
 		require.True(t, after.Load(), "the carrier ran what its batch spilled")
 	})
 	t.Run("remainder", func(t *testing.T) {
@@ -217,33 +227,104 @@ func TestPoolSpill(t *testing.T) {
 		})
 		src.RunHere()
 		close(returned)
-		<-done
+		waitDone(t, done)
 		require.True(t, after.Load(), "the carrier ran what a's batch spilled")
 	})
 }
 
 // TestPoolCarryBudget: a chain that keeps carrying returns to its caller
-// after a bounded number of batches; the pool runs the rest.
+// after the claimed batch and CarryBudget carried ones; the rest goes to
+// the pool's queue, and the pool runs it.
 func TestPoolCarryBudget(t *testing.T) {
-	p := task.NewPool(2)
+	for _, open := range []bool{false, true} {
+		p := task.NewPool(2)
+		if !open {
+			p.Close() // nothing runs but what the caller runs
+		}
+		const rounds = 1000
+		var n atomic.Int32
+		var x, y *task.Task
+		x = task.New(p, "x", func() bool {
+			if n.Add(1) < rounds {
+				y.Carry(x)
+			}
+			return false
+		})
+		y = task.New(p, "y", func() bool {
+			if n.Add(1) < rounds {
+				x.Carry(y)
+			}
+			return false
+		})
+		x.RunHere()
+		if !open {
+			require.EqualValues(t, 1+task.CarryBudget, n.Load(), "batches run on the caller")
+			continue
+		}
+		require.Eventually(t, func() bool { return n.Load() == rounds }, waitFor, time.Millisecond,
+			"the pool did not run what the budget left")
+		p.Close()
+	}
+}
+
+// TestPoolStoppedCarriedHandsOn: a carried task stopped before its turn
+// is skipped, and what the carrier was to run after it still runs.
+func TestPoolStoppedCarriedHandsOn(t *testing.T) {
+	p := task.NewPool(1)
+	p.Close() // only the caller runs tasks
+	aFn, aRuns := counted(func() bool { return false })
+	bFn, bRuns := counted(func() bool { return false })
+	a, b := task.New(p, "a", aFn), task.New(p, "b", bFn)
+	var src *task.Task
+	src = task.New(p, "src", func() bool {
+		a.Carry(src)
+		b.Carry(src)
+		a.Stop() // queued: stops at once
+		return false
+	})
+	src.RunHere()
+	require.Zero(t, aRuns.Load(), "a stopped task ran")
+	require.EqualValues(t, 1, bRuns.Load(), "the task carried after a stopped one was lost")
+}
+
+// TestCarryAcrossExecutorsPanics: a batch cannot carry a task of another
+// executor, which it would never run.
+func TestCarryAcrossExecutorsPanics(t *testing.T) {
+	p := task.NewPool(1)
 	defer p.Close()
-	const rounds = 1000
-	var n atomic.Int32
-	var x, y *task.Task
-	x = task.New(p, "x", func() bool {
-		if n.Add(1) < rounds {
-			y.Carry(x)
-		}
+	other := task.New(task.NewInline(), "other", func() bool { return false })
+	var src *task.Task
+	var got any
+	src = task.New(p, "src", func() bool {
+		defer func() { got = recover() }()
+		other.Carry(src)
 		return false
 	})
-	y = task.New(p, "y", func() bool {
-		if n.Add(1) < rounds {
-			x.Carry(y)
-		}
-		return false
-	})
-	x.RunHere()
-	ranHere := n.Load()
-	require.Less(t, ranHere, int32(rounds), "the whole chain ran on the caller")
-	require.Eventually(t, func() bool { return n.Load() == rounds }, waitFor, time.Millisecond)
+	src.RunHere()
+	require.Equal(t, "task: src carries other, which is on another executor", got)
+}
+
+// TestPoolLocal: a worker's batch and a caller's (RunHere) get a Local, and
+// the task gives it up with its batch; on Inline there is none.
+func TestPoolLocal(t *testing.T) {
+	p := task.NewPool(1)
+	defer p.Close()
+	seen := make(chan *task.Local, 2)
+	var tk *task.Task
+	tk = task.New(p, "t", func() bool { seen <- tk.Local(); return false })
+	tk.RunHere()
+	require.NotNil(t, <-seen, "RunHere's batch got no Local")
+	require.Nil(t, tk.Local(), "an idle task still holds the Local RunHere lent")
+	tk.Schedule()
+	select {
+	case l := <-seen:
+		require.NotNil(t, l, "a worker's batch got no Local")
+	case <-time.After(waitFor):
+		t.Fatal("the scheduled task never ran")
+	}
+	var it *task.Task
+	ran := false
+	it = task.New(task.NewInline(), "i", func() bool { ran = true; require.Nil(t, it.Local()); return false })
+	it.Schedule()
+	require.True(t, ran)
 }

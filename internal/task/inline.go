@@ -52,7 +52,7 @@ func (e *Inline) becomeIdleDrainer() bool {
 func (e *Inline) enqueue(t *Task) {
 	// With nothing queued and nobody draining, t would be the whole queue.
 	if e.becomeIdleDrainer() {
-		t.run()
+		t.run(nil)
 		e.drain()
 		return
 	}
@@ -112,7 +112,7 @@ func (e *Inline) drain() {
 			if t == nil {
 				break
 			}
-			t.run()
+			t.run(nil)
 		}
 		e.draining.Store(false)
 		// Queued after our last look by a goroutine that saw us draining?

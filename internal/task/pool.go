@@ -11,7 +11,8 @@ import (
 // Close stops the workers. Tasks that are still queued when the pool closes,
 // or that are scheduled afterwards, stay queued and never run; Stop on such a
 // task returns at once. A task carried by a goroutine (Carry) is run by that
-// goroutine, whether the pool is closed or not.
+// goroutine, whether the pool is closed or not, unless it is handed to the
+// queue (Spill, or past the carry budget).
 type Pool struct {
 	mu       sync.Mutex // guards the fields below
 	work     sync.Cond  // signalled when q gains a task or the pool closes
@@ -106,8 +107,7 @@ func (p *Pool) worker() {
 		}
 		t := p.q.pop()
 		p.mu.Unlock()
-		t.local = local
-		runCarried(t.run(), local)
+		runCarried(t.run(local), local)
 		p.mu.Lock()
 	}
 }

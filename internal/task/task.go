@@ -1,6 +1,7 @@
 package task
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 )
@@ -124,6 +125,11 @@ func (t *Task) TryCarry(src *Task) bool {
 
 // carried puts t, just moved to queued, where src's goroutine runs it.
 func (t *Task) carried(src *Task) {
+	if t.ex != src.ex {
+		// src's executor would never run t (an Inline drainer ignores
+		// carry lists), or t would join another drainer's list.
+		panic("task: " + src.name + " carries " + t.name + ", which is on another executor")
+	}
 	if _, ok := t.ex.(*Pool); ok {
 		src.carry.add(t)
 	} else {
@@ -139,29 +145,28 @@ func (t *Task) takeCarry() list {
 	return c
 }
 
-// carryBudget bounds the carried batches one goroutine runs in a row, so
-// that a chain that keeps waking tasks (a ping-pong driven from CQ
-// handlers, say) returns to its caller; the rest go to the pool's queue.
+// carryBudget bounds the carried batches one runCarried call (a worker's
+// turn, a Release) runs, so that a chain that keeps waking tasks (a
+// ping-pong driven from CQ handlers, say) returns to its caller; the rest
+// go to the pool's queue. A Release nested in a batch starts afresh: the
+// transport spills what a post from a callback carries (Conn.PostSend).
 const carryBudget = 64
 
 // runCarried runs a carry list taken with takeCarry, then the tasks those
 // carry in turn, in order, up to carryBudget batches, lending them local.
 func runCarried(l list, local *Local) {
-	for n := 0; ; n++ {
+	for range carryBudget {
 		h := l.pop()
 		if h == nil {
-			return
-		}
-		if n == carryBudget {
-			l.push(h)
-			h.ex.(*Pool).enqueueList(l)
 			return
 		}
 		// What is still to run here goes on h's carry list, ahead of
 		// what h carries: a Spill in h's batch hands it on too.
 		h.carry = l
-		h.local = local
-		l = h.run()
+		l = h.run(local)
+	}
+	if l.head != nil {
+		l.head.ex.(*Pool).enqueueList(l)
 	}
 }
 
@@ -339,14 +344,16 @@ func (t *Task) waitStopped() {
 }
 
 // run is called by an executor for a task it took off its run queue. It runs
-// fn once, then leaves the task idle, requeues it, or completes a Stop. It
-// returns the tasks the batch carried (Carry), for the caller to run.
-func (t *Task) run() (carried list) {
+// fn once, lending it local (nil on Inline), then leaves the task idle,
+// requeues it, or completes a Stop. It returns the tasks the batch carried
+// (Carry), for the caller to run.
+func (t *Task) run(local *Local) (carried list) {
 	if !t.state.CompareAndSwap(stateQueued, stateBusy) {
 		// Stopped while queued. Its carry list holds what a carrier
 		// attached to it (runCarried): hand that back.
 		return t.takeCarry()
 	}
+	t.local = local
 	more := t.fn()
 	// Before finish: once finished, t may run on another goroutine.
 	carried = t.takeCarry()
@@ -381,7 +388,7 @@ func (t *Task) finish(more bool) {
 			t.stopMu.Unlock()
 			return
 		default:
-			panic("task: impossible state after run")
+			panic(fmt.Sprintf("task %s: state %d after its batch", t.name, t.state.Load()))
 		}
 	}
 }
@@ -398,28 +405,6 @@ func (l *list) add(t *Task) {
 		l.tail.next = t
 	}
 	l.tail = t
-}
-
-// push puts t at the front.
-func (l *list) push(t *Task) {
-	t.next = l.head
-	l.head = t
-	if l.tail == nil {
-		l.tail = t
-	}
-}
-
-// cat appends the tasks of m.
-func (l *list) cat(m list) {
-	if m.head == nil {
-		return
-	}
-	if l.tail == nil {
-		l.head = m.head
-	} else {
-		l.tail.next = m.head
-	}
-	l.tail = m.tail
 }
 
 // has reports whether t is on l.

@@ -2,7 +2,6 @@ package task_test
 
 import (
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -585,17 +584,16 @@ func TestInlineRunHereWhenIdle(t *testing.T) {
 // task to run again meanwhile, runs at Release, in call order.
 func TestInlineClaim(t *testing.T) {
 	for _, tc := range []struct {
-		name     string
-		during   func(self, other *task.Task) // inside the claimed batch
-		more     bool
-		want     string
-		wantRuns int // runs of the claimed task's fn after Release
+		name   string
+		during func(self, other *task.Task) // inside the claimed batch
+		more   bool
+		want   string // the fns run after Release, in order
 	}{
 		{name: "alone", during: func(_, _ *task.Task) {}, want: ""},
 		{name: "chains another", during: func(_, o *task.Task) { o.Chain() }, want: "o"},
-		{name: "scheduled meanwhile", during: func(s, _ *task.Task) { s.Schedule() }, want: "s", wantRuns: 1},
-		{name: "more", during: func(_, _ *task.Task) {}, more: true, want: "s", wantRuns: 1},
-		{name: "chains, then more", during: func(_, o *task.Task) { o.Chain() }, more: true, want: "os", wantRuns: 1},
+		{name: "scheduled meanwhile", during: func(s, _ *task.Task) { s.Schedule() }, want: "s"},
+		{name: "more", during: func(_, _ *task.Task) {}, more: true, want: "s"},
+		{name: "chains, then more", during: func(_, o *task.Task) { o.Chain() }, more: true, want: "os"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ex := task.NewInline()
@@ -609,7 +607,6 @@ func TestInlineClaim(t *testing.T) {
 			require.Empty(t, order, "nothing runs inside the claimed batch")
 			self.Release(c, tc.more)
 			require.Equal(t, tc.want, order)
-			require.Equal(t, tc.wantRuns, strings.Count(order, "s"))
 			require.True(t, ex.Idle())
 		})
 	}

@@ -1,0 +1,4 @@
+package task
+
+// CarryBudget is carryBudget, for the external tests.
+const CarryBudget = carryBudget
