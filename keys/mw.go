@@ -110,9 +110,6 @@ func (t *Table) bindMW(mw *MW, mr *MR, addr, length uint64, access Access, key u
 	if mw == nil || mw.table != t || (mr != nil && mr.table != t) {
 		return 0, fmt.Errorf("bind mw: nil or foreign argument: %w", ErrInvalidArgument)
 	}
-	if next && mw.Type != MWType1 {
-		return 0, fmt.Errorf("bind mw %#x: %s window: %w: type 2 windows are bound with a BIND_MW work request", mw.Rkey, mw.Type, ErrInvalidArgument)
-	}
 	if bad := access & (ZeroBased | MWBind | ^allAccess); bad != 0 {
 		return 0, fmt.Errorf("bind mw: window access %s: %w", bad, ErrInvalidArgument)
 	}
@@ -121,17 +118,19 @@ func (t *Table) bindMW(mw *MW, mr *MR, addr, length uint64, access Access, key u
 	if mw.dead {
 		return 0, fmt.Errorf("bind mw %#x: window deallocated: %w", mw.Rkey, ErrInvalidState)
 	}
-	if next {
-		key = uint8(mw.Rkey) + 1
-	}
 	if mw.Type == MWType2 {
 		switch {
+		case next:
+			return 0, fmt.Errorf("bind mw %#x: %s window: %w: type 2 windows are bound with a BIND_MW work request", mw.Rkey, mw.Type, ErrInvalidArgument)
 		case mw.mr != nil:
 			return 0, fmt.Errorf("bind mw %#x: type 2 window is bound, invalidate it first: %w", mw.Rkey, ErrInvalidState)
 		case mr == nil || length == 0:
 			return 0, fmt.Errorf("bind mw %#x: type 2 bind needs an mr and a length: %w", mw.Rkey, ErrInvalidArgument)
 		}
-	} else if length == 0 {
+	} else if next {
+		key = uint8(mw.Rkey) + 1
+	}
+	if mw.Type == MWType1 && length == 0 {
 		mw.unbindLocked()
 		mw.Rkey = mw.Rkey&^0xff | uint32(key)
 		return mw.Rkey, nil

@@ -150,6 +150,37 @@ func TestBindMWNextKey(t *testing.T) {
 	require.ErrorIs(t, err, ErrInvalidArgument)
 }
 
+// TestBindMWNextKeyType2Race: the refusal of a type-2 window reads its
+// rkey (for the error) under the table lock, where BIND_MW work requests
+// write it; run under the race detector (make race).
+func TestBindMWNextKeyType2Race(t *testing.T) {
+	tb := NewTable(8)
+	pd := NewPD(1)
+	const base = 0x10000
+	mr := regMR(t, tb, pd, 4096, base, LocalWrite|MWBind)
+	mw, err := tb.AllocMW(pd, MWType2)
+	require.NoError(t, err)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 200 {
+			rkey, err := tb.BindMW(mw, mr, base, 64, RemoteRead, uint8(i))
+			if err == nil {
+				err = tb.Invalidate(pd, rkey)
+			}
+			if err != nil {
+				t.Errorf("bind %d: %v", i, err)
+				return
+			}
+		}
+	}()
+	for range 200 {
+		_, err := tb.BindMWNextKey(mw, mr, base, 64, RemoteRead)
+		require.ErrorIs(t, err, ErrInvalidArgument)
+	}
+	<-done
+}
+
 // TestBindMWNextKeyConcurrent: the key byte is read under the table lock,
 // so binds racing on one window each get their own key byte.
 func TestBindMWNextKeyConcurrent(t *testing.T) {
