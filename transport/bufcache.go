@@ -23,7 +23,7 @@ type bufCache struct{ b []*pktBuf }
 
 // stockFor returns the stock for the batch of t that is running, which is
 // what the goroutine running it lends it; nil on an Inline engine.
-func (e *Engine) stockFor(t *task.Task) *bufCache {
+func stockFor(t *task.Task) *bufCache {
 	l := t.Local()
 	if l == nil {
 		return nil

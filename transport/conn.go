@@ -190,10 +190,18 @@ func (l *pktList) takeAll(b []*pktBuf) []*pktBuf {
 }
 
 // drain frees the listed packets; only a task may call it.
-func (l *pktList) drain(e *Engine) { l.dropOlder(^uint32(0), e) }
+func (l *pktList) drain(e *Engine) {
+	for pb := l.head; pb != nil; {
+		next := pb.next
+		pb.next = nil
+		e.putBuf(pb, wakeChain)
+		pb = next
+	}
+	l.head, l.tail = nil, nil
+}
 
-// dropOlder frees the listed packets of a generation other than gen (all
-// of them if gen is ^0); only a task may call it.
+// dropOlder frees the listed packets of a generation other than gen; only
+// a task may call it.
 func (l *pktList) dropOlder(gen uint32, e *Engine) {
 	var keep pktList
 	for pb := l.head; pb != nil; {

@@ -54,7 +54,7 @@ func (c *Conn) runSend() bool {
 // sendBatchUnlock is the send task's batch for a caller holding the QP
 // lock, which it releases; it reports whether work is left.
 func (c *Conn) sendBatchUnlock() bool {
-	c.sendBufs = c.e.stockFor(c.sendTask)
+	c.sendBufs = stockFor(c.sendTask)
 	h := c.e.hold()
 	defer flush(h, false)
 	more := c.completeLocked()

@@ -87,7 +87,7 @@ const recvBatch = 64
 
 // runRecv is the receive task: the responder.
 func (c *Conn) runRecv() bool {
-	c.recvBufs = c.e.stockFor(c.recvTask)
+	c.recvBufs = stockFor(c.recvTask)
 	h := c.e.hold()
 	q := c.qp
 	q.Lock()
