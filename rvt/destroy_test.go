@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -218,12 +219,22 @@ type groupLink struct {
 	*netdev.FabricPort
 	mu  sync.Mutex
 	log []string // "join <group>" or "leave <group>"
+	// onLeave, if set, runs inside LeaveGroup after the leave is logged
+	// (set it before the call that leaves).
+	onLeave func()
 }
 
 var _ netdev.GroupJoiner = (*groupLink)(nil)
 
-func (l *groupLink) JoinGroup(g netip.Addr) error  { return l.record("join " + g.String()) }
-func (l *groupLink) LeaveGroup(g netip.Addr) error { return l.record("leave " + g.String()) }
+func (l *groupLink) JoinGroup(g netip.Addr) error { return l.record("join " + g.String()) }
+
+func (l *groupLink) LeaveGroup(g netip.Addr) error {
+	err := l.record("leave " + g.String())
+	if l.onLeave != nil {
+		l.onLeave()
+	}
+	return err
+}
 
 func (l *groupLink) record(s string) error {
 	l.mu.Lock()
@@ -330,6 +341,33 @@ func TestAttachRacesDestroy(t *testing.T) {
 		require.Zero(t, n.d.mc.Groups(), "round %d: destroyed QP %#x left in a group (attach error %v)", i, q.Num(), attachErr)
 		require.Zero(t, link.netJoins(), "round %d: the link stays in an empty group", i)
 	}
+}
+
+// TestDestroyLeaveHoldsAttach: while Destroy leaves on the link a group
+// its QP emptied, another QP cannot attach (and join) in between: the link
+// would be left while the group has a member.
+func TestDestroyLeaveHoldsAttach(t *testing.T) {
+	n, link := groupNode(t)
+	g := GID(netip.MustParseAddr("ff0e::107").As16())
+	q, other := n.qp(t, qp.UD), n.qp(t, qp.UD)
+	require.NoError(t, n.d.AttachMcast(q, g, 0))
+	attached := make(chan error, 1)
+	var during bool
+	link.onLeave = func() {
+		link.onLeave = nil
+		go func() { attached <- n.d.AttachMcast(other, g, 0) }()
+		select {
+		case err := <-attached:
+			during = true
+			attached <- err
+		case <-time.After(50 * time.Millisecond): // blocked, as it should be
+		}
+	}
+	require.NoError(t, q.Destroy())
+	require.False(t, during, "an attach ran inside Destroy's leave")
+	require.NoError(t, <-attached)
+	require.Equal(t, []string{"join ff0e::107", "leave ff0e::107", "join ff0e::107"}, link.take(),
+		"the link must be in the group its new member joined")
 }
 
 // QPs attaching to and detaching from one group at once leave the link

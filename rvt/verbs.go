@@ -283,8 +283,10 @@ func (q *QP) Destroy() error {
 	}
 	q.destroyed = true
 	d.mu.Unlock()
-	for _, g := range d.mc.DetachAll(q.QP) {
-		d.leaveGroupLocked(GID(g))
+	if q.Type().Datagram() { // only they join groups (AttachMcast)
+		for _, g := range d.mc.DetachAll(q.QP) {
+			d.leaveGroupLocked(GID(g))
+		}
 	}
 	d.mcMu.Unlock()
 	d.eng.RemoveConn(q.conn)
