@@ -929,9 +929,11 @@ func (l *XDPLink) Close() error {
 		// program that closes its device right after its last receive
 		// completion (as ibv_rc_pingpong does) would otherwise take its
 		// last ACK with it: the peer then retries until its retry count
-		// runs out. A kick that stalls leaves the rest to a timer that
-		// closing disarms, and a zero-copy driver transmits after
-		// sendto returns, so wait (bounded) for the ring to empty.
+		// runs out. In copy mode (the only one this link binds) the
+		// kernel sends a bounded batch per sendto and answers EAGAIN
+		// while busy; a kick that stalls leaves the rest to a timer
+		// that closing disarms, so kick again (bounded) until the ring
+		// is empty.
 		l.drainTXForClose()
 		l.closing.Store(true)
 		l.closeErr = l.teardown()

@@ -221,7 +221,7 @@ func TestRearmTimerArmOnce(t *testing.T) {
 
 // TestXDPCloseWaitsForTX: Close gives the kernel a bounded time to take
 // the descriptors left on the TX ring before it tears the socket down (a
-// zero-copy driver transmits after sendto has returned). The stub's ring
+// kick that stalls leaves the rest to a timer Close disarms). The stub's ring
 // asks for a wake-up, so each kick is one failing sendto (fd -1), counted
 // in txKickErrs.
 func TestXDPCloseWaitsForTX(t *testing.T) {
