@@ -152,7 +152,8 @@ func TestLatencyQuantile(t *testing.T) {
 }
 
 // TestCQWaiterWait checks cqWaiter.wait's wake-ups, its deadline and stop,
-// and that waits reuse one timer and allocate nothing.
+// and that waits reuse one timer: a wait that timed out leaves no tick
+// behind for the next, and a wait allocates nothing.
 func TestCQWaiterWait(t *testing.T) {
 	w := newCQWaiter()
 	long := time.Now().Add(time.Hour)
@@ -176,8 +177,14 @@ func TestCQWaiterWait(t *testing.T) {
 	if err := w.wait(long, stop); err != context.Canceled {
 		t.Errorf("wait with stop closed: %v, want context.Canceled", err)
 	}
-	if err := w.wait(time.Now().Add(10*time.Millisecond), nil); err != errTimeout {
+	// A tick the timed-out wait left behind would end this one early
+	// (timers never fire early, so the bound cannot fail otherwise).
+	start := time.Now()
+	if err := w.wait(start.Add(10*time.Millisecond), nil); err != errTimeout {
 		t.Errorf("wait after a timeout: %v, want errTimeout", err)
+	}
+	if d := time.Since(start); d < 10*time.Millisecond {
+		t.Errorf("wait with a 10ms deadline after a timeout returned after %v", d)
 	}
 	if w.timer != timer {
 		t.Error("a later wait made a new timer")
