@@ -3,3 +3,7 @@
 package rvt
 
 const raceEnabled = false
+
+// raceSlowdown scales wall-clock budgets: code under the race detector
+// runs several times slower.
+const raceSlowdown = 1

@@ -30,8 +30,9 @@ const simBudget = 120 * time.Second
 // simMaxSteps bounds clock steps (a livelock that keeps timers due).
 const simMaxSteps = 2_000_000
 
-// simWallBudget bounds the real time of one seed in TestSim.
-const simWallBudget = 3 * time.Second
+// simWallBudget bounds the real time of one seed in TestSim (a seed takes
+// ~2 s under the race detector, beside the other seeds running in parallel).
+const simWallBudget = 3 * time.Second * raceSlowdown
 
 // simSeedBytes is the payload budget of one seed.
 const simSeedBytes = 512 << 10
