@@ -150,16 +150,26 @@ func TestBindMWNextKey(t *testing.T) {
 	require.ErrorIs(t, err, ErrInvalidArgument)
 }
 
+// type2Base is where type2Window's MR starts.
+const type2Base = 0x10000
+
+// type2Window is a type-2 window and a 4 KiB MR at type2Base it may bind.
+func type2Window(t *testing.T) (*Table, *PD, *MR, *MW) {
+	t.Helper()
+	tb := NewTable(8)
+	pd := NewPD(1)
+	mr := regMR(t, tb, pd, 4096, type2Base, LocalWrite|MWBind)
+	mw, err := tb.AllocMW(pd, MWType2)
+	require.NoError(t, err)
+	return tb, pd, mr, mw
+}
+
 // TestBindMWNextKeyType2Race: the refusal of a type-2 window reads its
 // rkey (for the error) under the table lock, where BIND_MW work requests
 // write it; run under the race detector (make race).
 func TestBindMWNextKeyType2Race(t *testing.T) {
-	tb := NewTable(8)
-	pd := NewPD(1)
-	const base = 0x10000
-	mr := regMR(t, tb, pd, 4096, base, LocalWrite|MWBind)
-	mw, err := tb.AllocMW(pd, MWType2)
-	require.NoError(t, err)
+	tb, pd, mr, mw := type2Window(t)
+	const base = type2Base
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -215,12 +225,9 @@ func TestBindMWNextKeyConcurrent(t *testing.T) {
 }
 
 func TestMWType2(t *testing.T) {
-	tb := NewTable(8)
-	pd := NewPD(1)
-	const base = 0x10000
-	mr := regMR(t, tb, pd, 4096, base, LocalWrite|MWBind)
-	mw, err := tb.AllocMW(pd, MWType2)
-	require.NoError(t, err)
+	tb, pd, mr, mw := type2Window(t)
+	const base = type2Base
+	var err error
 
 	_, err = tb.BindMW(mw, mr, base, 0, RemoteRead, 1)
 	require.ErrorIs(t, err, ErrInvalidArgument, "type 2 zero-length bind")
