@@ -108,17 +108,20 @@ func TestMWType1(t *testing.T) {
 // mwBase is where type1Window's MR starts.
 const mwBase = 0x10000
 
-// type1Window is a table with a 4 KiB MR at mwBase that may carry windows,
-// and a type-1 window in the same PD.
-func type1Window(t *testing.T) (*Table, *PD, *MR, *MW) {
+// window is a table with a 4 KiB MR at mwBase that may carry windows, and
+// a window of type typ in the same PD.
+func window(t *testing.T, typ MWType) (*Table, *PD, *MR, *MW) {
 	t.Helper()
 	tb := NewTable(8)
 	pd := NewPD(1)
 	mr := regMR(t, tb, pd, 4096, mwBase, LocalWrite|MWBind)
-	mw, err := tb.AllocMW(pd, MWType1)
+	mw, err := tb.AllocMW(pd, typ)
 	require.NoError(t, err)
 	return tb, pd, mr, mw
 }
+
+// type1Window is window of type 1.
+func type1Window(t *testing.T) (*Table, *PD, *MR, *MW) { return window(t, MWType1) }
 
 // TestBindMWNextKey: the bind verb's rule, each type-1 bind (and unbind)
 // moves the key byte on by one, wrapping from 0xff to 0; a failed bind and a
@@ -150,26 +153,12 @@ func TestBindMWNextKey(t *testing.T) {
 	require.ErrorIs(t, err, ErrInvalidArgument)
 }
 
-// type2Base is where type2Window's MR starts.
-const type2Base = 0x10000
-
-// type2Window is a type-2 window and a 4 KiB MR at type2Base it may bind.
-func type2Window(t *testing.T) (*Table, *PD, *MR, *MW) {
-	t.Helper()
-	tb := NewTable(8)
-	pd := NewPD(1)
-	mr := regMR(t, tb, pd, 4096, type2Base, LocalWrite|MWBind)
-	mw, err := tb.AllocMW(pd, MWType2)
-	require.NoError(t, err)
-	return tb, pd, mr, mw
-}
-
 // TestBindMWNextKeyType2Race: the refusal of a type-2 window reads its
 // rkey (for the error) under the table lock, where BIND_MW work requests
 // write it; run under the race detector (make race).
 func TestBindMWNextKeyType2Race(t *testing.T) {
-	tb, pd, mr, mw := type2Window(t)
-	const base = type2Base
+	tb, pd, mr, mw := window(t, MWType2)
+	const base = mwBase
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -225,8 +214,8 @@ func TestBindMWNextKeyConcurrent(t *testing.T) {
 }
 
 func TestMWType2(t *testing.T) {
-	tb, pd, mr, mw := type2Window(t)
-	const base = type2Base
+	tb, pd, mr, mw := window(t, MWType2)
+	const base = mwBase
 	var err error
 
 	_, err = tb.BindMW(mw, mr, base, 0, RemoteRead, 1)
