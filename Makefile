@@ -7,15 +7,21 @@ PKGS := ./...
 FUZZTIME ?= 20000x
 SIM_SEEDS ?= 300
 
-.PHONY: all build test race bench fuzz lint demo interop interop-quick
+.PHONY: all build deps test race bench fuzz lint demo interop interop-quick
 
 all: lint build test
 
 build:
 	$(GO) build $(PKGS)
 
-# The README's test command; .ci/run calls exactly this.
-test: lint
+# The host tools the tests use (iproute2, tshark): installed when missing and
+# root, reported otherwise (the root-only tests then skip with a reason).
+deps:
+	@bash scripts/deps.sh
+
+# The README's test command; .ci/run calls exactly this. It installs what its
+# tests need first, so it works by itself on a fresh machine.
+test: deps lint
 	SIM_SEEDS=$(SIM_SEEDS) $(GO) test -count=1 -timeout 12m $(PKGS)
 
 race:

@@ -423,15 +423,19 @@ func TestGID(t *testing.T) {
 	require.True(t, GIDFromIP(netip.Addr{}).IsZero())
 }
 
-// captureFiles returns the golden captures made by Linux rxe, in
-// ../shared/captures beside the checkout. It fails the test when there are
-// none: CI always has ../shared there, so a missing directory is a broken
-// setup, not a reason to skip.
+// capturesDir holds the golden captures made by Linux rxe and rdma-core
+// tools (a copy of the project's shared captures, kept in the repository so
+// that it tests itself).
+const capturesDir = "../testdata/captures"
+
+// captureFiles returns the golden captures. It fails the test when there are
+// none: they are part of the repository, so a missing file is a broken
+// checkout, not a reason to skip.
 func captureFiles(tb testing.TB) []string {
 	tb.Helper()
-	files, err := filepath.Glob("../../shared/captures/*.pcap")
+	files, err := filepath.Glob(filepath.Join(capturesDir, "*.pcap"))
 	require.NoError(tb, err)
-	require.NotEmpty(tb, files, "no golden captures in ../../shared/captures (../shared beside the checkout)")
+	require.NotEmpty(tb, files, "no golden captures in %s", capturesDir)
 	return files
 }
 
@@ -530,7 +534,7 @@ func FuzzParseFrame(f *testing.F) {
 
 // captureFramesNoSkip is captureFrames for seeding: missing files seed nothing.
 func captureFramesNoSkip() [][][]byte {
-	files, _ := filepath.Glob("../../shared/captures/*.pcap")
+	files, _ := filepath.Glob(filepath.Join(capturesDir, "*.pcap"))
 	var out [][][]byte
 	for _, name := range files {
 		f, err := os.Open(name)

@@ -26,7 +26,8 @@ import (
 // checked by an independent implementation; each NAME.txt says which tools
 // ran and which QP numbers they used.
 
-const capturesDir = "../../shared/captures"
+// capturesDir is the repository's copy of those captures.
+const capturesDir = "../testdata/captures"
 
 // capturedPacket is one RoCEv2 packet of a capture.
 type capturedPacket struct {
@@ -44,13 +45,10 @@ func (c capturedPacket) ibNoICRC() []byte { ib := c.ib(); return ib[:len(ib)-ICR
 
 func (c capturedPacket) String() string { return c.file + "#" + strconv.Itoa(c.frame) }
 
-// requireCaptures returns the pcap files, skipping the test when the shared
-// captures directory is absent (a checkout without ../shared).
+// requireCaptures returns the pcap files. The captures are part of the
+// repository, so their absence fails the test rather than skipping it.
 func requireCaptures(tb testing.TB) []string {
 	tb.Helper()
-	if _, err := os.Stat(capturesDir); errors.Is(err, os.ErrNotExist) {
-		tb.Skipf("golden captures not present: %s does not exist", capturesDir)
-	}
 	files, err := filepath.Glob(filepath.Join(capturesDir, "*.pcap"))
 	require.NoError(tb, err)
 	require.NotEmpty(tb, files, "no pcap files in %s", capturesDir)
