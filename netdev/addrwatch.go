@@ -79,7 +79,7 @@ func watchAddrs(ifname string, fn func([]netip.Addr), hooks addrWatchHooks) (sto
 		f.Close()
 		return nil, fmt.Errorf("watch addresses of %s: %w", ifname, err)
 	}
-	dump, err := openKernelNeighbours(idx, nil) // only Addrs, which reads no clock
+	dump, err := OpenKernelNeighboursIndex(idx, nil) // only Addrs, which reads no clock
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("watch addresses of %s: %w", ifname, err)

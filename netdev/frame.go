@@ -30,46 +30,51 @@ const (
 // EtherType values.
 const (
 	EtherTypeIPv4 = 0x0800
+	EtherTypeARP  = 0x0806
 	EtherTypeIPv6 = 0x86DD
 	EtherTypeVLAN = 0x8100
 )
 
 // IP protocol numbers.
 const (
-	ProtocolUDP = 17
+	ProtocolIGMP         = 2
+	ProtocolUDP          = 17
+	ProtocolIPv6Fragment = 44 // the IPv6 fragment extension header
+	ProtocolICMPv6       = 58
 )
 
-// Field offsets within each header.
+// Field offsets within each header, for code that reads headers without
+// the views (the XDP steering program).
 const (
-	ethDst  = 0
-	ethSrc  = 6
-	ethType = 12
+	EthDstOff  = 0
+	EthSrcOff  = 6
+	EthTypeOff = 12
 
-	vlanTCI  = 0 // relative to the end of the outer ethertype
-	vlanType = 2
+	VLANTCIOff  = 0 // relative to the end of the outer ethertype
+	VLANTypeOff = 2
 
-	ipv4VersIHL   = 0
-	ipv4TOS       = 1
-	ipv4TotalLen  = 2
-	ipv4ID        = 4
-	ipv4FlagsFrag = 6
-	ipv4TTL       = 8
-	ipv4Protocol  = 9
-	ipv4Checksum  = 10
-	ipv4Src       = 12
-	ipv4Dst       = 16
+	IPv4VersIHLOff   = 0
+	IPv4TOSOff       = 1
+	IPv4TotalLenOff  = 2
+	IPv4IDOff        = 4
+	IPv4FlagsFragOff = 6
+	IPv4TTLOff       = 8
+	IPv4ProtocolOff  = 9
+	IPv4ChecksumOff  = 10
+	IPv4SrcOff       = 12
+	IPv4DstOff       = 16
 
-	ipv6VersTCFlow = 0
-	ipv6PayloadLen = 4
-	ipv6NextHeader = 6
-	ipv6HopLimit   = 7
-	ipv6Src        = 8
-	ipv6Dst        = 24
+	IPv6VersTCFlowOff = 0
+	IPv6PayloadLenOff = 4
+	IPv6NextHeaderOff = 6
+	IPv6HopLimitOff   = 7
+	IPv6SrcOff        = 8
+	IPv6DstOff        = 24
 
-	udpSrcPort  = 0
-	udpDstPort  = 2
-	udpLength   = 4
-	udpChecksum = 6
+	UDPSrcPortOff  = 0
+	UDPDstPortOff  = 2
+	UDPLengthOff   = 4
+	UDPChecksumOff = 6
 )
 
 // IPv4 flag bits as returned by IPv4.Flags.
@@ -170,22 +175,22 @@ func (g GID) String() string { return netip.AddrFrom16(g).String() }
 type Ethernet []byte
 
 // Dst returns the destination MAC.
-func (b Ethernet) Dst() MAC { return MAC(b[ethDst : ethDst+6]) }
+func (b Ethernet) Dst() MAC { return MAC(b[EthDstOff : EthDstOff+6]) }
 
 // Src returns the source MAC.
-func (b Ethernet) Src() MAC { return MAC(b[ethSrc : ethSrc+6]) }
+func (b Ethernet) Src() MAC { return MAC(b[EthSrcOff : EthSrcOff+6]) }
 
 // EtherType returns the ethertype (or the 802.1Q TPID if the frame is tagged).
-func (b Ethernet) EtherType() uint16 { return binary.BigEndian.Uint16(b[ethType:]) }
+func (b Ethernet) EtherType() uint16 { return binary.BigEndian.Uint16(b[EthTypeOff:]) }
 
 // SetDst sets the destination MAC.
-func (b Ethernet) SetDst(m MAC) { copy(b[ethDst:ethDst+6], m[:]) }
+func (b Ethernet) SetDst(m MAC) { copy(b[EthDstOff:EthDstOff+6], m[:]) }
 
 // SetSrc sets the source MAC.
-func (b Ethernet) SetSrc(m MAC) { copy(b[ethSrc:ethSrc+6], m[:]) }
+func (b Ethernet) SetSrc(m MAC) { copy(b[EthSrcOff:EthSrcOff+6], m[:]) }
 
 // SetEtherType sets the ethertype.
-func (b Ethernet) SetEtherType(t uint16) { binary.BigEndian.PutUint16(b[ethType:], t) }
+func (b Ethernet) SetEtherType(t uint16) { binary.BigEndian.PutUint16(b[EthTypeOff:], t) }
 
 // Payload returns the bytes after the 14-byte header.
 func (b Ethernet) Payload() []byte { return b[EthernetHeaderLen:] }
@@ -194,42 +199,42 @@ func (b Ethernet) Payload() []byte { return b[EthernetHeaderLen:] }
 type IPv4 []byte
 
 // Version returns the IP version nibble.
-func (b IPv4) Version() uint8 { return b[ipv4VersIHL] >> 4 }
+func (b IPv4) Version() uint8 { return b[IPv4VersIHLOff] >> 4 }
 
 // HeaderLen returns the header length in bytes (IHL * 4).
-func (b IPv4) HeaderLen() int { return int(b[ipv4VersIHL]&0x0f) * 4 }
+func (b IPv4) HeaderLen() int { return int(b[IPv4VersIHLOff]&0x0f) * 4 }
 
 // TOS returns the type-of-service byte (DSCP and ECN).
-func (b IPv4) TOS() uint8 { return b[ipv4TOS] }
+func (b IPv4) TOS() uint8 { return b[IPv4TOSOff] }
 
 // TotalLen returns the total length field: header plus payload.
-func (b IPv4) TotalLen() uint16 { return binary.BigEndian.Uint16(b[ipv4TotalLen:]) }
+func (b IPv4) TotalLen() uint16 { return binary.BigEndian.Uint16(b[IPv4TotalLenOff:]) }
 
 // ID returns the identification field.
-func (b IPv4) ID() uint16 { return binary.BigEndian.Uint16(b[ipv4ID:]) }
+func (b IPv4) ID() uint16 { return binary.BigEndian.Uint16(b[IPv4IDOff:]) }
 
 // Flags returns the three flag bits (IPv4FlagDontFragment, IPv4FlagMoreFragments).
-func (b IPv4) Flags() uint8 { return b[ipv4FlagsFrag] >> 5 }
+func (b IPv4) Flags() uint8 { return b[IPv4FlagsFragOff] >> 5 }
 
 // FragmentOffset returns the fragment offset in bytes.
 func (b IPv4) FragmentOffset() int {
-	return int(binary.BigEndian.Uint16(b[ipv4FlagsFrag:])&0x1fff) * 8
+	return int(binary.BigEndian.Uint16(b[IPv4FlagsFragOff:])&0x1fff) * 8
 }
 
 // TTL returns the time to live.
-func (b IPv4) TTL() uint8 { return b[ipv4TTL] }
+func (b IPv4) TTL() uint8 { return b[IPv4TTLOff] }
 
 // Protocol returns the payload protocol number.
-func (b IPv4) Protocol() uint8 { return b[ipv4Protocol] }
+func (b IPv4) Protocol() uint8 { return b[IPv4ProtocolOff] }
 
 // Checksum returns the header checksum field.
-func (b IPv4) Checksum() uint16 { return binary.BigEndian.Uint16(b[ipv4Checksum:]) }
+func (b IPv4) Checksum() uint16 { return binary.BigEndian.Uint16(b[IPv4ChecksumOff:]) }
 
 // Src returns the source address.
-func (b IPv4) Src() netip.Addr { return netip.AddrFrom4([4]byte(b[ipv4Src : ipv4Src+4])) }
+func (b IPv4) Src() netip.Addr { return netip.AddrFrom4([4]byte(b[IPv4SrcOff : IPv4SrcOff+4])) }
 
 // Dst returns the destination address.
-func (b IPv4) Dst() netip.Addr { return netip.AddrFrom4([4]byte(b[ipv4Dst : ipv4Dst+4])) }
+func (b IPv4) Dst() netip.Addr { return netip.AddrFrom4([4]byte(b[IPv4DstOff : IPv4DstOff+4])) }
 
 // Payload returns the bytes after the header, up to the total length. It
 // assumes the view holds TotalLen bytes.
@@ -237,149 +242,149 @@ func (b IPv4) Payload() []byte { return b[b.HeaderLen():b.TotalLen()] }
 
 // SetHeaderLen sets version 4 and the IHL for a header of n bytes (a multiple
 // of 4 in [20, 60]).
-func (b IPv4) SetHeaderLen(n int) { b[ipv4VersIHL] = 4<<4 | uint8(n/4)&0x0f }
+func (b IPv4) SetHeaderLen(n int) { b[IPv4VersIHLOff] = 4<<4 | uint8(n/4)&0x0f }
 
 // SetTOS sets the type-of-service byte.
-func (b IPv4) SetTOS(v uint8) { b[ipv4TOS] = v }
+func (b IPv4) SetTOS(v uint8) { b[IPv4TOSOff] = v }
 
 // SetTotalLen sets the total length field.
-func (b IPv4) SetTotalLen(v uint16) { binary.BigEndian.PutUint16(b[ipv4TotalLen:], v) }
+func (b IPv4) SetTotalLen(v uint16) { binary.BigEndian.PutUint16(b[IPv4TotalLenOff:], v) }
 
 // SetID sets the identification field.
-func (b IPv4) SetID(v uint16) { binary.BigEndian.PutUint16(b[ipv4ID:], v) }
+func (b IPv4) SetID(v uint16) { binary.BigEndian.PutUint16(b[IPv4IDOff:], v) }
 
 // SetFlagsFragment sets the three flag bits and the fragment offset in bytes
 // (a multiple of 8).
 func (b IPv4) SetFlagsFragment(flags uint8, offset int) {
-	binary.BigEndian.PutUint16(b[ipv4FlagsFrag:], uint16(flags&0x7)<<13|uint16(offset/8)&0x1fff)
+	binary.BigEndian.PutUint16(b[IPv4FlagsFragOff:], uint16(flags&0x7)<<13|uint16(offset/8)&0x1fff)
 }
 
 // SetTTL sets the time to live.
-func (b IPv4) SetTTL(v uint8) { b[ipv4TTL] = v }
+func (b IPv4) SetTTL(v uint8) { b[IPv4TTLOff] = v }
 
 // SetProtocol sets the payload protocol number.
-func (b IPv4) SetProtocol(v uint8) { b[ipv4Protocol] = v }
+func (b IPv4) SetProtocol(v uint8) { b[IPv4ProtocolOff] = v }
 
 // SetChecksum sets the header checksum field.
-func (b IPv4) SetChecksum(v uint16) { binary.BigEndian.PutUint16(b[ipv4Checksum:], v) }
+func (b IPv4) SetChecksum(v uint16) { binary.BigEndian.PutUint16(b[IPv4ChecksumOff:], v) }
 
 // SetSrc sets the source address; ip must be IPv4 or IPv4-mapped.
-func (b IPv4) SetSrc(ip netip.Addr) { a := ip.Unmap().As4(); copy(b[ipv4Src:], a[:]) }
+func (b IPv4) SetSrc(ip netip.Addr) { a := ip.Unmap().As4(); copy(b[IPv4SrcOff:], a[:]) }
 
 // SetDst sets the destination address; ip must be IPv4 or IPv4-mapped.
-func (b IPv4) SetDst(ip netip.Addr) { a := ip.Unmap().As4(); copy(b[ipv4Dst:], a[:]) }
+func (b IPv4) SetDst(ip netip.Addr) { a := ip.Unmap().As4(); copy(b[IPv4DstOff:], a[:]) }
 
 // ComputeChecksum returns the header checksum of the HeaderLen bytes, taking
 // the checksum field as zero.
 func (b IPv4) ComputeChecksum() uint16 {
 	n := b.HeaderLen()
-	s := sum16(b[:ipv4Checksum], 0)
-	s = sum16(b[ipv4Checksum+2:n], s)
-	return ^fold(s)
+	s := Sum16(b[:IPv4ChecksumOff], 0)
+	s = Sum16(b[IPv4ChecksumOff+2:n], s)
+	return ^Fold(s)
 }
 
 // UpdateChecksum computes the header checksum and stores it.
 func (b IPv4) UpdateChecksum() { b.SetChecksum(b.ComputeChecksum()) }
 
 // ChecksumValid reports whether the header checksum is correct.
-func (b IPv4) ChecksumValid() bool { return fold(sum16(b[:b.HeaderLen()], 0)) == 0xffff }
+func (b IPv4) ChecksumValid() bool { return Fold(Sum16(b[:b.HeaderLen()], 0)) == 0xffff }
 
 // IPv6 is a view of an IPv6 fixed header (and what follows it).
 type IPv6 []byte
 
 // Version returns the IP version nibble.
-func (b IPv6) Version() uint8 { return b[ipv6VersTCFlow] >> 4 }
+func (b IPv6) Version() uint8 { return b[IPv6VersTCFlowOff] >> 4 }
 
 // TrafficClass returns the traffic class (DSCP and ECN).
 func (b IPv6) TrafficClass() uint8 {
-	return uint8(binary.BigEndian.Uint16(b[ipv6VersTCFlow:]) >> 4)
+	return uint8(binary.BigEndian.Uint16(b[IPv6VersTCFlowOff:]) >> 4)
 }
 
 // FlowLabel returns the 20-bit flow label.
 func (b IPv6) FlowLabel() uint32 {
-	return binary.BigEndian.Uint32(b[ipv6VersTCFlow:]) & 0xfffff
+	return binary.BigEndian.Uint32(b[IPv6VersTCFlowOff:]) & 0xfffff
 }
 
 // PayloadLen returns the payload length field.
-func (b IPv6) PayloadLen() uint16 { return binary.BigEndian.Uint16(b[ipv6PayloadLen:]) }
+func (b IPv6) PayloadLen() uint16 { return binary.BigEndian.Uint16(b[IPv6PayloadLenOff:]) }
 
 // NextHeader returns the next header (protocol) number.
-func (b IPv6) NextHeader() uint8 { return b[ipv6NextHeader] }
+func (b IPv6) NextHeader() uint8 { return b[IPv6NextHeaderOff] }
 
 // HopLimit returns the hop limit.
-func (b IPv6) HopLimit() uint8 { return b[ipv6HopLimit] }
+func (b IPv6) HopLimit() uint8 { return b[IPv6HopLimitOff] }
 
 // Src returns the source address.
-func (b IPv6) Src() netip.Addr { return netip.AddrFrom16([16]byte(b[ipv6Src : ipv6Src+16])) }
+func (b IPv6) Src() netip.Addr { return netip.AddrFrom16([16]byte(b[IPv6SrcOff : IPv6SrcOff+16])) }
 
 // Dst returns the destination address.
-func (b IPv6) Dst() netip.Addr { return netip.AddrFrom16([16]byte(b[ipv6Dst : ipv6Dst+16])) }
+func (b IPv6) Dst() netip.Addr { return netip.AddrFrom16([16]byte(b[IPv6DstOff : IPv6DstOff+16])) }
 
 // Payload returns the bytes after the fixed header, up to the payload length.
 func (b IPv6) Payload() []byte { return b[IPv6HeaderLen : IPv6HeaderLen+int(b.PayloadLen())] }
 
 // SetVersionClassFlow writes version 6, the traffic class and the flow label.
 func (b IPv6) SetVersionClassFlow(tc uint8, flow uint32) {
-	binary.BigEndian.PutUint32(b[ipv6VersTCFlow:], 6<<28|uint32(tc)<<20|flow&0xfffff)
+	binary.BigEndian.PutUint32(b[IPv6VersTCFlowOff:], 6<<28|uint32(tc)<<20|flow&0xfffff)
 }
 
 // SetTrafficClass sets the traffic class, keeping version and flow label.
 func (b IPv6) SetTrafficClass(tc uint8) {
-	v := binary.BigEndian.Uint32(b[ipv6VersTCFlow:])
-	binary.BigEndian.PutUint32(b[ipv6VersTCFlow:], v&^(0xff<<20)|uint32(tc)<<20)
+	v := binary.BigEndian.Uint32(b[IPv6VersTCFlowOff:])
+	binary.BigEndian.PutUint32(b[IPv6VersTCFlowOff:], v&^(0xff<<20)|uint32(tc)<<20)
 }
 
 // SetFlowLabel sets the flow label, keeping version and traffic class.
 func (b IPv6) SetFlowLabel(flow uint32) {
-	v := binary.BigEndian.Uint32(b[ipv6VersTCFlow:])
-	binary.BigEndian.PutUint32(b[ipv6VersTCFlow:], v&^0xfffff|flow&0xfffff)
+	v := binary.BigEndian.Uint32(b[IPv6VersTCFlowOff:])
+	binary.BigEndian.PutUint32(b[IPv6VersTCFlowOff:], v&^0xfffff|flow&0xfffff)
 }
 
 // SetPayloadLen sets the payload length field.
-func (b IPv6) SetPayloadLen(v uint16) { binary.BigEndian.PutUint16(b[ipv6PayloadLen:], v) }
+func (b IPv6) SetPayloadLen(v uint16) { binary.BigEndian.PutUint16(b[IPv6PayloadLenOff:], v) }
 
 // SetNextHeader sets the next header number.
-func (b IPv6) SetNextHeader(v uint8) { b[ipv6NextHeader] = v }
+func (b IPv6) SetNextHeader(v uint8) { b[IPv6NextHeaderOff] = v }
 
 // SetHopLimit sets the hop limit.
-func (b IPv6) SetHopLimit(v uint8) { b[ipv6HopLimit] = v }
+func (b IPv6) SetHopLimit(v uint8) { b[IPv6HopLimitOff] = v }
 
 // SetSrc sets the source address (an IPv4 address is written IPv4-mapped).
-func (b IPv6) SetSrc(ip netip.Addr) { a := ip.As16(); copy(b[ipv6Src:], a[:]) }
+func (b IPv6) SetSrc(ip netip.Addr) { a := ip.As16(); copy(b[IPv6SrcOff:], a[:]) }
 
 // SetDst sets the destination address (an IPv4 address is written IPv4-mapped).
-func (b IPv6) SetDst(ip netip.Addr) { a := ip.As16(); copy(b[ipv6Dst:], a[:]) }
+func (b IPv6) SetDst(ip netip.Addr) { a := ip.As16(); copy(b[IPv6DstOff:], a[:]) }
 
 // UDP is a view of a UDP header (and what follows it).
 type UDP []byte
 
 // SrcPort returns the source port.
-func (b UDP) SrcPort() uint16 { return binary.BigEndian.Uint16(b[udpSrcPort:]) }
+func (b UDP) SrcPort() uint16 { return binary.BigEndian.Uint16(b[UDPSrcPortOff:]) }
 
 // DstPort returns the destination port.
-func (b UDP) DstPort() uint16 { return binary.BigEndian.Uint16(b[udpDstPort:]) }
+func (b UDP) DstPort() uint16 { return binary.BigEndian.Uint16(b[UDPDstPortOff:]) }
 
 // Length returns the length field: header plus payload.
-func (b UDP) Length() uint16 { return binary.BigEndian.Uint16(b[udpLength:]) }
+func (b UDP) Length() uint16 { return binary.BigEndian.Uint16(b[UDPLengthOff:]) }
 
 // Checksum returns the checksum field.
-func (b UDP) Checksum() uint16 { return binary.BigEndian.Uint16(b[udpChecksum:]) }
+func (b UDP) Checksum() uint16 { return binary.BigEndian.Uint16(b[UDPChecksumOff:]) }
 
 // Payload returns the bytes after the header, up to the length field. It
 // assumes the view holds Length bytes.
 func (b UDP) Payload() []byte { return b[UDPHeaderLen:b.Length()] }
 
 // SetSrcPort sets the source port.
-func (b UDP) SetSrcPort(v uint16) { binary.BigEndian.PutUint16(b[udpSrcPort:], v) }
+func (b UDP) SetSrcPort(v uint16) { binary.BigEndian.PutUint16(b[UDPSrcPortOff:], v) }
 
 // SetDstPort sets the destination port.
-func (b UDP) SetDstPort(v uint16) { binary.BigEndian.PutUint16(b[udpDstPort:], v) }
+func (b UDP) SetDstPort(v uint16) { binary.BigEndian.PutUint16(b[UDPDstPortOff:], v) }
 
 // SetLength sets the length field.
-func (b UDP) SetLength(v uint16) { binary.BigEndian.PutUint16(b[udpLength:], v) }
+func (b UDP) SetLength(v uint16) { binary.BigEndian.PutUint16(b[UDPLengthOff:], v) }
 
 // SetChecksum sets the checksum field.
-func (b UDP) SetChecksum(v uint16) { binary.BigEndian.PutUint16(b[udpChecksum:], v) }
+func (b UDP) SetChecksum(v uint16) { binary.BigEndian.PutUint16(b[UDPChecksumOff:], v) }
 
 // ComputeChecksum returns the UDP checksum over the pseudo-header for src and
 // dst (IPv4 when both are IPv4 or IPv4-mapped, else IPv6) and the Length
@@ -388,9 +393,9 @@ func (b UDP) SetChecksum(v uint16) { binary.BigEndian.PutUint16(b[udpChecksum:],
 func (b UDP) ComputeChecksum(src, dst netip.Addr) uint16 {
 	n := int(b.Length())
 	s := pseudoHeaderSum(src, dst, uint32(n))
-	s = sum16(b[:udpChecksum], s)
-	s = sum16(b[udpChecksum+2:n], s)
-	c := ^fold(s)
+	s = Sum16(b[:UDPChecksumOff], s)
+	s = Sum16(b[UDPChecksumOff+2:n], s)
+	c := ^Fold(s)
 	if c == 0 {
 		c = 0xffff
 	}
@@ -406,28 +411,28 @@ func (b UDP) ChecksumValid(src, dst netip.Addr) bool {
 	}
 	n := int(b.Length())
 	s := pseudoHeaderSum(src, dst, uint32(n))
-	return fold(sum16(b[:n], s)) == 0xffff
+	return Fold(Sum16(b[:n], s)) == 0xffff
 }
 
 func pseudoHeaderSum(src, dst netip.Addr, length uint32) uint32 {
 	var s uint32
 	if src.Unmap().Is4() && dst.Unmap().Is4() {
 		a, d := src.Unmap().As4(), dst.Unmap().As4()
-		s = sum16(a[:], 0)
-		s = sum16(d[:], s)
+		s = Sum16(a[:], 0)
+		s = Sum16(d[:], s)
 		s += ProtocolUDP + length
 	} else {
 		a, d := src.As16(), dst.As16()
-		s = sum16(a[:], 0)
-		s = sum16(d[:], s)
+		s = Sum16(a[:], 0)
+		s = Sum16(d[:], s)
 		s += length>>16 + length&0xffff + ProtocolUDP
 	}
 	return s
 }
 
-// sum16 adds b as big-endian 16-bit words (an odd last byte padded with
+// Sum16 adds b as big-endian 16-bit words (an odd last byte padded with
 // zero) to the ones'-complement accumulator s.
-func sum16(b []byte, s uint32) uint32 {
+func Sum16(b []byte, s uint32) uint32 {
 	for len(b) >= 8 {
 		s += uint32(binary.BigEndian.Uint16(b)) + uint32(binary.BigEndian.Uint16(b[2:])) +
 			uint32(binary.BigEndian.Uint16(b[4:])) + uint32(binary.BigEndian.Uint16(b[6:]))
@@ -444,8 +449,8 @@ func sum16(b []byte, s uint32) uint32 {
 	return s
 }
 
-// fold folds a 32-bit accumulator into 16 bits with end-around carry.
-func fold(s uint32) uint16 {
+// Fold folds a 32-bit accumulator into 16 bits with end-around carry.
+func Fold(s uint32) uint16 {
 	for s > 0xffff {
 		s = s&0xffff + s>>16
 	}
@@ -626,8 +631,8 @@ func ParseFrame(frame []byte) (FrameInfo, error) {
 			return fi, ErrTruncated
 		}
 		fi.Tagged = true
-		fi.VLAN = binary.BigEndian.Uint16(frame[off+vlanTCI:])
-		et = binary.BigEndian.Uint16(frame[off+vlanType:])
+		fi.VLAN = binary.BigEndian.Uint16(frame[off+VLANTCIOff:])
+		et = binary.BigEndian.Uint16(frame[off+VLANTypeOff:])
 		off += VLANTagLen
 	}
 	fi.IPOff = off
@@ -681,7 +686,7 @@ func ParseFrame(frame []byte) (FrameInfo, error) {
 		if IPv6HeaderLen+pl > len(rest) {
 			return fi, ErrIPLength
 		}
-		if ip.NextHeader() == ipv6FragmentHeader {
+		if ip.NextHeader() == ProtocolIPv6Fragment {
 			return fi, ErrFragment
 		}
 		if ip.NextHeader() != ProtocolUDP {
@@ -708,5 +713,3 @@ func ParseFrame(frame []byte) (FrameInfo, error) {
 	fi.PayloadLen = ul - UDPHeaderLen
 	return fi, nil
 }
-
-const ipv6FragmentHeader = 44

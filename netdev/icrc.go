@@ -20,9 +20,10 @@ import (
 // and it is carried after the pad as the CRC value in little-endian byte
 // order (the CRC's low byte first), unlike every other RoCE field.
 
-// bthLen and bthResv8a are the BTH's length and its FECN/BECN/reserved byte.
+// BTHLen is the length of the IBA base transport header, which the ICRC
+// covers; bthResv8a is the offset of its FECN/BECN/reserved byte.
 const (
-	bthLen    = 12
+	BTHLen    = 12
 	bthResv8a = 4
 )
 
@@ -37,19 +38,19 @@ func maskVariant(h []byte, ipLen int, v6 bool) {
 	if v6 {
 		// Version (4 bits) is covered; traffic class (8) and flow label
 		// (20) are not.
-		h[ipv6VersTCFlow] |= 0x0F
-		h[ipv6VersTCFlow+1] = 0xFF
-		h[ipv6VersTCFlow+2] = 0xFF
-		h[ipv6VersTCFlow+3] = 0xFF
-		h[ipv6HopLimit] = 0xFF
+		h[IPv6VersTCFlowOff] |= 0x0F
+		h[IPv6VersTCFlowOff+1] = 0xFF
+		h[IPv6VersTCFlowOff+2] = 0xFF
+		h[IPv6VersTCFlowOff+3] = 0xFF
+		h[IPv6HopLimitOff] = 0xFF
 	} else {
-		h[ipv4TOS] = 0xFF // DSCP and ECN
-		h[ipv4TTL] = 0xFF
-		h[ipv4Checksum] = 0xFF
-		h[ipv4Checksum+1] = 0xFF
+		h[IPv4TOSOff] = 0xFF // DSCP and ECN
+		h[IPv4TTLOff] = 0xFF
+		h[IPv4ChecksumOff] = 0xFF
+		h[IPv4ChecksumOff+1] = 0xFF
 	}
-	h[ipLen+udpChecksum] = 0xFF
-	h[ipLen+udpChecksum+1] = 0xFF
+	h[ipLen+UDPChecksumOff] = 0xFF
+	h[ipLen+UDPChecksumOff+1] = 0xFF
 	h[ipLen+UDPHeaderLen+bthResv8a] = 0xFF // BTH FECN, BECN, reserved
 }
 
@@ -82,18 +83,18 @@ func ICRC(ip []byte) (uint32, error) {
 		if ipLen < IPv4HeaderLen {
 			return 0, ErrIPHeaderLen
 		}
-		if len(ip) > ipv4Protocol && ip[ipv4Protocol] != ProtocolUDP {
+		if len(ip) > IPv4ProtocolOff && ip[IPv4ProtocolOff] != ProtocolUDP {
 			return 0, ErrNotUDP
 		}
 	case 6:
 		ipLen, v6 = IPv6HeaderLen, true
-		if len(ip) > ipv6NextHeader && ip[ipv6NextHeader] != ProtocolUDP {
+		if len(ip) > IPv6NextHeaderOff && ip[IPv6NextHeaderOff] != ProtocolUDP {
 			return 0, ErrNotUDP
 		}
 	default:
 		return 0, ErrIPVersion
 	}
-	n := ipLen + UDPHeaderLen + bthLen
+	n := ipLen + UDPHeaderLen + BTHLen
 	if len(ip) < n {
 		return 0, ErrTruncated
 	}
@@ -105,7 +106,7 @@ func ICRC(ip []byte) (uint32, error) {
 	}
 	// IPv4 with long options: mask a copy of the headers (on the stack:
 	// Slice8 keeps it there).
-	var buf [60 + UDPHeaderLen + bthLen]byte
+	var buf [60 + UDPHeaderLen + BTHLen]byte
 	h := buf[:n]
 	copy(h, ip)
 	maskVariant(h, ipLen, false)

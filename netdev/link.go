@@ -1,6 +1,11 @@
-// Package netdev moves Ethernet frames: the Link contract, an in-memory
-// fabric with seeded faults under an injected clock, pcap capture, and the
-// Ethernet/IPv4/IPv6/UDP framing RoCEv2 rides on.
+// Package netdev moves Ethernet frames: the Link contract and what every
+// link kind shares: the Ethernet/IPv4/IPv6/UDP framing RoCEv2 rides on, the
+// ICRC, GIDs and addresses, multicast group counting, the kernel's
+// neighbour table and address watching. Each link kind has a package of its
+// own below it, as gVisor's tcpip/link/*: netdev/fabric (the in-memory
+// fabric), netdev/faults (seeded fault injection), netdev/capture (pcap),
+// netdev/host (a host's ARP/ND over any link), netdev/tap, netdev/xdp
+// (AF_XDP) and netdev/udp (a UDP socket).
 package netdev
 
 import (
@@ -20,18 +25,19 @@ var ErrClosed = errors.New("netdev: link closed")
 // runs handlers).
 type Handler func(frame []byte)
 
-// receiver is embedded by every link to hold its receive handler and
-// receive counters, so that all links treat a received frame alike: it is
-// counted and handed to the handler, or, with no handler set, counted as
-// dropped and its buffer given back to the link's pool.
-type receiver struct {
+// Receiver is embedded by every link implementation (the link kinds under
+// netdev/) to hold its receive handler and receive counters, so that all
+// links treat a received frame alike: it is counted and handed to the
+// handler, or, with no handler set, counted as dropped and its buffer given
+// back to the link's pool.
+type Receiver struct {
 	handler                      atomic.Pointer[Handler]
 	rxFrames, rxBytes, rxDropped atomic.Uint64
 }
 
 // SetHandler sets the receive handler; nil drops received frames (counted
 // as dropped).
-func (r *receiver) SetHandler(h Handler) {
+func (r *Receiver) SetHandler(h Handler) {
 	if h == nil {
 		r.handler.Store(nil)
 		return
@@ -39,11 +45,11 @@ func (r *receiver) SetHandler(h Handler) {
 	r.handler.Store(&h)
 }
 
-// deliver hands a received frame, which the link owns, to the handler,
+// Deliver hands a received frame, which the link owns, to the handler,
 // counting it and n bytes (the frame's length, or the payload's where the
 // link counts payload bytes) as received. With no handler set it counts
 // the frame as dropped and gives it back to rel, the link's pool.
-func (r *receiver) deliver(frame []byte, n int, rel Releaser) {
+func (r *Receiver) Deliver(frame []byte, n int, rel Releaser) {
 	h := r.handler.Load()
 	if h == nil {
 		r.rxDropped.Add(1)
@@ -53,6 +59,16 @@ func (r *receiver) deliver(frame []byte, n int, rel Releaser) {
 	r.rxFrames.Add(1)
 	r.rxBytes.Add(uint64(n))
 	(*h)(frame)
+}
+
+// CountDropped counts a received frame the link dropped itself, before
+// Deliver (too long, closed).
+func (r *Receiver) CountDropped() { r.rxDropped.Add(1) }
+
+// RxCounts returns the frames and bytes delivered to the handler and the
+// frames dropped, for the link's statistics.
+func (r *Receiver) RxCounts() (frames, bytes, dropped uint64) {
+	return r.rxFrames.Load(), r.rxBytes.Load(), r.rxDropped.Load()
 }
 
 // Link moves whole Ethernet frames (destination MAC first, no FCS).
@@ -118,8 +134,8 @@ type Poller interface {
 	PollReceive() bool
 }
 
-// Wrapper is implemented by links that wrap another link (CaptureLink,
-// FaultLink, Host): Unwrap returns the wrapped link. A wrapper forwards
+// Wrapper is implemented by links that wrap another link (capture.Link,
+// faults.Link, host.Host): Unwrap returns the wrapped link. A wrapper forwards
 // the basic Link methods; the optional interfaces above (Holder, Poller,
 // OwnReceiver, GroupJoiner) are found through the chain with As.
 type Wrapper interface {
@@ -150,9 +166,9 @@ func As[T any](l Link) (t T, ok bool) {
 // carries: MTU plus the 14-byte Ethernet header plus room for one VLAN tag.
 func MaxFrameLen(mtu int) int { return mtu + EthernetHeaderLen + VLANTagLen }
 
-// frameTooLong reports whether frame exceeds an MTU, allowing the VLAN tag
+// FrameTooLong reports whether frame exceeds an MTU, allowing the VLAN tag
 // only when the frame carries one.
-func frameTooLong(frame []byte, mtu int) bool {
+func FrameTooLong(frame []byte, mtu int) bool {
 	max := mtu + EthernetHeaderLen
 	if len(frame) >= EthernetHeaderLen && Ethernet(frame).EtherType() == EtherTypeVLAN {
 		max += VLANTagLen

@@ -15,11 +15,11 @@ func (r *releaseRecorder) Release(b []byte) { r.got = append(r.got, b) }
 // received frame: with a handler it is counted and handed over, without
 // one it is counted as dropped and goes back to the pool.
 func TestReceiverDeliverOrDrop(t *testing.T) {
-	var r receiver
+	var r Receiver
 	var rel releaseRecorder
 	f := []byte{1, 2, 3}
 
-	r.deliver(f, len(f), &rel) // no handler yet
+	r.Deliver(f, len(f), &rel) // no handler yet
 	require.Len(t, rel.got, 1, "the frame goes back to the pool")
 	require.Same(t, &f[0], &rel.got[0][0])
 	require.EqualValues(t, 1, r.rxDropped.Load())
@@ -28,7 +28,7 @@ func TestReceiverDeliverOrDrop(t *testing.T) {
 
 	var got [][]byte
 	r.SetHandler(func(b []byte) { got = append(got, b) })
-	r.deliver(f, 100, &rel)
+	r.Deliver(f, 100, &rel)
 	require.Len(t, got, 1)
 	require.Same(t, &f[0], &got[0][0], "the handler owns the frame")
 	require.Len(t, rel.got, 1, "not released for the handler")
@@ -37,7 +37,7 @@ func TestReceiverDeliverOrDrop(t *testing.T) {
 	require.EqualValues(t, 1, r.rxDropped.Load())
 
 	r.SetHandler(nil)
-	r.deliver(f, len(f), &rel)
+	r.Deliver(f, len(f), &rel)
 	require.Len(t, got, 1, "no longer handed over")
 	require.Len(t, rel.got, 2)
 	require.Same(t, &f[0], &rel.got[1][0], "back to the pool")

@@ -7,6 +7,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/softverbs/softverbs/netdev"
+	"github.com/softverbs/softverbs/netdev/capture"
+	"github.com/softverbs/softverbs/netdev/fabric"
+	"github.com/softverbs/softverbs/netdev/faults"
+	"github.com/softverbs/softverbs/netdev/host"
 	"github.com/softverbs/softverbs/netdev/linktest"
 )
 
@@ -14,16 +18,16 @@ import (
 // --loss does.
 func wrapAll(t *testing.T, l netdev.Link) netdev.Link {
 	t.Helper()
-	c, err := netdev.WithCapture(l, nil, io.Discard)
+	c, err := capture.Wrap(l, nil, io.Discard)
 	require.NoError(t, err)
-	return netdev.WithFaults(c, nil, 1, netdev.Faults{})
+	return faults.Wrap(c, nil, 1, faults.Profile{})
 }
 
 func TestAsThroughWrappers(t *testing.T) {
-	fab := netdev.NewFabric(nil, 1)
-	base := &linktest.CapLink{FabricPort: fab.NewPort(netdev.MAC{2, 0, 0, 0, 0, 1}, 1500)}
-	host := netdev.NewHost(base, base.HardwareAddr(), nil, nil)
-	top := wrapAll(t, host)
+	fab := fabric.New(nil, 1)
+	base := &linktest.CapLink{Port: fab.NewPort(netdev.MAC{2, 0, 0, 0, 0, 1}, 1500)}
+	hst := host.New(base, base.HardwareAddr(), nil, nil)
+	top := wrapAll(t, hst)
 
 	h, ok := netdev.As[netdev.Holder](top)
 	require.True(t, ok, "Holder through fault link, capture and host")
@@ -33,13 +37,13 @@ func TestAsThroughWrappers(t *testing.T) {
 	require.Same(t, base, p)
 	j, ok := netdev.As[netdev.GroupJoiner](top)
 	require.True(t, ok, "GroupJoiner through the wrappers")
-	require.Same(t, host, j, "the host answers for the link below it")
+	require.Same(t, hst, j, "the host answers for the link below it")
 	o, ok := netdev.As[netdev.OwnReceiver](top)
 	require.True(t, ok)
-	require.Same(t, host, o)
-	hh, ok := netdev.As[*netdev.Host](top)
+	require.Same(t, hst, o)
+	hh, ok := netdev.As[*host.Host](top)
 	require.True(t, ok, "concrete types too")
-	require.Same(t, host, hh)
+	require.Same(t, hst, hh)
 
 	_, ok = netdev.As[netdev.Holder](wrapAll(t, fab.NewPort(netdev.MAC{}, 1500)))
 	require.False(t, ok, "a fabric port does not batch, wrapped or not")

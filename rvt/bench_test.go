@@ -9,6 +9,7 @@ import (
 
 	"github.com/softverbs/softverbs/clock"
 	"github.com/softverbs/softverbs/netdev"
+	"github.com/softverbs/softverbs/netdev/fabric"
 
 	"github.com/softverbs/softverbs/keys"
 	"github.com/softverbs/softverbs/qp"
@@ -271,7 +272,7 @@ func (p *benchPair) sends(n, post int) error {
 
 // newFabricPair is two devices on the in-memory fabric, one RC QP each.
 func newFabricPair(b *testing.B, size int, inline bool) *benchPair {
-	fab := netdev.NewFabric(clock.Real(), 1)
+	fab := fabric.New(clock.Real(), 1)
 	open := func(i byte) *node {
 		mac := netdev.MAC{0x02, 0, 0, 0, 0, i}
 		ip := netip.AddrFrom4([4]byte{198, 18, 0, i})

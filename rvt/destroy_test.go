@@ -14,6 +14,7 @@ import (
 	"github.com/softverbs/softverbs/keys"
 	"github.com/softverbs/softverbs/mcast"
 	"github.com/softverbs/softverbs/netdev"
+	"github.com/softverbs/softverbs/netdev/fabric"
 	"github.com/softverbs/softverbs/qp"
 )
 
@@ -216,7 +217,7 @@ func TestSourceGIDIndexChecked(t *testing.T) {
 // groupLink is a fabric port that records the multicast groups the device
 // joins and leaves on it (netdev.GroupJoiner).
 type groupLink struct {
-	*netdev.FabricPort
+	*fabric.Port
 	mu  sync.Mutex
 	log []string // "join <group>" or "leave <group>"
 	// onLeave, if set, runs inside LeaveGroup after the leave is logged
@@ -266,9 +267,9 @@ func (l *groupLink) netJoins() int {
 
 // groupNode is a device on a fabric port that records its group joins.
 func groupNode(t *testing.T) (*node, *groupLink) {
-	fab := netdev.NewFabric(nil, 1)
+	fab := fabric.New(nil, 1)
 	mac := netdev.MAC{0x02, 0, 0, 0, 0, 0x51}
-	link := &groupLink{FabricPort: fab.NewPort(mac, 4096)}
+	link := &groupLink{Port: fab.NewPort(mac, 4096)}
 	t.Cleanup(func() { link.Close() })
 	return newNode(t, Options{Link: link, MAC: mac, Resolve: fab.Resolve}), link
 }

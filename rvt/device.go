@@ -4,7 +4,7 @@
 // handles, multicast), asynchronous events, QP iteration and counters.
 //
 // A Device runs the IBTA transport over RoCEv2 on one port. With no link it
-// is a loopback-only device; on the in-memory fabric (netdev.Fabric) many
+// is a loopback-only device; on the in-memory fabric (fabric.Fabric) many
 // devices form a network in one process; on a TAP, AF_XDP or UDP link it
 // speaks to real peers.
 //
@@ -239,7 +239,7 @@ func Open(o Options) (*Device, error) {
 
 // SetAddrs replaces the port's GID table (addresses in GID index order, see
 // netdev.GIDOrder), as when the interface's addresses change, and raises
-// EventGIDChange. A link that answers for the addresses (netdev.Host),
+// EventGIDChange. A link that answers for the addresses (host.Host),
 // also behind wrappers (netdev.As), is updated too and announces the new
 // ones.
 func (d *Device) SetAddrs(addrs []netip.Addr) error {

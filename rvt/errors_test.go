@@ -16,6 +16,9 @@ import (
 	"github.com/softverbs/softverbs/keys"
 	"github.com/softverbs/softverbs/mcast"
 	"github.com/softverbs/softverbs/netdev"
+	"github.com/softverbs/softverbs/netdev/fabric"
+	"github.com/softverbs/softverbs/netdev/faults"
+	"github.com/softverbs/softverbs/netdev/host"
 	"github.com/softverbs/softverbs/qp"
 	"github.com/softverbs/softverbs/transport"
 )
@@ -511,13 +514,13 @@ func TestSetAddrsGIDChange(t *testing.T) {
 // SetAddrs reaches the host answering for the addresses through the link
 // wrappers (here a fault injector), as multicast joins do.
 func TestSetAddrsThroughWrappers(t *testing.T) {
-	fab := netdev.NewFabric(nil, 1)
+	fab := fabric.New(nil, 1)
 	mac := netdev.MAC{0x02, 0, 0, 0, 0, 0x61}
 	port := fab.NewPort(mac, 4096)
 	t.Cleanup(func() { port.Close() })
 	old := []netip.Addr{netip.MustParseAddr("fe80::61"), netip.MustParseAddr("198.18.0.61")}
-	h := netdev.NewHost(port, mac, old, nil)
-	fl, err := netdev.NewFaultLink(h, nil, 1, netdev.Faults{})
+	h := host.New(port, mac, old, nil)
+	fl, err := faults.New(h, nil, 1, faults.Profile{})
 	require.NoError(t, err)
 	n := newNode(t, Options{Link: fl, MAC: mac, Addrs: old, Resolve: h.Resolve})
 	next := []netip.Addr{old[0], netip.MustParseAddr("198.18.0.62")}

@@ -8,6 +8,7 @@ import (
 	"github.com/softverbs/softverbs/clock"
 	"github.com/softverbs/softverbs/keys"
 	"github.com/softverbs/softverbs/netdev"
+	"github.com/softverbs/softverbs/netdev/fabric"
 	"github.com/softverbs/softverbs/qp"
 	"github.com/softverbs/softverbs/rvt"
 )
@@ -15,7 +16,7 @@ import (
 // Two devices on an in-memory fabric: connect an RC QP on each, RDMA WRITE
 // from one to the other, and poll for the completion.
 func Example() {
-	fab := netdev.NewFabric(clock.Real(), 1)
+	fab := fabric.New(clock.Real(), 1)
 	open := func(name string, mac netdev.MAC, ip string) *rvt.Device {
 		addr := netip.MustParseAddr(ip)
 		fab.AddAddr(addr, mac)

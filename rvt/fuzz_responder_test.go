@@ -9,6 +9,7 @@ import (
 	"github.com/softverbs/softverbs/clock"
 	"github.com/softverbs/softverbs/cq"
 	"github.com/softverbs/softverbs/netdev"
+	"github.com/softverbs/softverbs/netdev/fabric"
 	"github.com/softverbs/softverbs/qp"
 	"github.com/softverbs/softverbs/transport"
 )
@@ -55,7 +56,7 @@ const (
 
 func fuzzResponder(t *testing.T, in []byte) {
 	clk := clock.NewManual()
-	fab := netdev.NewFabric(clk, 1)
+	fab := fabric.New(clk, 1)
 	macA := netdev.MAC{0x02, 0, 0, 0, 0, 1}
 	macB := netdev.MAC{0x02, 0, 0, 0, 0, 2}
 	ipA := netip.AddrFrom4([4]byte{198, 18, 0, 1})

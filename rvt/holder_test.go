@@ -10,6 +10,7 @@ import (
 	"github.com/softverbs/softverbs/clock"
 	"github.com/softverbs/softverbs/cq"
 	"github.com/softverbs/softverbs/netdev"
+	"github.com/softverbs/softverbs/netdev/fabric"
 	"github.com/softverbs/softverbs/qp"
 	"github.com/softverbs/softverbs/transport"
 )
@@ -18,7 +19,7 @@ import (
 // transmits (netdev.Holder): the packets sent during each hold and whether
 // the hold ended with Flush or FlushLazy. It transmits at once.
 type holdLink struct {
-	*netdev.FabricPort
+	*fabric.Port
 	mu    sync.Mutex
 	depth int
 	cur   []holdPkt
@@ -71,7 +72,7 @@ func (h *holdLink) Send(frame []byte) error {
 			h.mu.Unlock()
 		}
 	}
-	return h.FabricPort.Send(frame) // delivers at once: never under h.mu
+	return h.Port.Send(frame) // delivers at once: never under h.mu
 }
 
 func (h *holdLink) takeRuns() []holdRun {
@@ -88,14 +89,14 @@ func (h *holdLink) takeRuns() []holdRun {
 // run that sent a READ response, an atomic response or a NAK ends with an
 // immediate flush.
 func TestTransmitBatchingFlushes(t *testing.T) {
-	fab := netdev.NewFabric(clock.Real(), 3)
+	fab := fabric.New(clock.Real(), 3)
 	links := [2]*holdLink{}
 	nodes := [2]*node{}
 	for i := range nodes {
 		mac := netdev.MAC{0x02, 0, 0, 0, 0, byte(i + 1)}
 		ip := netip.AddrFrom4([4]byte{198, 18, 0, byte(i + 1)})
 		fab.AddAddr(ip, mac)
-		links[i] = &holdLink{FabricPort: fab.NewPort(mac, 9000)}
+		links[i] = &holdLink{Port: fab.NewPort(mac, 9000)}
 		nodes[i] = newNode(t, Options{Link: links[i], MAC: mac,
 			Addrs: []netip.Addr{netip.MustParseAddr("fe80::1"), ip}, Resolve: fab.Resolve})
 	}

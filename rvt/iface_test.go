@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/softverbs/softverbs/netdev"
+	"github.com/softverbs/softverbs/netdev/fabric"
 	"github.com/softverbs/softverbs/netdev/nettest"
 	"github.com/softverbs/softverbs/transport"
 )
@@ -40,7 +41,7 @@ func TestInterfaceFollowsAddrs(t *testing.T) {
 		require.True(t, time.Now().Before(deadline), "no usable link-local address on %s: %s", ea, out)
 	}
 
-	fab := netdev.NewFabric(nil, 1)
+	fab := fabric.New(nil, 1)
 	mac := netdev.MAC{0x02, 0x5f, 0, 0, 0, 0x41}
 	port := fab.NewPort(mac, 4096)
 	t.Cleanup(func() { port.Close() })

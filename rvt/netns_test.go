@@ -18,7 +18,10 @@ import (
 
 	"github.com/softverbs/softverbs/cq"
 	"github.com/softverbs/softverbs/netdev"
+	"github.com/softverbs/softverbs/netdev/host"
 	"github.com/softverbs/softverbs/netdev/nettest"
+	"github.com/softverbs/softverbs/netdev/tap"
+	"github.com/softverbs/softverbs/netdev/udp"
 	"github.com/softverbs/softverbs/qp"
 )
 
@@ -30,23 +33,23 @@ type wirePeer struct {
 
 // TestNetnsTAP: in each namespace a bridge joins the veth end and a TAP;
 // softverbs is a host of its own behind the TAP (own MAC and IP, ARP by
-// netdev.Host). The kernel sides have no addresses at all.
+// host.Host). The kernel sides have no addresses at all.
 func TestNetnsTAP(t *testing.T) {
 	nettest.RequireRoot(t)
 	nsA, nsB := nettest.New(t), nettest.New(t)
 	va, vb := nettest.Veth(t, nsA, nsB)
 	open := func(ns *nettest.Netns, veth string, ip netip.Addr, mac netdev.MAC) *wirePeer {
 		name := nettest.Name("t")
-		var tap *netdev.TAP
+		var tl *tap.Link
 		require.NoError(t, ns.Do(func() error {
 			var err error
-			tap, err = netdev.OpenTAP(name, 1500)
+			tl, err = tap.Open(name, 1500)
 			return err
 		}))
-		t.Cleanup(func() { tap.Close() })
+		t.Cleanup(func() { tl.Close() })
 		ns.Bridge(veth, name)
 		gids := netdev.GIDOrder(mac, []netip.Addr{ip})
-		h := netdev.NewHost(tap, mac, gids, nil)
+		h := host.New(tl, mac, gids, nil)
 		n := newNode(t, Options{Name: "tap-" + ip.String(), Workers: 2, Link: h, MAC: mac, Addrs: gids, Resolve: h.Resolve})
 		return &wirePeer{n: n, joiner: h}
 	}
@@ -63,10 +66,10 @@ func TestNetnsUDP(t *testing.T) {
 	nsA.Run("ip", "addr", "add", "10.202.0.1/24", "dev", va)
 	nsB.Run("ip", "addr", "add", "10.202.0.2/24", "dev", vb)
 	open := func(ns *nettest.Netns, ip netip.Addr) *wirePeer {
-		var l *netdev.UDPLink
+		var l *udp.Link
 		require.NoError(t, ns.Do(func() error {
 			var err error
-			l, err = netdev.OpenUDP(netip.AddrPortFrom(ip, netdev.RoCEv2Port))
+			l, err = udp.Open(netip.AddrPortFrom(ip, netdev.RoCEv2Port))
 			return err
 		}))
 		t.Cleanup(func() { l.Close() })
@@ -85,12 +88,12 @@ func TestNetnsUDP(t *testing.T) {
 // is always free; otherwise in this one, and the test is skipped if
 // something (rxe) holds the port.
 func TestUDPLinkDevices(t *testing.T) {
-	bind := func(ap netip.AddrPort) (*netdev.UDPLink, error) { return netdev.OpenUDP(ap) }
+	bind := func(ap netip.AddrPort) (*udp.Link, error) { return udp.Open(ap) }
 	if os.Geteuid() == 0 {
 		nettest.RequireRoot(t)
 		ns := nettest.New(t)
-		bind = func(ap netip.AddrPort) (l *netdev.UDPLink, err error) {
-			err = ns.Do(func() error { l, err = netdev.OpenUDP(ap); return err })
+		bind = func(ap netip.AddrPort) (l *udp.Link, err error) {
+			err = ns.Do(func() error { l, err = udp.Open(ap); return err })
 			return l, err
 		}
 	}

@@ -46,7 +46,7 @@ import (
 	"time"
 
 	"github.com/softverbs/softverbs/cq"
-	"github.com/softverbs/softverbs/netdev"
+	"github.com/softverbs/softverbs/netdev/faults"
 )
 
 func simEnvInt(t *testing.T, name string, def uint64) uint64 {
@@ -168,10 +168,10 @@ func TestSimRetryExceededAccepted(t *testing.T) {
 		status   cq.Status
 		counters map[string]uint64
 	}{
-		{"loss5%", simProfile{name: "loss5%", faults: netdev.Faults{Loss: 0.05}}, cq.RetryExcErr, good},
-		{"loss19.9%", simProfile{name: "loss19.9%", faults: netdev.Faults{Loss: 0.199}}, cq.RetryExcErr, good},
+		{"loss5%", simProfile{name: "loss5%", faults: faults.Profile{Loss: 0.05}}, cq.RetryExcErr, good},
+		{"loss19.9%", simProfile{name: "loss19.9%", faults: faults.Profile{Loss: 0.199}}, cq.RetryExcErr, good},
 		{"no faults", simProfiles[0], cq.RetryExcErr, good},
-		{"dup only", simProfile{name: "dup", faults: netdev.Faults{Duplicate: 0.5}}, cq.RetryExcErr, good},
+		{"dup only", simProfile{name: "dup", faults: faults.Profile{Duplicate: 0.5}}, cq.RetryExcErr, good},
 		{"RNR retry exceeded", loss20, cq.RNRRetryExcErr, good},
 		{"flush", loss20, cq.WRFlushErr, good},
 		{"remote access error", loss20, cq.RemAccessErr, good},

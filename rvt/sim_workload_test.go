@@ -10,7 +10,7 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/softverbs/softverbs/netdev"
+	"github.com/softverbs/softverbs/netdev/faults"
 	"github.com/softverbs/softverbs/qp"
 )
 
@@ -18,7 +18,7 @@ import (
 // sends, plus the largest message size the profile can afford.
 type simProfile struct {
 	name    string
-	faults  netdev.Faults
+	faults  faults.Profile
 	maxSize int
 }
 
@@ -26,15 +26,15 @@ type simProfile struct {
 // profile.
 var simProfiles = []simProfile{
 	{name: "none", maxSize: 1 << 20},
-	{name: "loss1%", faults: netdev.Faults{Loss: 0.01}, maxSize: 1 << 20},
-	{name: "loss5%", faults: netdev.Faults{Loss: 0.05}, maxSize: 256 << 10},
-	{name: "loss20%", faults: netdev.Faults{Loss: 0.20}, maxSize: 32 << 10},
-	{name: "dup5%", faults: netdev.Faults{Duplicate: 0.05}, maxSize: 1 << 20},
-	{name: "reorder5%", faults: netdev.Faults{Reorder: 0.05}, maxSize: 1 << 20},
-	{name: "delay", faults: netdev.Faults{Delay: 50 * time.Microsecond}, maxSize: 1 << 20},
-	{name: "delay+jitter", faults: netdev.Faults{Delay: 20 * time.Microsecond, Jitter: 2 * time.Microsecond, BandwidthBps: 10e9}, maxSize: 1 << 20},
-	{name: "corrupt2%", faults: netdev.Faults{Corrupt: 0.02}, maxSize: 256 << 10},
-	{name: "combo", faults: netdev.Faults{Loss: 0.02, Duplicate: 0.02, Reorder: 0.02, Corrupt: 0.01,
+	{name: "loss1%", faults: faults.Profile{Loss: 0.01}, maxSize: 1 << 20},
+	{name: "loss5%", faults: faults.Profile{Loss: 0.05}, maxSize: 256 << 10},
+	{name: "loss20%", faults: faults.Profile{Loss: 0.20}, maxSize: 32 << 10},
+	{name: "dup5%", faults: faults.Profile{Duplicate: 0.05}, maxSize: 1 << 20},
+	{name: "reorder5%", faults: faults.Profile{Reorder: 0.05}, maxSize: 1 << 20},
+	{name: "delay", faults: faults.Profile{Delay: 50 * time.Microsecond}, maxSize: 1 << 20},
+	{name: "delay+jitter", faults: faults.Profile{Delay: 20 * time.Microsecond, Jitter: 2 * time.Microsecond, BandwidthBps: 10e9}, maxSize: 1 << 20},
+	{name: "corrupt2%", faults: faults.Profile{Corrupt: 0.02}, maxSize: 256 << 10},
+	{name: "combo", faults: faults.Profile{Loss: 0.02, Duplicate: 0.02, Reorder: 0.02, Corrupt: 0.01,
 		Delay: 10 * time.Microsecond, Jitter: 1 * time.Microsecond, BandwidthBps: 25e9}, maxSize: 64 << 10},
 }
 

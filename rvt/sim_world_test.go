@@ -20,6 +20,8 @@ import (
 	"github.com/softverbs/softverbs/cq"
 	"github.com/softverbs/softverbs/keys"
 	"github.com/softverbs/softverbs/netdev"
+	"github.com/softverbs/softverbs/netdev/fabric"
+	"github.com/softverbs/softverbs/netdev/faults"
 	"github.com/softverbs/softverbs/qp"
 	"github.com/softverbs/softverbs/transport"
 )
@@ -53,7 +55,7 @@ type sim struct {
 	rng       *rand.Rand
 	prof      simProfile
 	clk       *clock.Manual
-	fab       *netdev.Fabric
+	fab       *fabric.Fabric
 	ethMTU    int
 	activeMTU MTU
 	devs      []*simDev
@@ -155,15 +157,15 @@ var simEpoch = clock.NewManual().Now()
 
 func (s *sim) setup() error {
 	rng := s.rng
-	s.fab = netdev.NewFabric(s.clk, int64(s.seed))
+	s.fab = fabric.New(s.clk, int64(s.seed))
 	s.ethMTU = []int{1500, 4096 + 200, 9000}[rng.IntN(3)]
 	ndev := 2 + rng.IntN(3)
 	for i := range ndev {
 		mac := netdev.MAC{0x02, 0x53, 0x56, 0, 0, byte(i + 1)}
 		port := s.fab.NewPort(mac, s.ethMTU)
 		var link netdev.Link = port
-		if s.prof.faults != (netdev.Faults{}) {
-			link = netdev.WithFaults(port, s.clk, int64(s.seed)*1000003+int64(i), s.prof.faults)
+		if s.prof.faults != (faults.Profile{}) {
+			link = faults.Wrap(port, s.clk, int64(s.seed)*1000003+int64(i), s.prof.faults)
 		}
 		v6 := netip.AddrFrom16([16]byte{0xfe, 0x80, 15: byte(i + 1)})
 		v4 := netip.AddrFrom4([4]byte{198, 18, 0, byte(i + 1)})

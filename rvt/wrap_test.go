@@ -10,6 +10,10 @@ import (
 
 	"github.com/softverbs/softverbs/cq"
 	"github.com/softverbs/softverbs/netdev"
+	"github.com/softverbs/softverbs/netdev/capture"
+	"github.com/softverbs/softverbs/netdev/fabric"
+	"github.com/softverbs/softverbs/netdev/faults"
+	"github.com/softverbs/softverbs/netdev/host"
 	"github.com/softverbs/softverbs/netdev/linktest"
 	"github.com/softverbs/softverbs/qp"
 )
@@ -20,14 +24,14 @@ import (
 // multicast joins (GroupJoiner, on the host), transmit batching (Holder)
 // and busy polling (Poller).
 func TestWrappedLinkCapabilities(t *testing.T) {
-	fab := netdev.NewFabric(nil, 1)
+	fab := fabric.New(nil, 1)
 	mac, peerMAC := netdev.MAC{2, 0, 0, 0, 0, 1}, netdev.MAC{2, 0, 0, 0, 0, 2}
 	ip, peerIP := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")
 	fab.AddAddr(ip, mac)
 	fab.AddAddr(peerIP, peerMAC)
-	base := &linktest.CapLink{FabricPort: fab.NewPort(mac, 1500)}
+	base := &linktest.CapLink{Port: fab.NewPort(mac, 1500)}
 	t.Cleanup(func() { _ = base.Close() })
-	host := netdev.NewHost(base, mac, []netip.Addr{ip}, nil)
+	hst := host.New(base, mac, []netip.Addr{ip}, nil)
 	peer := fab.NewPort(peerMAC, 1500)
 	t.Cleanup(func() { _ = peer.Close() })
 	var igmp atomic.Int64
@@ -38,9 +42,9 @@ func TestWrappedLinkCapabilities(t *testing.T) {
 		}
 		peer.Release(f)
 	})
-	capt, err := netdev.WithCapture(host, nil, io.Discard)
+	capt, err := capture.Wrap(hst, nil, io.Discard)
 	require.NoError(t, err)
-	link := netdev.WithFaults(capt, nil, 1, netdev.Faults{})
+	link := faults.Wrap(capt, nil, 1, faults.Profile{})
 
 	n := newNode(t, Options{Name: "wrapped", Inline: true, Link: link, MAC: mac,
 		Addrs: []netip.Addr{ip}, Resolve: fab.Resolve})
@@ -54,10 +58,10 @@ func TestWrappedLinkCapabilities(t *testing.T) {
 	// it (IGMP); the last detach leaves it.
 	group := netip.MustParseAddr("239.1.2.3")
 	require.NoError(t, n.d.AttachMcast(q, netdev.GIDFromIP(group), 0))
-	require.Equal(t, []netip.Addr{group}, host.Groups(), "joined through the wrappers")
+	require.Equal(t, []netip.Addr{group}, hst.Groups(), "joined through the wrappers")
 	require.EqualValues(t, 1, igmp.Load(), "membership report sent")
 	require.NoError(t, n.d.DetachMcast(q, netdev.GIDFromIP(group), 0))
-	require.Empty(t, host.Groups())
+	require.Empty(t, hst.Groups())
 	require.EqualValues(t, 2, igmp.Load(), "leave sent")
 
 	// Holder: a send runs under a hold of the link below.

@@ -124,7 +124,7 @@ func runDemo(w io.Writer, cfg demoConfig) error {
 }
 
 // gateWriter passes writes through while open; once closed it refuses
-// them, which stops a CaptureLink cleanly between two records.
+// them, which stops a capture.Link cleanly between two records.
 type gateWriter struct {
 	w    io.Writer
 	open atomic.Bool

@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/softverbs/softverbs/clock"
-	"github.com/softverbs/softverbs/netdev"
+	"github.com/softverbs/softverbs/netdev/fabric"
 	"github.com/softverbs/softverbs/rvt"
 )
 
@@ -27,7 +27,7 @@ func runDevinfo(w io.Writer, cfg devinfoConfig) error {
 	mac, addrs := nodeAddrs(0)
 	o := rvt.Options{Name: "rvt0", MAC: mac, Addrs: addrs}
 	if !cfg.Loopback {
-		fab := netdev.NewFabric(clock.Real(), 1)
+		fab := fabric.New(clock.Real(), 1)
 		port := fab.NewPort(mac, cfg.LinkMTU)
 		defer port.Close()
 		for _, a := range addrs {

@@ -11,6 +11,9 @@ import (
 	"github.com/softverbs/softverbs/clock"
 	"github.com/softverbs/softverbs/keys"
 	"github.com/softverbs/softverbs/netdev"
+	"github.com/softverbs/softverbs/netdev/capture"
+	"github.com/softverbs/softverbs/netdev/fabric"
+	"github.com/softverbs/softverbs/netdev/faults"
 	"github.com/softverbs/softverbs/qp"
 	"github.com/softverbs/softverbs/rvt"
 )
@@ -39,15 +42,15 @@ type node struct {
 	pd    *rvt.PD
 	mac   netdev.MAC
 	addrs []netip.Addr
-	port  *netdev.FabricPort
+	port  *fabric.Port
 }
 
 // pair is two devices on one in-memory fabric.
 type pair struct {
-	fab     *netdev.Fabric
+	fab     *fabric.Fabric
 	n       [2]*node
-	faults  []*netdev.FaultLink
-	capture *netdev.CaptureLink
+	faults  []*faults.Link
+	capture *capture.Link
 	cleanup []func()
 }
 
@@ -64,7 +67,7 @@ func openPair(pc pairConfig) (p *pair, err error) {
 		pc.LinkMTU = defaultLinkMTU
 	}
 	clk := clock.Real()
-	p = &pair{fab: netdev.NewFabric(clk, pc.Seed)}
+	p = &pair{fab: fabric.New(clk, pc.Seed)}
 	defer func() {
 		if err != nil {
 			p.Close()
@@ -79,7 +82,7 @@ func openPair(pc pairConfig) (p *pair, err error) {
 		}
 		var link netdev.Link = port
 		if i == 0 && pc.Capture != nil {
-			c, err := netdev.NewCaptureLink(link, clk, pc.Capture)
+			c, err := capture.New(link, clk, pc.Capture)
 			if err != nil {
 				return nil, err
 			}
@@ -87,7 +90,7 @@ func openPair(pc pairConfig) (p *pair, err error) {
 			link = c
 		}
 		if pc.Loss > 0 {
-			fl, err := netdev.NewFaultLink(link, clk, pc.Seed+int64(i)+1, netdev.Faults{Loss: pc.Loss})
+			fl, err := faults.New(link, clk, pc.Seed+int64(i)+1, faults.Profile{Loss: pc.Loss})
 			if err != nil {
 				return nil, fmt.Errorf("fault profile: %w", err)
 			}

@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/softverbs/softverbs/netdev"
+	"github.com/softverbs/softverbs/netdev/udp"
 )
 
 // Ports of the baselines (not 4791: the RoCEv2 links own that one).
@@ -36,7 +36,7 @@ func udpPair(net_ *perfNet, port uint16) (tx, rx *net.UDPConn, err error) {
 		return nil, nil, err
 	}
 	// The baseline receiver gets the socket buffer the UDP link asks for.
-	if err := setRcvBuf(rx, netdev.UDPRcvBuf); err != nil {
+	if err := setRcvBuf(rx, udp.RcvBuf); err != nil {
 		rx.Close()
 		return nil, nil, err
 	}

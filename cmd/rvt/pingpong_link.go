@@ -11,6 +11,8 @@ import (
 
 	"github.com/softverbs/softverbs/clock"
 	"github.com/softverbs/softverbs/netdev"
+	"github.com/softverbs/softverbs/netdev/capture"
+	"github.com/softverbs/softverbs/netdev/faults"
 )
 
 // ppLink is the port a pingpong (or perf) device sits on: the link and
@@ -98,15 +100,15 @@ func openPingpongLink(cfg *pingpongConfig) (_ *ppLink, err error) {
 			return nil, err
 		}
 		l.closers = append(l.closers, func() { _ = f.Close() })
-		c, err := netdev.NewCaptureLink(l.link, clock.Real(), f)
+		c, err := capture.New(l.link, clock.Real(), f)
 		if err != nil {
 			return nil, err
 		}
 		l.link = c
 	}
-	fl := netdev.Faults{Loss: cfg.Loss, Duplicate: cfg.Dup, Reorder: cfg.Reorder, Delay: cfg.Delay}
-	if fl != (netdev.Faults{}) {
-		f, err := netdev.NewFaultLink(l.link, clock.Real(), cfg.Seed, fl)
+	fl := faults.Profile{Loss: cfg.Loss, Duplicate: cfg.Dup, Reorder: cfg.Reorder, Delay: cfg.Delay}
+	if fl != (faults.Profile{}) {
+		f, err := faults.New(l.link, clock.Real(), cfg.Seed, fl)
 		if err != nil {
 			return nil, fmt.Errorf("fault profile: %w", err)
 		}

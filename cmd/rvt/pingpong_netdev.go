@@ -6,6 +6,10 @@ import (
 
 	"github.com/softverbs/softverbs/clock"
 	"github.com/softverbs/softverbs/netdev"
+	"github.com/softverbs/softverbs/netdev/host"
+	"github.com/softverbs/softverbs/netdev/tap"
+	"github.com/softverbs/softverbs/netdev/udp"
+	"github.com/softverbs/softverbs/netdev/xdp"
 )
 
 // openTAPLink creates the TAP and makes softverbs a host on it with its
@@ -32,13 +36,13 @@ func openTAPLink(cfg *pingpongConfig) (*ppLink, error) {
 // openTAPPort creates TAP name with Ethernet MTU mtu and makes softverbs
 // a host on it with mac and ip. It also returns the host, for callers
 // that announce the address.
-func openTAPPort(name string, mtu int, mac netdev.MAC, ip netip.Addr) (*ppLink, *netdev.Host, error) {
-	tap, err := netdev.OpenTAP(name, mtu)
+func openTAPPort(name string, mtu int, mac netdev.MAC, ip netip.Addr) (*ppLink, *host.Host, error) {
+	tap, err := tap.Open(name, mtu)
 	if err != nil {
 		return nil, nil, err
 	}
 	addrs := netdev.GIDOrder(mac, []netip.Addr{ip})
-	h := netdev.NewHost(tap, mac, addrs, clock.Real())
+	h := host.New(tap, mac, addrs, clock.Real())
 	return &ppLink{link: h, mac: mac, addrs: addrs, resolve: h.Resolve,
 		closers: []func(){func() { _ = h.Close() }}}, h, nil
 }
@@ -61,7 +65,7 @@ func openXDPLink(cfg *pingpongConfig) (*ppLink, error) {
 // openXDPPort attaches AF_XDP to iface, with ip as the GID source or, if
 // ip is the zero Addr, the interface's addresses.
 func openXDPPort(iface string, ip netip.Addr) (*ppLink, error) {
-	x, err := netdev.OpenXDP(iface, netdev.XDPOptions{})
+	x, err := xdp.Open(iface, xdp.Options{})
 	if err != nil {
 		return nil, err
 	}
@@ -104,7 +108,7 @@ func openUDPLink(cfg *pingpongConfig) (*ppLink, error) {
 // link-local GID derived from the link's made-up MAC, then ap's address,
 // so GID index 1 is the address as on rxe.
 func openUDPPort(ap netip.AddrPort, mtu int) (*ppLink, error) {
-	u, err := netdev.OpenUDPConfig(netdev.UDPConfig{Addr: ap, MTU: mtu})
+	u, err := udp.OpenConfig(udp.Config{Addr: ap, MTU: mtu})
 	if err != nil {
 		return nil, err
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/softverbs/softverbs/clock"
 	"github.com/softverbs/softverbs/netdev"
+	"github.com/softverbs/softverbs/netdev/fabric"
 	"github.com/softverbs/softverbs/netdev/nettest"
 )
 
@@ -219,7 +220,7 @@ func TestPingpongFlags(t *testing.T) {
 // fabricLinks returns two link makers on one in-memory fabric: device i
 // gets the demo's addresses, so GID index 1 is ::ffff:198.18.0.(i+1).
 func fabricLinks(t *testing.T, linkMTU int) [2]func() (*ppLink, error) {
-	fab := netdev.NewFabric(clock.Real(), 1)
+	fab := fabric.New(clock.Real(), 1)
 	var out [2]func() (*ppLink, error)
 	for i := range out {
 		mac, addrs := nodeAddrs(i)

@@ -5,14 +5,14 @@ package linktest
 import (
 	"sync/atomic"
 
-	"github.com/softverbs/softverbs/netdev"
+	"github.com/softverbs/softverbs/netdev/fabric"
 )
 
 // CapLink is a fabric port with the optional interfaces of a real link
 // (netdev.Holder, netdev.Poller, netdev.OwnReceiver), counting the calls
 // it gets: for tests that those interfaces are found through wrappers.
 type CapLink struct {
-	*netdev.FabricPort
+	*fabric.Port
 	Holds, Flushes, Polls atomic.Int64
 }
 

@@ -1,0 +1,299 @@
+// Package fabric is the in-memory link: an Ethernet learning switch inside
+// the process whose ports are netdev.Links, with synchronous delivery
+// under an injected clock, for tests and deterministic simulation.
+package fabric
+
+// Lock order: Fabric.mu, then Port.mu. Neither is held while a handler
+// runs, so a handler may Send on any port (delivery may recurse).
+
+import (
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+
+	"github.com/softverbs/softverbs/clock"
+	"github.com/softverbs/softverbs/netdev"
+	"github.com/softverbs/softverbs/netdev/faults"
+)
+
+// Fabric is an in-memory Ethernet switch. Each port has a static MAC (its
+// own, entered when the port is made) and the switch also learns source MACs
+// from the frames ports send. A frame to a known unicast MAC goes to that
+// port, a frame to a broadcast or multicast MAC or to an unknown unicast MAC
+// goes to every other port; nothing goes back to the port it came from.
+//
+// Delivery is synchronous: Send copies the frame into a buffer from each
+// receiving port's pool and calls that port's handler before it returns. A
+// handler only queues work, so a simulation on one goroutine is
+// deterministic. Put a faults.Link (faults.Wrap, NewFaultyPort) in front of a
+// port for loss, delay and the rest.
+//
+// The fabric also keeps an IP-to-MAC table (AddAddr, Resolve) so devices
+// find each other without ARP or neighbour discovery.
+type Fabric struct {
+	clk  clock.Clock
+	seed int64
+
+	mu    sync.RWMutex
+	fdb   atomic.Pointer[map[netdev.MAC]*Port] // forwarding database (static and learned), copy-on-write
+	addrs map[netip.Addr]netdev.MAC            // Resolve table, keys unmapped
+	rng   *rand.Rand                           // MAC assignment and per-port fault seeds
+	ports atomic.Pointer[[]*Port]              // copy-on-write snapshot for flooding
+	count int                                  // ports ever made
+}
+
+// New returns an empty fabric. clk (nil: the real clock) is the clock
+// of faulty ports made by NewFaultyPort; seed drives MACs NewPort assigns
+// and the fault seeds of NewFaultyPort, so one seed makes one fabric.
+func New(clk clock.Clock, seed int64) *Fabric {
+	f := &Fabric{
+		clk:   clock.OrReal(clk),
+		seed:  seed,
+		addrs: make(map[netip.Addr]netdev.MAC),
+		rng:   rand.New(rand.NewPCG(uint64(seed), 0x6e65746465766661)),
+	}
+	f.ports.Store(new([]*Port))
+	f.fdb.Store(&map[netdev.MAC]*Port{})
+	return f
+}
+
+// Clock returns the fabric's clock.
+func (f *Fabric) Clock() clock.Clock { return f.clk }
+
+// NewPort attaches a port with the given MAC and MTU (the Ethernet payload
+// size, e.g. 1500). A zero MAC is replaced by a locally administered unicast
+// MAC drawn from the fabric's seed. A MAC already owned by another open port
+// is taken over by the new one.
+func (f *Fabric) NewPort(mac netdev.MAC, mtu int) *Port {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if mac.IsZero() {
+		for {
+			var m netdev.MAC
+			v := f.rng.Uint64()
+			for i := range m {
+				m[i] = byte(v >> (8 * i))
+			}
+			m[0] = m[0]&^1 | 2 // unicast, locally administered
+			if _, used := (*f.fdb.Load())[m]; !used && !m.IsZero() {
+				mac = m
+				break
+			}
+		}
+	}
+	p := &Port{
+		fabric: f,
+		mac:    mac,
+		mtu:    mtu,
+		pool:   netdev.NewFramePool(netdev.MaxFrameLen(mtu)),
+		index:  f.count,
+	}
+	f.count++
+	f.editFDBLocked(func(fdb map[netdev.MAC]*Port) { fdb[mac] = p })
+	old := *f.ports.Load()
+	ports := make([]*Port, len(old), len(old)+1)
+	copy(ports, old)
+	ports = append(ports, p)
+	f.ports.Store(&ports)
+	return p
+}
+
+// NewFaultyPort attaches a port and wraps it with faults.Wrap, using the
+// fabric's clock and a fault seed derived from the fabric's seed and the
+// order in which ports were made. It returns the port (for Stats and
+// Release) and the faulty link to use for sending.
+func (f *Fabric) NewFaultyPort(mac netdev.MAC, mtu int, fl faults.Profile) (*Port, *faults.Link, error) {
+	if err := fl.Validate(); err != nil {
+		return nil, nil, fmt.Errorf("new faulty port: %w", err)
+	}
+	p := f.NewPort(mac, mtu)
+	seed := f.seed ^ int64(p.index+1)*0x5851f42d4c957f2d
+	l, err := faults.New(p, f.clk, seed, fl)
+	if err != nil {
+		_ = p.Close()
+		return nil, nil, err
+	}
+	return p, l, nil
+}
+
+// AddAddr records that ip lives at mac, for Resolve. IPv4 and IPv4-mapped
+// forms of one address are the same entry.
+func (f *Fabric) AddAddr(ip netip.Addr, mac netdev.MAC) {
+	f.mu.Lock()
+	f.addrs[ip.Unmap()] = mac
+	f.mu.Unlock()
+}
+
+// RemoveAddr forgets ip.
+func (f *Fabric) RemoveAddr(ip netip.Addr) {
+	f.mu.Lock()
+	delete(f.addrs, ip.Unmap())
+	f.mu.Unlock()
+}
+
+// Resolve returns the MAC recorded for ip by AddAddr. Multicast addresses
+// resolve to their Ethernet group MAC without an entry.
+func (f *Fabric) Resolve(ip netip.Addr) (netdev.MAC, bool) {
+	if m, ok := netdev.MulticastMAC(ip); ok {
+		return m, true
+	}
+	f.mu.RLock()
+	m, ok := f.addrs[ip.Unmap()]
+	f.mu.RUnlock()
+	return m, ok
+}
+
+// lookup returns the port for dst, or nil to flood. It learns src on from.
+func (f *Fabric) lookup(from *Port, src, dst netdev.MAC) *Port {
+	fdb := *f.fdb.Load()
+	known := fdb[src]
+	var to *Port
+	if !dst.IsMulticast() {
+		to = fdb[dst]
+	}
+	if known != from && !src.IsMulticast() {
+		f.mu.Lock()
+		// A port's own MAC is static: never move it by learning. Nor learn a
+		// port closed since Send checked: Close marks it closed before
+		// detach takes f.mu, so checking under f.mu means detach either
+		// already removed it (and it must not come back) or will.
+		if cur := (*f.fdb.Load())[src]; cur != from && (cur == nil || cur.mac != src) && !from.closed.Load() {
+			f.editFDBLocked(func(fdb map[netdev.MAC]*Port) { fdb[src] = from })
+		}
+		f.mu.Unlock()
+	}
+	return to
+}
+
+// editFDBLocked publishes a copy of the forwarding database changed by
+// edit. Send reads the published map without a lock, so it is replaced,
+// never changed; that happens only when a port comes, goes or moves.
+func (f *Fabric) editFDBLocked(edit func(fdb map[netdev.MAC]*Port)) {
+	fdb := maps.Clone(*f.fdb.Load())
+	edit(fdb)
+	f.fdb.Store(&fdb)
+}
+
+func (f *Fabric) detach(p *Port) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.editFDBLocked(func(fdb map[netdev.MAC]*Port) {
+		maps.DeleteFunc(fdb, func(_ netdev.MAC, q *Port) bool { return q == p })
+	})
+	old := *f.ports.Load()
+	ports := make([]*Port, 0, len(old))
+	for _, q := range old {
+		if q != p {
+			ports = append(ports, q)
+		}
+	}
+	f.ports.Store(&ports)
+}
+
+// PortStats counts one port's traffic. Tx counts frames the port's user
+// sent into the fabric, Rx frames the fabric delivered to the handler.
+type PortStats struct {
+	TxFrames, TxBytes uint64
+	TxDropped         uint64 // too long or too short to send
+	RxFrames, RxBytes uint64
+	RxDropped         uint64 // longer than this port's MTU, no handler, or closed
+}
+
+// Port is one port of a Fabric; it implements Link and Releaser.
+type Port struct {
+	fabric *Fabric
+	mac    netdev.MAC
+	mtu    int
+	index  int
+	pool   *netdev.FramePool
+
+	netdev.Receiver
+	closed atomic.Bool
+
+	txFrames, txBytes, txDropped atomic.Uint64
+}
+
+var (
+	_ netdev.Link     = (*Port)(nil)
+	_ netdev.Releaser = (*Port)(nil)
+)
+
+// Send forwards frame through the fabric, delivering it to the receiving
+// ports' handlers before it returns. It returns ErrClosed after Close and
+// ErrFrameTooLong or ErrTruncated (counted as TxDropped) for a frame longer
+// than the MTU allows or shorter than an Ethernet header.
+func (p *Port) Send(frame []byte) error {
+	if p.closed.Load() {
+		return netdev.ErrClosed
+	}
+	if len(frame) < netdev.EthernetHeaderLen {
+		p.txDropped.Add(1)
+		return netdev.ErrTruncated
+	}
+	if netdev.FrameTooLong(frame, p.mtu) {
+		p.txDropped.Add(1)
+		return netdev.ErrFrameTooLong
+	}
+	p.txFrames.Add(1)
+	p.txBytes.Add(uint64(len(frame)))
+	eth := netdev.Ethernet(frame)
+	f := p.fabric
+	if to := f.lookup(p, eth.Src(), eth.Dst()); to != nil {
+		if to != p {
+			to.arrive(frame)
+		}
+		return nil
+	}
+	for _, q := range *f.ports.Load() {
+		if q != p {
+			q.arrive(frame)
+		}
+	}
+	return nil
+}
+
+// arrive delivers a frame the fabric forwards to p. With no handler set,
+// deliver counts the frame as dropped and puts its buffer back.
+func (p *Port) arrive(frame []byte) {
+	if p.closed.Load() || netdev.FrameTooLong(frame, p.mtu) {
+		p.CountDropped()
+		return
+	}
+	b := p.pool.Get()[:len(frame)]
+	copy(b, frame)
+	p.Deliver(b, len(b), p)
+}
+
+// HardwareAddr returns the port's MAC.
+func (p *Port) HardwareAddr() netdev.MAC { return p.mac }
+
+// MTU returns the port's MTU.
+func (p *Port) MTU() int { return p.mtu }
+
+// Release returns a received frame's buffer to the port's pool.
+func (p *Port) Release(frame []byte) { p.pool.Put(frame) }
+
+// Close detaches the port from the fabric. It is idempotent.
+func (p *Port) Close() error {
+	if p.closed.Swap(true) {
+		return nil
+	}
+	p.fabric.detach(p)
+	return nil
+}
+
+// Stats returns a snapshot of the port's counters.
+func (p *Port) Stats() PortStats {
+	rxFrames, rxBytes, rxDropped := p.RxCounts()
+	return PortStats{
+		TxFrames:  p.txFrames.Load(),
+		TxBytes:   p.txBytes.Load(),
+		TxDropped: p.txDropped.Load(),
+		RxFrames:  rxFrames,
+		RxBytes:   rxBytes,
+		RxDropped: rxDropped,
+	}
+}

@@ -1,0 +1,769 @@
+// Package host makes softverbs a host of its own on an Ethernet segment:
+// Host wraps any netdev.Link (a TAP, a fabric port), answers ARP and IPv6
+// neighbour discovery for its addresses, resolves peers, and announces
+// multicast membership with IGMP and MLD.
+package host
+
+// Lock order: Host.mu only. It is never held while the host calls the
+// wrapped link or the upper handler, so a synchronous link (the fabric) may
+// deliver a reply inside Send.
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/softverbs/softverbs/clock"
+	"github.com/softverbs/softverbs/netdev"
+)
+
+// Neighbour-cache timing. The names follow Linux's neigh parameters.
+const (
+	// ReachableTime is how long a confirmed neighbour is used without
+	// asking again.
+	ReachableTime = 30 * time.Second
+	// StaleTime is how long after ReachableTime a neighbour is still used
+	// while it is being re-resolved; an entry not confirmed by then is
+	// forgotten and Resolve fails until a reply arrives.
+	StaleTime = 5 * time.Second
+	// ProbeInterval is the least time between two requests (ARP request or
+	// neighbour solicitation) for one address.
+	ProbeInterval = 100 * time.Millisecond
+	// MaxNeighbours bounds the cache; when it is full, expired entries are
+	// dropped first and new unresolved addresses are not tracked.
+	MaxNeighbours = 4096
+)
+
+// ARP (RFC 826) over Ethernet for IPv4: the 28-byte packet after the
+// Ethernet header.
+const (
+	arpLen     = 28
+	arpHType   = 0 // 1: Ethernet
+	arpPType   = 2 // 0x0800
+	arpHLen    = 4 // 6
+	arpPLen    = 5 // 4
+	arpOp      = 6 // 1 request, 2 reply
+	arpSHA     = 8
+	arpSPA     = 14
+	arpTHA     = 18
+	arpTPA     = 24
+	arpRequest = 1
+	arpReply   = 2
+)
+
+// ICMPv6 neighbour discovery (RFC 4861).
+const (
+	icmp6Type     = 0
+	icmp6Code     = 1
+	icmp6Checksum = 2
+	ndFlags       = 4 // NA: R S O in the top bits
+	ndTarget      = 8
+	ndOptions     = 24 // first option after the target
+	ndLen         = 32 // NS/NA with one link-layer address option
+
+	icmp6NS           = 135
+	icmp6NA           = 136
+	icmp6MLDv2Report  = 143
+	ndOptSourceLLAddr = 1
+	ndOptTargetLLAddr = 2
+
+	naRouter    = 0x80
+	naSolicited = 0x40
+	naOverride  = 0x20
+)
+
+// Stats counts what a Host did.
+type Stats struct {
+	ARPRequestsSent, ARPRepliesSent uint64
+	NSSent, NASent                  uint64
+	Learned                         uint64 // neighbour entries created or updated
+	Consumed                        uint64 // ARP/ND frames handled and not passed up
+	Filtered                        uint64 // unicast frames for another MAC, dropped
+	Malformed                       uint64 // ARP/ND frames too short or with a bad checksum
+	RxFrames, RxBytes               uint64 // frames passed to the handler
+	RxDropped                       uint64 // frames to pass up that found no handler set
+}
+
+type neighState uint8
+
+const (
+	neighIncomplete neighState = iota // asked, no answer yet
+	neighReachable                    // confirmed at confirmed
+)
+
+type neighbour struct {
+	mac       netdev.MAC
+	state     neighState
+	confirmed time.Time // last confirmation (reachable)
+	probed    time.Time // last request sent
+}
+
+// Host makes softverbs a host on an Ethernet segment: it wraps a Link,
+// answers ARP requests and IPv6 neighbour solicitations for its addresses,
+// learns neighbours from ARP and neighbour advertisements, resolves peer
+// addresses for the transport (Resolve) and passes every other frame
+// addressed to its MAC (or to a group) to the upper handler. Unicast frames
+// for other MACs, which a TAP on a bridge sees while the bridge floods, are
+// dropped.
+//
+// Host is itself a Link (sending through the wrapped one, reporting its own
+// MAC) and a Releaser when the wrapped link is one. Time comes only from
+// the clock: entries age by clock.Now, and nothing runs on timers; Resolve
+// sends requests as it is asked, at most one per ProbeInterval per address.
+// Unwrap returns the wrapped link, so As finds its Holder and Poller: Send
+// goes straight to the wrapped link, and a poll runs the host's receive
+// path. Host answers GroupJoiner and OwnReceiver itself.
+type Host struct {
+	l   netdev.Link
+	mac netdev.MAC
+	clk clock.Clock
+	rel netdev.Releaser // the wrapped link's, or nil
+
+	netdev.Receiver // frames passed up (or dropped with no handler set)
+
+	mu     sync.RWMutex
+	addrs  []netip.Addr // unmapped, in the caller's order
+	groups netdev.GroupRefs
+	neigh  map[netip.Addr]*neighbour
+
+	arpReqSent, arpRepSent, nsSent, naSent atomic.Uint64
+	learned, consumed, filtered, malformed atomic.Uint64
+}
+
+var (
+	_ netdev.Link     = (*Host)(nil)
+	_ netdev.Releaser = (*Host)(nil)
+	_ netdev.Wrapper  = (*Host)(nil)
+)
+
+// New wraps l as a host with the given MAC and IP addresses (IPv4,
+// IPv4-mapped or IPv6; link-local IPv6 addresses answer neighbour
+// solicitations too). clk (nil: the real clock) ages the neighbour cache.
+// The host takes over l's handler.
+func New(l netdev.Link, mac netdev.MAC, addrs []netip.Addr, clk clock.Clock) *Host {
+	h := &Host{l: l, mac: mac, clk: clock.OrReal(clk), neigh: make(map[netip.Addr]*neighbour)}
+	h.rel, _ = l.(netdev.Releaser)
+	h.addrs = unmapAll(addrs)
+	l.SetHandler(h.receive)
+	return h
+}
+
+func unmapAll(addrs []netip.Addr) []netip.Addr {
+	out := make([]netip.Addr, 0, len(addrs))
+	for _, a := range addrs {
+		if a.IsValid() {
+			out = append(out, a.Unmap())
+		}
+	}
+	return out
+}
+
+// Send transmits frame on the wrapped link.
+func (h *Host) Send(frame []byte) error { return h.l.Send(frame) }
+
+// ReceivesOnOwnGoroutine reports whether the wrapped link calls the handler
+// from its own goroutine (see OwnReceiver).
+func (h *Host) ReceivesOnOwnGoroutine() bool {
+	o, ok := netdev.As[netdev.OwnReceiver](h.l)
+	return ok && o.ReceivesOnOwnGoroutine()
+}
+
+// HardwareAddr returns the host's MAC (not necessarily the wrapped link's).
+func (h *Host) HardwareAddr() netdev.MAC { return h.mac }
+
+// MTU returns the wrapped link's MTU.
+func (h *Host) MTU() int { return h.l.MTU() }
+
+// Close closes the wrapped link.
+func (h *Host) Close() error { return h.l.Close() }
+
+// Release gives a received frame back to the wrapped link's pool.
+func (h *Host) Release(frame []byte) {
+	if h.rel != nil {
+		h.rel.Release(frame)
+	}
+}
+
+// Unwrap returns the wrapped link (for As).
+func (h *Host) Unwrap() netdev.Link { return h.l }
+
+// Addrs returns the host's addresses (IPv4 unmapped).
+func (h *Host) Addrs() []netip.Addr {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return append([]netip.Addr(nil), h.addrs...)
+}
+
+// SetAddrs replaces the host's addresses and announces the new ones: a
+// gratuitous ARP request for each new IPv4 address and an unsolicited
+// neighbour advertisement (override set) for each new IPv6 address.
+func (h *Host) SetAddrs(addrs []netip.Addr) {
+	next := unmapAll(addrs)
+	h.mu.Lock()
+	old := h.addrs
+	h.addrs = next
+	h.mu.Unlock()
+	for _, a := range next {
+		if slices.Contains(old, a) {
+			continue
+		}
+		h.Announce(a)
+	}
+}
+
+// Announce sends a gratuitous ARP (IPv4) or an unsolicited neighbour
+// advertisement to all nodes (IPv6) for ip.
+func (h *Host) Announce(ip netip.Addr) {
+	ip = ip.Unmap()
+	if ip.Is4() {
+		h.sendARP(arpRequest, netdev.BroadcastMAC(), ip, netdev.MAC{}, ip)
+		return
+	}
+	h.sendND(icmp6NA, naOverride, ip, netip.MustParseAddr("ff02::1"), netdev.MAC{0x33, 0x33, 0, 0, 0, 1}, ip)
+}
+
+// isOurs reports whether ip is one of the host's addresses.
+func (h *Host) isOurs(ip netip.Addr) bool {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return slices.Contains(h.addrs, ip)
+}
+
+// Resolve returns the MAC for ip, as the transport's PortConfig.Resolve
+// wants. Multicast addresses map to their group MAC and the IPv4 broadcast
+// address to the broadcast MAC; the host's own addresses map to its MAC. A
+// neighbour confirmed within ReachableTime is returned at once; one older
+// than that is still returned (for up to StaleTime more) while a fresh
+// request goes out. Otherwise Resolve sends an ARP request or a neighbour
+// solicitation (at most one per ProbeInterval per address) and returns
+// false: the caller drops the packet and retries later. On a synchronous
+// link the answer may arrive inside that send, and then Resolve succeeds at
+// once.
+func (h *Host) Resolve(ip netip.Addr) (netdev.MAC, bool) {
+	ip = ip.Unmap()
+	if m, ok := netdev.MulticastMAC(ip); ok {
+		return m, true
+	}
+	if ip == netip.AddrFrom4([4]byte{255, 255, 255, 255}) {
+		return netdev.BroadcastMAC(), true
+	}
+	now := h.clk.Now()
+	h.mu.RLock()
+	n := h.neigh[ip]
+	if n != nil && n.state == neighReachable && now.Sub(n.confirmed) < ReachableTime {
+		m := n.mac
+		h.mu.RUnlock()
+		return m, true
+	}
+	ours := slices.Contains(h.addrs, ip)
+	h.mu.RUnlock()
+	if ours {
+		return h.mac, true
+	}
+
+	h.mu.Lock()
+	n = h.neigh[ip]
+	if n == nil {
+		if len(h.neigh) >= MaxNeighbours {
+			h.expireLocked(now)
+		}
+		if len(h.neigh) >= MaxNeighbours {
+			h.mu.Unlock()
+			return netdev.MAC{}, false
+		}
+		n = &neighbour{state: neighIncomplete}
+		h.neigh[ip] = n
+	}
+	var (
+		mac    netdev.MAC
+		usable bool
+	)
+	if n.state == neighReachable {
+		age := now.Sub(n.confirmed)
+		switch {
+		case age < ReachableTime:
+			mac, usable = n.mac, true
+		case age < ReachableTime+StaleTime:
+			mac, usable = n.mac, true // stale: use it while asking again
+		default:
+			n.state = neighIncomplete // expired: forget the MAC
+		}
+	}
+	probe := n.probed.IsZero() || now.Sub(n.probed) >= ProbeInterval
+	if probe {
+		n.probed = now
+	}
+	h.mu.Unlock()
+	if probe {
+		// A stale entry is re-confirmed by a unicast request, as Linux
+		// does; an unknown one by broadcast (ARP) or the solicited-node
+		// group (ND).
+		var dst netdev.MAC
+		if usable {
+			dst = mac
+		}
+		h.solicit(ip, dst)
+		if !usable {
+			h.mu.RLock()
+			if n := h.neigh[ip]; n != nil && n.state == neighReachable {
+				mac, usable = n.mac, true
+			}
+			h.mu.RUnlock()
+		}
+	}
+	return mac, usable
+}
+
+// Neighbour returns the cached MAC of ip and whether it is confirmed and
+// within ReachableTime, without sending anything.
+func (h *Host) Neighbour(ip netip.Addr) (netdev.MAC, bool) {
+	ip = ip.Unmap()
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	n := h.neigh[ip]
+	if n == nil || n.state != neighReachable || h.clk.Now().Sub(n.confirmed) >= ReachableTime {
+		return netdev.MAC{}, false
+	}
+	return n.mac, true
+}
+
+// AddNeighbour enters a static-looking confirmed entry (it ages like a
+// learned one).
+func (h *Host) AddNeighbour(ip netip.Addr, mac netdev.MAC) { h.learn(ip.Unmap(), mac, true) }
+
+func (h *Host) expireLocked(now time.Time) {
+	for ip, n := range h.neigh {
+		if n.state != neighReachable || now.Sub(n.confirmed) >= ReachableTime+StaleTime {
+			delete(h.neigh, ip)
+		}
+	}
+}
+
+// learn records ip at mac. create says whether an entry may be created
+// (a reply or a request aimed at us) or only updated (gratuitous traffic
+// about others, which we do not track unless asked).
+func (h *Host) learn(ip netip.Addr, mac netdev.MAC, create bool) {
+	if !ip.IsValid() || ip.IsUnspecified() || ip.IsMulticast() || mac.IsMulticast() || mac.IsZero() {
+		return
+	}
+	now := h.clk.Now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := h.neigh[ip]
+	if n == nil {
+		if !create {
+			return
+		}
+		if len(h.neigh) >= MaxNeighbours {
+			h.expireLocked(now)
+			if len(h.neigh) >= MaxNeighbours {
+				return
+			}
+		}
+		n = &neighbour{}
+		h.neigh[ip] = n
+	}
+	n.mac, n.state, n.confirmed = mac, neighReachable, now
+	h.learned.Add(1)
+}
+
+// solicit asks for ip's MAC: an ARP request or a neighbour solicitation,
+// to dst if it is a known (stale) MAC, else broadcast / solicited-node.
+func (h *Host) solicit(ip netip.Addr, dst netdev.MAC) {
+	src, ok := h.sourceFor(ip)
+	if !ok {
+		return
+	}
+	if ip.Is4() {
+		if dst.IsZero() {
+			dst = netdev.BroadcastMAC()
+		}
+		h.sendARP(arpRequest, dst, src, netdev.MAC{}, ip)
+		return
+	}
+	ipDst := ip
+	if dst.IsZero() {
+		ipDst = netdev.SolicitedNodeAddr(ip)
+		dst, _ = netdev.MulticastMAC(ipDst)
+	}
+	h.sendND(icmp6NS, 0, src, ipDst, dst, ip)
+}
+
+// sourceFor picks our address to ask from: for IPv4 one in the same /24 if
+// any, else the first IPv4; for IPv6 a link-local one for a link-local
+// target, else the first non-link-local one, else any IPv6.
+func (h *Host) sourceFor(target netip.Addr) (netip.Addr, bool) {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	var first netip.Addr
+	for _, a := range h.addrs {
+		if a.Is4() != target.Is4() {
+			continue
+		}
+		if !first.IsValid() {
+			first = a
+		}
+		if a.Is4() {
+			if p, _ := a.Prefix(24); p.Contains(target) {
+				return a, true
+			}
+			continue
+		}
+		if a.IsLinkLocalUnicast() == target.IsLinkLocalUnicast() {
+			return a, true
+		}
+	}
+	return first, first.IsValid()
+}
+
+// receive is the wrapped link's handler.
+func (h *Host) receive(frame []byte) {
+	if len(frame) < netdev.EthernetHeaderLen {
+		h.malformed.Add(1)
+		h.Release(frame)
+		return
+	}
+	eth := netdev.Ethernet(frame)
+	dst := eth.Dst()
+	if !dst.IsMulticast() && dst != h.mac {
+		h.filtered.Add(1)
+		h.Release(frame)
+		return
+	}
+	switch eth.EtherType() {
+	case netdev.EtherTypeARP:
+		h.consumed.Add(1)
+		h.handleARP(eth)
+		h.Release(frame)
+		return
+	case netdev.EtherTypeIPv6:
+		if h.isND(frame) {
+			h.consumed.Add(1)
+			h.handleND(frame)
+			h.Release(frame)
+			return
+		}
+	}
+	h.Deliver(frame, len(frame), h)
+}
+
+func (h *Host) handleARP(eth netdev.Ethernet) {
+	p := eth.Payload()
+	if len(p) < arpLen || binary.BigEndian.Uint16(p[arpHType:]) != 1 ||
+		binary.BigEndian.Uint16(p[arpPType:]) != netdev.EtherTypeIPv4 || p[arpHLen] != 6 || p[arpPLen] != 4 {
+		h.malformed.Add(1)
+		return
+	}
+	op := binary.BigEndian.Uint16(p[arpOp:])
+	sha := netdev.MAC(p[arpSHA : arpSHA+6])
+	spa := netip.AddrFrom4([4]byte(p[arpSPA : arpSPA+4]))
+	tpa := netip.AddrFrom4([4]byte(p[arpTPA : arpTPA+4]))
+	forUs := h.isOurs(tpa)
+	if spa.IsUnspecified() {
+		// An ARP probe (RFC 5227): answer it if it asks for ours, learn
+		// nothing.
+		if op == arpRequest && forUs {
+			h.sendARP(arpReply, sha, tpa, sha, spa)
+		}
+		return
+	}
+	if sha == h.mac {
+		return // our own, echoed back
+	}
+	h.learn(spa, sha, forUs)
+	if op == arpRequest && forUs && spa != tpa {
+		h.sendARP(arpReply, sha, tpa, sha, spa)
+	}
+}
+
+// sendARP sends an ARP packet from our MAC with sender IP spa to target
+// tha/tpa, in an Ethernet frame to dst.
+func (h *Host) sendARP(op uint16, dst netdev.MAC, spa netip.Addr, tha netdev.MAC, tpa netip.Addr) {
+	var b [netdev.EthernetHeaderLen + arpLen]byte
+	eth := netdev.Ethernet(b[:])
+	eth.SetDst(dst)
+	eth.SetSrc(h.mac)
+	eth.SetEtherType(netdev.EtherTypeARP)
+	p := b[netdev.EthernetHeaderLen:]
+	binary.BigEndian.PutUint16(p[arpHType:], 1)
+	binary.BigEndian.PutUint16(p[arpPType:], netdev.EtherTypeIPv4)
+	p[arpHLen], p[arpPLen] = 6, 4
+	binary.BigEndian.PutUint16(p[arpOp:], op)
+	copy(p[arpSHA:], h.mac[:])
+	s, t := spa.As4(), tpa.As4()
+	copy(p[arpSPA:], s[:])
+	copy(p[arpTHA:], tha[:])
+	copy(p[arpTPA:], t[:])
+	if h.l.Send(b[:]) == nil {
+		if op == arpRequest {
+			h.arpReqSent.Add(1)
+		} else {
+			h.arpRepSent.Add(1)
+		}
+	}
+}
+
+// isND reports whether an IPv6 frame is an ICMPv6 neighbour solicitation
+// or advertisement (no extension headers).
+func (h *Host) isND(frame []byte) bool {
+	if len(frame) < netdev.EthernetHeaderLen+netdev.IPv6HeaderLen+1 {
+		return false
+	}
+	ip := netdev.IPv6(frame[netdev.EthernetHeaderLen:])
+	if ip.NextHeader() != netdev.ProtocolICMPv6 {
+		return false
+	}
+	t := frame[netdev.EthernetHeaderLen+netdev.IPv6HeaderLen]
+	return t == icmp6NS || t == icmp6NA
+}
+
+func (h *Host) handleND(frame []byte) {
+	ip := netdev.IPv6(frame[netdev.EthernetHeaderLen:])
+	pl := int(ip.PayloadLen())
+	if ip.Version() != 6 || len(frame) < netdev.EthernetHeaderLen+netdev.IPv6HeaderLen+pl || pl < ndTarget+16 ||
+		ip.HopLimit() != 255 {
+		h.malformed.Add(1)
+		return
+	}
+	src, dst := ip.Src(), ip.Dst()
+	m := frame[netdev.EthernetHeaderLen+netdev.IPv6HeaderLen : netdev.EthernetHeaderLen+netdev.IPv6HeaderLen+pl]
+	if m[icmp6Code] != 0 || netdev.Fold(netdev.Sum16(m, icmp6PseudoSum(src, dst, pl))) != 0xffff {
+		h.malformed.Add(1)
+		return
+	}
+	target := netip.AddrFrom16([16]byte(m[ndTarget : ndTarget+16]))
+	ll, hasLL := ndLinkLayerOption(m[ndOptions:], m[icmp6Type])
+	switch m[icmp6Type] {
+	case icmp6NS:
+		if !h.isOurs(target) {
+			return
+		}
+		if src.IsUnspecified() {
+			// Duplicate address detection by someone else: tell all nodes.
+			h.sendND(icmp6NA, naOverride, target, netip.MustParseAddr("ff02::1"), netdev.MAC{0x33, 0x33, 0, 0, 0, 1}, target)
+			return
+		}
+		if hasLL {
+			h.learn(src, ll, true)
+		} else {
+			ll = netdev.Ethernet(frame).Src()
+		}
+		h.sendND(icmp6NA, naSolicited|naOverride, target, src, ll, target)
+	case icmp6NA:
+		if !hasLL || ll == h.mac {
+			return
+		}
+		h.learn(target, ll, m[ndFlags]&naSolicited != 0)
+	}
+}
+
+// ndLinkLayerOption finds the source (NS) or target (NA) link-layer
+// address option.
+func ndLinkLayerOption(opts []byte, typ uint8) (netdev.MAC, bool) {
+	want := uint8(ndOptSourceLLAddr)
+	if typ == icmp6NA {
+		want = ndOptTargetLLAddr
+	}
+	for len(opts) >= 8 {
+		n := int(opts[1]) * 8
+		if n == 0 || n > len(opts) {
+			return netdev.MAC{}, false
+		}
+		if opts[0] == want && n >= 8 {
+			return netdev.MAC(opts[2:8]), true
+		}
+		opts = opts[n:]
+	}
+	return netdev.MAC{}, false
+}
+
+func icmp6PseudoSum(src, dst netip.Addr, length int) uint32 {
+	a, d := src.As16(), dst.As16()
+	s := netdev.Sum16(a[:], 0)
+	s = netdev.Sum16(d[:], s)
+	return s + uint32(length>>16) + uint32(length&0xffff) + netdev.ProtocolICMPv6
+}
+
+// buildICMPv6 writes Ethernet and IPv6 headers (hop limit 255) for an
+// ICMPv6 message of n bytes already at b[62:], fills in its checksum and
+// returns the frame.
+func buildICMPv6(b []byte, srcMAC, dstMAC netdev.MAC, src, dst netip.Addr, n int) []byte {
+	eth := netdev.Ethernet(b)
+	eth.SetDst(dstMAC)
+	eth.SetSrc(srcMAC)
+	eth.SetEtherType(netdev.EtherTypeIPv6)
+	ip := netdev.IPv6(b[netdev.EthernetHeaderLen:])
+	ip.SetVersionClassFlow(0, 0)
+	ip.SetPayloadLen(uint16(n))
+	ip.SetNextHeader(netdev.ProtocolICMPv6)
+	ip.SetHopLimit(255)
+	ip.SetSrc(src)
+	ip.SetDst(dst)
+	m := b[netdev.EthernetHeaderLen+netdev.IPv6HeaderLen : netdev.EthernetHeaderLen+netdev.IPv6HeaderLen+n]
+	m[icmp6Checksum], m[icmp6Checksum+1] = 0, 0
+	binary.BigEndian.PutUint16(m[icmp6Checksum:], ^netdev.Fold(netdev.Sum16(m, icmp6PseudoSum(src, dst, n))))
+	return b[:netdev.EthernetHeaderLen+netdev.IPv6HeaderLen+n]
+}
+
+// sendND sends a neighbour solicitation or advertisement (typ icmp6NS or
+// icmp6NA, with an NA's R, S and O flags) about target from src to dst; an
+// NA's target is ours and is also its source. Our MAC goes in the source
+// link-layer address option of an NS, the target one of an NA.
+func (h *Host) sendND(typ, flags uint8, src, dst netip.Addr, dstMAC netdev.MAC, target netip.Addr) {
+	opt, sent := uint8(ndOptSourceLLAddr), &h.nsSent
+	if typ == icmp6NA {
+		opt, sent = ndOptTargetLLAddr, &h.naSent
+	}
+	var b [netdev.EthernetHeaderLen + netdev.IPv6HeaderLen + ndLen]byte
+	m := b[netdev.EthernetHeaderLen+netdev.IPv6HeaderLen:]
+	m[icmp6Type] = typ
+	m[ndFlags] = flags
+	t := target.As16()
+	copy(m[ndTarget:], t[:])
+	m[ndOptions], m[ndOptions+1] = opt, 1
+	copy(m[ndOptions+2:], h.mac[:])
+	if h.l.Send(buildICMPv6(b[:], h.mac, dstMAC, src, dst, ndLen)) == nil {
+		sent.Add(1)
+	}
+}
+
+// JoinGroup records membership of an IP multicast group (IPv4 or
+// IPv6, IPv4-mapped allowed) and sends an unsolicited IGMPv2 membership
+// report (IPv4) or MLDv2 report (IPv6). Joins are counted, so a group
+// joined twice needs two leaves.
+func (h *Host) JoinGroup(group netip.Addr) error {
+	group = group.Unmap()
+	if !group.IsMulticast() {
+		return fmt.Errorf("join group %v: not a multicast address", group)
+	}
+	h.mu.Lock()
+	first, _ := h.groups.Join(group, nil) // the report is sent unlocked
+	h.mu.Unlock()
+	if first {
+		h.report(group, true)
+	}
+	return nil
+}
+
+// LeaveGroup undoes one JoinGroup; the last leave sends an IGMPv2 leave or
+// an MLDv2 change-to-include report. Leaving a group not joined is an
+// error.
+func (h *Host) LeaveGroup(group netip.Addr) error {
+	group = group.Unmap()
+	h.mu.Lock()
+	last, err := h.groups.Leave(group, nil)
+	h.mu.Unlock()
+	if last {
+		h.report(group, false)
+	}
+	return err
+}
+
+// Groups returns the joined groups.
+func (h *Host) Groups() []netip.Addr {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return h.groups.All()
+}
+
+// report sends an IGMPv2 report/leave (RFC 2236) or an MLDv2 report with
+// one record, CHANGE_TO_EXCLUDE({}) to join or CHANGE_TO_INCLUDE({}) to
+// leave (RFC 3810).
+func (h *Host) report(group netip.Addr, join bool) {
+	if group.Is4() {
+		src, _ := h.sourceFor(group)
+		if !src.IsValid() {
+			src = netip.IPv4Unspecified()
+		}
+		dst := group
+		typ := byte(0x16) // v2 membership report
+		if !join {
+			typ = 0x17 // leave group
+			dst = netip.AddrFrom4([4]byte{224, 0, 0, 2})
+		}
+		// IPv4 header with the router alert option (24 bytes) + 8 IGMP.
+		var b [netdev.EthernetHeaderLen + 24 + 8]byte
+		eth := netdev.Ethernet(b[:])
+		dmac, _ := netdev.MulticastMAC(dst)
+		eth.SetDst(dmac)
+		eth.SetSrc(h.mac)
+		eth.SetEtherType(netdev.EtherTypeIPv4)
+		ip := netdev.IPv4(b[netdev.EthernetHeaderLen:])
+		ip.SetHeaderLen(24)
+		ip.SetTOS(0xc0)
+		ip.SetTotalLen(24 + 8)
+		ip.SetFlagsFragment(netdev.IPv4FlagDontFragment, 0)
+		ip.SetTTL(1)
+		ip.SetProtocol(netdev.ProtocolIGMP)
+		ip.SetSrc(src)
+		ip.SetDst(dst)
+		copy(ip[20:24], []byte{0x94, 0x04, 0, 0}) // router alert
+		ip.UpdateChecksum()
+		g := b[netdev.EthernetHeaderLen+24:]
+		g[0] = typ
+		ga := group.As4()
+		copy(g[4:8], ga[:])
+		binary.BigEndian.PutUint16(g[2:], ^netdev.Fold(netdev.Sum16(g, 0)))
+		_ = h.l.Send(b[:])
+		return
+	}
+	// MLDv2: IPv6 header, hop-by-hop with router alert (8), report (8 + 20).
+	src, ok := h.linkLocal()
+	if !ok {
+		src = netip.IPv6Unspecified()
+	}
+	dst := netip.MustParseAddr("ff02::16")
+	const hbh, rep = 8, 8 + 20
+	var b [netdev.EthernetHeaderLen + netdev.IPv6HeaderLen + hbh + rep]byte
+	eth := netdev.Ethernet(b[:])
+	eth.SetDst(netdev.MAC{0x33, 0x33, 0, 0, 0, 0x16})
+	eth.SetSrc(h.mac)
+	eth.SetEtherType(netdev.EtherTypeIPv6)
+	ip := netdev.IPv6(b[netdev.EthernetHeaderLen:])
+	ip.SetVersionClassFlow(0, 0)
+	ip.SetPayloadLen(hbh + rep)
+	ip.SetNextHeader(0) // hop-by-hop options
+	ip.SetHopLimit(1)
+	ip.SetSrc(src)
+	ip.SetDst(dst)
+	o := b[netdev.EthernetHeaderLen+netdev.IPv6HeaderLen:]
+	copy(o[:hbh], []byte{netdev.ProtocolICMPv6, 0, 5, 2, 0, 0, 1, 0}) // router alert (MLD), PadN
+	m := o[hbh:]
+	m[0] = icmp6MLDv2Report
+	binary.BigEndian.PutUint16(m[6:], 1) // one record
+	rec := m[8:]
+	rec[0] = 3 // CHANGE_TO_INCLUDE_MODE
+	if join {
+		rec[0] = 4 // CHANGE_TO_EXCLUDE_MODE
+	}
+	ga := group.As16()
+	copy(rec[4:20], ga[:])
+	binary.BigEndian.PutUint16(m[2:], ^netdev.Fold(netdev.Sum16(m[:rep], icmp6PseudoSum(src, dst, rep))))
+	_ = h.l.Send(b[:])
+}
+
+func (h *Host) linkLocal() (netip.Addr, bool) {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	for _, a := range h.addrs {
+		if a.Is6() && a.IsLinkLocalUnicast() {
+			return a, true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+// Stats returns a snapshot of the host's counters.
+func (h *Host) Stats() Stats {
+	rxFrames, rxBytes, rxDropped := h.RxCounts()
+	return Stats{
+		ARPRequestsSent: h.arpReqSent.Load(), ARPRepliesSent: h.arpRepSent.Load(),
+		NSSent: h.nsSent.Load(), NASent: h.naSent.Load(), Learned: h.learned.Load(),
+		Consumed: h.consumed.Load(), Filtered: h.filtered.Load(), Malformed: h.malformed.Load(),
+		RxFrames: rxFrames, RxBytes: rxBytes, RxDropped: rxDropped,
+	}
+}

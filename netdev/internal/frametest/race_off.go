@@ -1,0 +1,5 @@
+//go:build !race
+
+package frametest
+
+const RaceEnabled = false

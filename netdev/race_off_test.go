@@ -1,5 +1,0 @@
-//go:build !race
-
-package netdev
-
-const raceEnabled = false

@@ -1,7 +1,0 @@
-//go:build race
-
-package netdev
-
-// raceEnabled: the race detector makes sync.Pool drop items at random, so
-// allocation counts are not checked under it.
-const raceEnabled = true
