@@ -40,7 +40,8 @@ type Config struct {
 	// send from.
 	Addr netip.AddrPort
 	// MTU is the IP MTU reported to the transport; 0: the MTU of the
-	// interface that holds Addr, or 1500.
+	// interface that owns Addr (has it, or has a prefix holding it, as lo
+	// holds 127.0.0.0/8), or 1500.
 	MTU int
 	// StrictICRC turns off recovering a sender's IPv4 ID from the ICRC
 	// (see icrc_id.go): then only senders that use ID 0 (softverbs) pass
@@ -169,23 +170,76 @@ func udpFakeMAC(ip netip.Addr) netdev.MAC {
 	return netdev.MAC{0x02, 0x75, a[12], a[13], a[14], a[15]}
 }
 
-// interfaceMTU returns the MTU of the interface holding ip, or 1500.
+// interfaceMTU returns the MTU of the interface that owns ip, or 1500.
 func interfaceMTU(ip netip.Addr) int {
 	ifs, err := net.Interfaces()
 	if err != nil {
 		return 1500
 	}
+	var all []ifaceAddrs
 	for _, ifi := range ifs {
 		as, _ := ifi.Addrs()
+		ia := ifaceAddrs{mtu: ifi.MTU}
 		for _, a := range as {
 			if n, ok := a.(*net.IPNet); ok {
-				if x, ok := netip.AddrFromSlice(n.IP); ok && x.Unmap() == ip {
-					return ifi.MTU
+				if p, ok := prefixOf(n); ok {
+					ia.prefixes = append(ia.prefixes, p)
 				}
 			}
 		}
+		all = append(all, ia)
 	}
-	return 1500
+	return ownerMTU(ip, all)
+}
+
+// ifaceAddrs is an interface's MTU and its addresses with their prefixes.
+type ifaceAddrs struct {
+	mtu      int
+	prefixes []netip.Prefix
+}
+
+// prefixOf converts an interface address, unmapping IPv4 (whose mask may
+// come in 16 bytes).
+func prefixOf(n *net.IPNet) (netip.Prefix, bool) {
+	a, ok := netip.AddrFromSlice(n.IP)
+	if !ok {
+		return netip.Prefix{}, false
+	}
+	ones, bits := n.Mask.Size()
+	if bits == 0 {
+		return netip.Prefix{}, false // a non-canonical mask
+	}
+	if a.Is4In6() {
+		if bits == 128 {
+			ones -= 96
+		}
+		a = a.Unmap()
+	}
+	if ones < 0 || ones > a.BitLen() {
+		return netip.Prefix{}, false
+	}
+	return netip.PrefixFrom(a, ones), true
+}
+
+// ownerMTU returns the MTU of the interface that owns ip, or 1500 if none
+// does: the interface that has ip itself, or else the one whose address's
+// prefix holds ip most narrowly. The prefix matters: Linux owns all of
+// 127.0.0.0/8 on lo (lo has 127.0.0.1/8), so a link on 127.0.0.2 runs
+// over lo and gets its MTU, not Ethernet's.
+func ownerMTU(ip netip.Addr, ifs []ifaceAddrs) int {
+	ip = ip.Unmap().WithZone("")
+	mtu, best := 1500, -1
+	for _, ifi := range ifs {
+		for _, p := range ifi.prefixes {
+			switch {
+			case p.Addr().WithZone("") == ip:
+				return ifi.mtu
+			case p.Contains(ip) && p.Bits() > best:
+				mtu, best = ifi.mtu, p.Bits()
+			}
+		}
+	}
+	return mtu
 }
 
 func (l *Link) closeNS() {
