@@ -33,11 +33,18 @@ import (
 // limit caps.
 const RcvBuf = 8 << 20
 
+// ErrPort is wrapped by the error of Open and OpenConfig for a local port
+// other than 4791. RoCEv2 fixes the destination port at 4791 and a GID
+// carries no port, so every peer sends there: a link listening on another
+// port would never receive. (The source port is per QP and the link picks
+// it per frame; it is not this port.)
+var ErrPort = errors.New("netdev: a RoCEv2 link listens on UDP port 4791")
+
 // Config configures a UDP-socket link.
 type Config struct {
-	// Addr is the local address and port (port 0: 4791). It must be a
-	// single unicast address: it is the only source address the link can
-	// send from.
+	// Addr is the local address and port. The port must be 0 or 4791
+	// (ErrPort otherwise). The address must be a single unicast address:
+	// it is the only source address the link can send from.
 	Addr netip.AddrPort
 	// MTU is the IP MTU reported to the transport; 0: the MTU of the
 	// interface that owns Addr (has it, or has a prefix holding it, as lo
@@ -120,7 +127,8 @@ var (
 	_ netdev.GroupJoiner = (*Link)(nil)
 )
 
-// Open opens a UDP link on addr (port 0 means 4791) with defaults.
+// Open opens a UDP link on addr with defaults. Port 0 means 4791; any
+// other port is refused with an error wrapping ErrPort.
 func Open(addr netip.AddrPort) (*Link, error) {
 	return OpenConfig(Config{Addr: addr})
 }
@@ -133,6 +141,10 @@ func OpenConfig(cfg Config) (*Link, error) {
 	port := cfg.Addr.Port()
 	if port == 0 {
 		port = netdev.RoCEv2Port
+	}
+	if port != netdev.RoCEv2Port {
+		return nil, fmt.Errorf("open udp link %v: port %d: peers send RoCEv2 to port %d only (a GID has no port), so nothing would arrive: %w",
+			cfg.Addr, port, netdev.RoCEv2Port, ErrPort)
 	}
 	if !ip.IsValid() || ip.IsUnspecified() || ip.IsMulticast() {
 		return nil, fmt.Errorf("open udp link %v: need a unicast local address", cfg.Addr)
