@@ -132,6 +132,46 @@ func TestRNRThenReceivePosted(t *testing.T) {
 	require.Equal(t, "hello", string(got))
 }
 
+// An RNR retry costs at most a window of packets, as on a wire (rxe
+// resends from the NAKed PSN, at most RXE_MAX_UNACKED_PSNS ahead): the
+// loopback path, which stands a whole message for one burst, must not
+// resend a message's worth for every RNR NAK. Simulation seed 8270 found
+// it: a 188 KB SEND at path MTU 256 (738 packets) whose receive came late
+// cost 738 packets per RNR NAK.
+func TestRNRRetryCostsAWindow(t *testing.T) {
+	const window = 128 // transport.Config's default
+	n, clk := manualNode(t)
+	a, b := n.qp(t, qp.RC), n.qp(t, qp.RC)
+	at := defaultAttrs()
+	at.mtu = qp.MTU256
+	connect(t, a, n.d, b, n.d, at)
+	const size = 188764
+	src, dst := n.mr(t, size), n.mr(t, size)
+	want := make([]byte, size)
+	for i := range want {
+		want[i] = byte(i * 7)
+	}
+	src.WriteAt(want, src.IOVA)
+	require.NoError(t, a.PostSend(SendWR{WRID: 1, Opcode: qp.OpSend, Flags: qp.Signaled, SGL: sge(src, 0, size)}))
+	for range 20 {
+		clk.AdvanceToNext()
+	}
+	c := a.Counters()
+	naks := c["rcvd_rnr_err"]
+	require.GreaterOrEqual(t, naks, uint64(20), "the responder has no receive: RNR NAKs")
+	require.LessOrEqual(t, c["sent_pkts"], naks*window,
+		"%d packets for %d RNR NAKs: more than a window (%d) per NAK", c["sent_pkts"], naks, window)
+
+	require.NoError(t, b.PostRecv(RecvWR{WRID: 2, SGL: sge(dst, 0, size)}))
+	wcs := poll(t, n.cq, 2, func() { clk.AdvanceToNext() })
+	for _, w := range wcs {
+		require.Equal(t, cq.Success, w.Status, "%+v", w)
+	}
+	got := make([]byte, size)
+	dst.ReadAt(got, dst.IOVA)
+	require.Equal(t, want, got)
+}
+
 func TestRemoteAccessErrors(t *testing.T) {
 	cases := []struct {
 		name   string

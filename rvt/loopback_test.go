@@ -106,6 +106,46 @@ func TestLoopbackBurstPSNs(t *testing.T) {
 	}
 }
 
+// A message longer than the requester's window (128 PSNs) travels as
+// several window-sized bursts (FIRST, MIDDLE, LAST), each an exact run of
+// PSNs, for every opcode that bursts.
+func TestLoopbackBurstsLongerThanWindow(t *testing.T) {
+	n := newNode(t, Options{})
+	a, b := n.qp(t, qp.RC), n.qp(t, qp.RC)
+	at := defaultAttrs()
+	at.mtu = qp.MTU256
+	connect(t, a, n.d, b, n.d, at)
+	const size = 300*256 + 17 // 301 packets
+	src, dst := n.mr(t, size), n.mr(t, size)
+	want := make([]byte, size)
+	for i := range want {
+		want[i] = byte(i*13 + 1)
+	}
+	src.WriteAt(want, src.IOVA)
+	for _, op := range []qp.Opcode{qp.OpSend, qp.OpRDMAWrite, qp.OpRDMAWriteWithImm} {
+		t.Run(op.String(), func(t *testing.T) {
+			dst.WriteAt(make([]byte, size), dst.IOVA)
+			before, rbefore := a.Conn().Snapshot().NextPSN, b.Conn().Snapshot().ExpectedPSN
+			require.NoError(t, b.PostRecv(RecvWR{WRID: 1, SGL: sge(dst, 0, size)}))
+			require.NoError(t, a.PostSend(SendWR{WRID: 2, Opcode: op, Flags: qp.Signaled, SGL: sge(src, 0, size),
+				RemoteAddr: dst.IOVA, Rkey: dst.Rkey, ImmData: 7}))
+			nwc := 2 // the send and the receive
+			if op == qp.OpRDMAWrite {
+				nwc = 1 // the receive stays posted for the next case
+			}
+			wcs := poll(t, n.cq, nwc, nil)
+			for _, w := range wcs {
+				require.Equal(t, cq.Success, w.Status, "%+v", w)
+			}
+			require.Equal(t, before.Add(301), a.Conn().Snapshot().NextPSN)
+			require.Equal(t, rbefore.Add(301), b.Conn().Snapshot().ExpectedPSN)
+			got := make([]byte, size)
+			dst.ReadAt(got, dst.IOVA)
+			require.Equal(t, want, got)
+		})
+	}
+}
+
 // TestUCSourceReusableAtCompletion: a UC send completes as it leaves (no
 // ACK to wait for), and from then on the sender may reuse its buffer. On
 // loopback the receiver must therefore not copy from that buffer later:

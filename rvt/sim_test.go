@@ -5,12 +5,16 @@ package rvt
 // every link, run a random workload of RC, UC and UD QP pairs; invariants
 // are checked at the end. Every task runs inline on the test goroutine and
 // timers fire only when the run loop advances the clock, so a seed replays
-// exactly:
+// exactly (a failing seed prints this command, simReplay):
 //
-//	go test ./rvt -run '^TestSim$/^seed=1234$' -v
+//	SIM_SEED=1234 go test ./rvt -count=1 -run '^TestSim$' -v
 //
 // SIM_SEEDS sets how many seeds TestSim runs (default 300), SIM_SEED_START
-// the first one (default 1), and SIM_SEED runs exactly one seed.
+// the first one (default 1), and SIM_SEED runs exactly one seed. The seeds
+// run on GOMAXPROCS workers, each a subtest in turn, so memory stays flat
+// however many seeds run: a parallel subtest per seed would keep every
+// finished seed's goroutine, with the stack its run grew, until the last
+// seed ends.
 //
 // The workload (sim_workload_test.go): per pair a random list of SEND (with
 // and without immediate), RDMA WRITE (with and without immediate), RDMA
@@ -39,11 +43,17 @@ package rvt
 import (
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/softverbs/softverbs/cq"
 	"github.com/softverbs/softverbs/netdev/faults"
@@ -79,29 +89,62 @@ func TestSim(t *testing.T) {
 			t.Logf("%d seeds ended in a spec-correct RETRY_EXC_ERR (loss >= %g): %s", len(retryExc), simRetryExcLoss, strings.Join(retryExc, "; "))
 		}
 	})
-	for seed := first; seed < first+n; seed++ {
-		t.Run("seed="+strconv.FormatUint(seed, 10), func(t *testing.T) {
-			t.Parallel()
-			t0 := time.Now()
-			res := runSim(seed, simWallBudget)
-			if len(res.errs) > 0 {
-				msg := ""
-				for _, e := range res.errs {
-					msg += "\n  " + e
-				}
-				t.Fatalf("seed %d, profile %s (%s) failed:%s\nreplay: go test ./rvt -run '^TestSim$/^seed=%d$' -v",
-					seed, res.profile, res.summary, msg, seed)
-			}
-			if len(res.retryExc) > 0 {
-				mu.Lock()
-				retryExc = append(retryExc, fmt.Sprintf("seed %d (%s)", seed, strings.Join(res.retryExc, ", ")))
-				mu.Unlock()
-			}
-			if testing.Verbose() {
-				t.Logf("profile %s: %s, %v", res.profile, res.summary, time.Since(t0))
+	seeds := make(chan uint64)
+	var wg sync.WaitGroup
+	for range min(uint64(runtime.GOMAXPROCS(0)), n) {
+		wg.Go(func() {
+			for seed := range seeds {
+				t.Run("seed="+strconv.FormatUint(seed, 10), func(t *testing.T) {
+					t0 := time.Now()
+					res := runSim(seed, simWallBudget)
+					if len(res.errs) > 0 {
+						t.Fatalf("seed %d, profile %s (%s) failed:\n  %s\nreplay: %s",
+							seed, res.profile, res.summary, strings.Join(res.errs, "\n  "), simReplay(seed))
+					}
+					if len(res.retryExc) > 0 {
+						mu.Lock()
+						retryExc = append(retryExc, fmt.Sprintf("seed %d (%s)", seed, strings.Join(res.retryExc, ", ")))
+						mu.Unlock()
+					}
+					if testing.Verbose() {
+						t.Logf("profile %s: %s, %v", res.profile, res.summary, time.Since(t0))
+					}
+				})
 			}
 		})
 	}
+	for seed := first; seed < first+n; seed++ {
+		seeds <- seed
+	}
+	close(seeds)
+	wg.Wait()
+}
+
+// simReplay is the command that reruns exactly seed of TestSim, from the
+// repository's root.
+func simReplay(seed uint64) string {
+	return fmt.Sprintf("SIM_SEED=%d go test ./rvt -count=1 -run '^TestSim$' -v", seed)
+}
+
+// TestSimReplay runs the command a failing seed prints, from the
+// repository's root, and requires that it ran that seed and no other.
+func TestSimReplay(t *testing.T) {
+	if os.Getenv("SIM_SEED") != "" {
+		t.Skip("SIM_SEED is set: this is a replay already")
+	}
+	const seed = 8270 // once a retransmission storm; quick
+	env, args, ok := strings.Cut(simReplay(seed), " go ")
+	require.True(t, ok, "a replay command is ENV=VALUE go ARGS")
+	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	cmd := exec.Command(gobin, strings.Fields(strings.ReplaceAll(args, "'", ""))...)
+	cmd.Dir = ".."
+	cmd.Env = append(os.Environ(), env)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	runs := regexp.MustCompile(`(?m)^=== RUN\s+TestSim/(seed=\d+)$`).FindAllStringSubmatch(string(out), -1)
+	require.Len(t, runs, 1, "%s", out)
+	require.Equal(t, "seed=8270", runs[0][1])
+	require.Contains(t, string(out), "--- PASS: TestSim/seed=8270")
 }
 
 // TestSimDeterminism runs seeds of every profile twice and requires

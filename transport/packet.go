@@ -138,8 +138,10 @@ type Packet struct {
 	// path the responder copies straight from the requester's memory.
 	ext []byte
 	// span is how many PSNs the packet stands for: on the loopback fast
-	// path a whole message (or READ response) travels as one burst with
-	// the ONLY opcode, covering PSN .. PSN+span-1. 0 means 1.
+	// path up to a window of a message's packets travel as one burst
+	// (ONLY when it holds the whole message, else FIRST, MIDDLE or LAST),
+	// and a READ's responses as one ONLY burst, covering PSN ..
+	// PSN+span-1. 0 means 1.
 	span uint32
 }
 

@@ -315,25 +315,32 @@ func (c *Conn) sendPacketLocked(w *qp.SendWQE, a *qp.Attr, pa *path) {
 	} else {
 		r = &pa.r
 	}
-	// Loopback hands the receiver the payload in place (ext), and a whole
-	// SEND or WRITE whose source is contiguous travels as one burst
-	// covering all its PSNs (nothing on a wire to segment). Only for RC:
-	// its WQE completes when the ACK comes back, after the receiver has
-	// copied; a UC WQE completes as it leaves, and the application may
-	// then reuse the memory before the receiver has read it.
-	inPlace := r.fast && typ == qp.RC
-	span := uint32(1)
-	var ext []byte
-	if inPlace && first && rem > mtu && (op.Send() || op == qp.OpRDMAWrite || op == qp.OpRDMAWriteWithImm) {
-		if v := view(w, 0, rem); v != nil {
-			n, last, span, ext = rem, true, npkts(rem, mtu), v
-		}
-	}
 	// The PSN follows from the WQE: its first PSN plus the packets before
 	// this one (for a READ, the responses already received).
 	psn := PSN(w.FirstPSN)
 	if !first {
 		psn = psn.Add(w.Sent / mtu)
+	}
+	// Loopback hands the receiver the payload in place (ext), and a SEND
+	// or WRITE whose source is contiguous travels as one burst covering
+	// several PSNs (nothing on a wire to segment). A burst stands for at
+	// most as many packets as the window has room for, as those packets
+	// would on a wire: a retry (after an RNR NAK, say) then costs at most a
+	// window, as rxe's does, not the whole message. Only for RC: its WQE
+	// completes when the ACK comes back, after the receiver has copied; a
+	// UC WQE completes as it leaves, and the application may then reuse the
+	// memory before the receiver has read it.
+	inPlace := r.fast && typ == qp.RC
+	span := uint32(1)
+	var ext []byte
+	if inPlace && rem > mtu && (op.Send() || op == qp.OpRDMAWrite || op == qp.OpRDMAWriteWithImm) {
+		room := uint32(int32(c.e.cfg.Window) - psn.Diff(c.comp.psn)) // >= 1: requestLocked checked
+		if k := min(npkts(rem, mtu), room); k > 1 {
+			m := min(rem, k*mtu)
+			if v := view(w, w.Sent, m); v != nil {
+				n, last, span, ext = m, m == rem, k, v
+			}
+		}
 	}
 	var o Opcode
 	var payload uint32
@@ -416,7 +423,7 @@ func (c *Conn) sendPacketLocked(w *qp.SendWQE, a *qp.Attr, pa *path) {
 		bth.SetSE(true)
 	}
 	if typ == qp.RC {
-		c.req.noAck++
+		c.req.noAck += int(span)
 		if last || c.req.noAck >= c.e.cfg.AckInterval {
 			bth.SetAckReq(true)
 			c.req.noAck = 0

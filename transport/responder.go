@@ -287,7 +287,7 @@ func (c *Conn) rcExecuteLocked(p *Packet, a *qp.Attr) respResult {
 		return respInvalid
 	}
 	mtu := c.pmtu(a)
-	if p.PayloadLen > mtu*p.PSNs() || info.HasAny(FlagFirst|FlagMiddle) && p.PayloadLen != mtu {
+	if p.PayloadLen > mtu*p.PSNs() || info.HasAny(FlagFirst|FlagMiddle) && p.PayloadLen != mtu*p.PSNs() {
 		return respInvalid
 	}
 	switch {
