@@ -117,14 +117,27 @@ func TestRun(t *testing.T) {
 	}{
 		{nil, 2, "", "usage: rvt <command>"},
 		{[]string{"help"}, 0, "commands:", ""},
-		{[]string{"help", "demo"}, 0, "-seconds", ""},
-		{[]string{"demo", "-h"}, 0, "", "-pcap file"},
+		{[]string{"help", "demo"}, 0, "--seconds", ""},
+		{[]string{"demo", "-h"}, 0, "", "--pcap file"},
+		{[]string{"demo", "--help"}, 0, "", "--pcap file"},
 		{[]string{"nope"}, 2, "", `unknown command "nope"`},
-		{[]string{"demo", "--bogus"}, 2, "", "flag provided but not defined"},
+		{[]string{"demo", "--bogus"}, 2, "", "rvt demo: unknown flag: --bogus\nrun 'rvt help demo' for its flags\n"},
+		{[]string{"demo", "--mtu"}, 2, "", "flag needs an argument: --mtu"},
+		{[]string{"demo", "--mtu=x"}, 2, "", `invalid argument "x" for "--mtu"`},
+		// One dash starts short flags, as with getopt_long: -loopback is
+		// -l -o -o -p ... and devinfo has no -l.
+		{[]string{"devinfo", "-loopback"}, 2, "", "unknown shorthand flag: 'l' in -loopback"},
 		{[]string{"demo", "extra"}, 2, "", "unexpected arguments"},
 		{[]string{"demo", "--mtu", "3000"}, 1, "", "--mtu 3000"},
 		{[]string{"demo", "--loss", "1.5"}, 1, "", "--loss 1.5"},
 		{[]string{"devinfo", "--loopback"}, 0, "PORT_ACTIVE", ""},
+		// Every command takes both forms of a long flag's value.
+		{[]string{"demo", "--mtu=3000"}, 1, "", "--mtu 3000"},
+		{[]string{"stat", "--messages", "0"}, 1, "", "--messages 0"},
+		{[]string{"stat", "--messages=0"}, 1, "", "--messages 0"},
+		{[]string{"perf", "--link=bogus"}, 1, "", `--link "bogus"`},
+		{[]string{"perf", "--seconds", "0", "--link", "udp"}, 1, "", "--seconds 0"},
+		{[]string{"devinfo", "-v=false", "--loopback=true", "--link-mtu=1500"}, 0, "PORT_ACTIVE", ""},
 	} {
 		var stdout, stderr bytes.Buffer
 		code := run(c.args, &stdout, &stderr)

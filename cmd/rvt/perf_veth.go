@@ -19,7 +19,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -28,6 +27,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/softverbs/softverbs/qp"
 	"github.com/softverbs/softverbs/rvt"
@@ -49,7 +50,7 @@ func defaultPerfConfig() perfConfig {
 func perfCommand() command {
 	return command{"perf", "RC WRITE goodput and SEND latency over TAP, UDP and AF_XDP links on a veth pair between " +
 		"two network namespaces, beside kernel UDP over the same veth (root)",
-		func(fs *flag.FlagSet) func(io.Writer) error {
+		func(fs *pflag.FlagSet) func(io.Writer) error {
 			cfg := defaultPerfConfig()
 			fs.StringVar(&cfg.Link, "link", cfg.Link, "link kind: xdp, udp, tap or all")
 			fs.Float64Var(&cfg.Seconds, "seconds", cfg.Seconds, "length of each goodput run in seconds (latency runs take half)")

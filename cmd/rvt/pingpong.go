@@ -17,7 +17,6 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -25,6 +24,8 @@ import (
 	"os"
 	"strconv"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/softverbs/softverbs/cq"
 	"github.com/softverbs/softverbs/keys"
@@ -125,38 +126,36 @@ func (m modeFlag) Set(s string) error {
 
 func (m modeFlag) IsBoolFlag() bool { return true }
 
-// pingpongFlags registers the flags of `rvt pingpong`, with the tools'
-// short and long names.
-func pingpongFlags(fs *flag.FlagSet, cfg *pingpongConfig) {
-	fs.Var(modeFlag{&cfg.Mode, "rc"}, "rc", "RC mode, like ibv_rc_pingpong (the default)")
-	fs.Var(modeFlag{&cfg.Mode, "uc"}, "uc", "UC mode, like ibv_uc_pingpong")
-	fs.Var(modeFlag{&cfg.Mode, "ud"}, "ud", "UD mode, like ibv_ud_pingpong")
-	intVar := func(p *int, short, long string, usage string) {
-		fs.IntVar(p, short, *p, usage)
-		fs.IntVar(p, long, *p, "same as -"+short)
+func (m modeFlag) Type() string { return "bool" }
+
+// pingpongFlags registers the flags of `rvt pingpong`: the tools' short
+// and long names (getopt_long's "p:d:i:s:m:r:n:l:eg:oOPtcjN"), then the
+// long-only flags of the link and the fault profile.
+func pingpongFlags(fs *pflag.FlagSet, cfg *pingpongConfig) {
+	for _, m := range []struct{ mode, usage string }{
+		{"rc", "RC mode, like ibv_rc_pingpong (the default)"},
+		{"uc", "UC mode, like ibv_uc_pingpong"},
+		{"ud", "UD mode, like ibv_ud_pingpong"},
+	} {
+		fs.VarPF(modeFlag{&cfg.Mode, m.mode}, m.mode, "", m.usage).NoOptDefVal = "true"
 	}
-	boolVar := func(p *bool, short, long string, usage string) {
-		fs.BoolVar(p, short, *p, usage)
-		fs.BoolVar(p, long, *p, "same as -"+short)
-	}
-	intVar(&cfg.Port, "p", "port", "listen on/connect to TCP `port`")
-	fs.StringVar(&cfg.Device, "d", cfg.Device, "name of the softverbs `device`")
-	fs.StringVar(&cfg.Device, "ib-dev", cfg.Device, "same as -d")
-	intVar(&cfg.IBPort, "i", "ib-port", "`port` of the device (softverbs devices have port 1)")
-	intVar(&cfg.Size, "s", "size", "`size` of message to exchange (default 4096; UD 2048)")
-	intVar(&cfg.MTU, "m", "mtu", "path MTU in `bytes` (RC and UC; UD uses the port's active MTU)")
-	intVar(&cfg.RxDepth, "r", "rx-depth", "number of receives to post at a time")
-	intVar(&cfg.Iters, "n", "iters", "number of exchanges")
-	intVar(&cfg.SL, "l", "sl", "service level value")
-	boolVar(&cfg.Events, "e", "events", "sleep on CQ events (default poll)")
-	intVar(&cfg.GIDIndex, "g", "gid-idx", "local port GID `index` (RoCE needs one: 1 is the IPv4 GID)")
-	boolVar(&cfg.ODP, "o", "odp", "use on demand paging (not supported)")
-	boolVar(&cfg.IODP, "O", "iodp", "use implicit on demand paging (not supported)")
-	boolVar(&cfg.Prefetch, "P", "prefetch", "prefetch an ODP MR (needs -o)")
-	boolVar(&cfg.TS, "t", "ts", "get CQE with timestamp (not supported)")
-	boolVar(&cfg.Check, "c", "chk", "validate received buffer")
-	boolVar(&cfg.DM, "j", "dm", "use device memory (not supported)")
-	boolVar(&cfg.NewSend, "N", "new_send", "use new post send WR API (same path here)")
+	fs.IntVarP(&cfg.Port, "port", "p", cfg.Port, "listen on/connect to TCP `port`")
+	fs.StringVarP(&cfg.Device, "ib-dev", "d", cfg.Device, "name of the softverbs `device`")
+	fs.IntVarP(&cfg.IBPort, "ib-port", "i", cfg.IBPort, "`port` of the device (softverbs devices have port 1)")
+	fs.IntVarP(&cfg.Size, "size", "s", cfg.Size, "`size` of message to exchange (default 4096; UD 2048)")
+	fs.IntVarP(&cfg.MTU, "mtu", "m", cfg.MTU, "path MTU in `bytes` (RC and UC; UD uses the port's active MTU)")
+	fs.IntVarP(&cfg.RxDepth, "rx-depth", "r", cfg.RxDepth, "`number` of receives to post at a time")
+	fs.IntVarP(&cfg.Iters, "iters", "n", cfg.Iters, "`number` of exchanges")
+	fs.IntVarP(&cfg.SL, "sl", "l", cfg.SL, "service level `value`")
+	fs.BoolVarP(&cfg.Events, "events", "e", cfg.Events, "sleep on CQ events (default poll)")
+	fs.IntVarP(&cfg.GIDIndex, "gid-idx", "g", cfg.GIDIndex, "local port GID `index` (RoCE needs one: 1 is the IPv4 GID)")
+	fs.BoolVarP(&cfg.ODP, "odp", "o", cfg.ODP, "use on demand paging (not supported)")
+	fs.BoolVarP(&cfg.IODP, "iodp", "O", cfg.IODP, "use implicit on demand paging (not supported)")
+	fs.BoolVarP(&cfg.Prefetch, "prefetch", "P", cfg.Prefetch, "prefetch an ODP MR (needs -o)")
+	fs.BoolVarP(&cfg.TS, "ts", "t", cfg.TS, "get CQE with timestamp (not supported)")
+	fs.BoolVarP(&cfg.Check, "chk", "c", cfg.Check, "validate received buffer")
+	fs.BoolVarP(&cfg.DM, "dm", "j", cfg.DM, "use device memory (not supported)")
+	fs.BoolVarP(&cfg.NewSend, "new_send", "N", cfg.NewSend, "use new post send WR API (same path here)")
 	fs.IntVar(&cfg.TOS, "tos", cfg.TOS, "traffic class (IP TOS) of our packets")
 
 	fs.StringVar(&cfg.TAP, "tap", cfg.TAP, "create TAP device `name` and be a host on it (needs --ip)")
@@ -166,10 +165,10 @@ func pingpongFlags(fs *flag.FlagSet, cfg *pingpongConfig) {
 	fs.StringVar(&cfg.MAC, "mac", cfg.MAC, "our `MAC` on a TAP or XDP link (default random)")
 	fs.IntVar(&cfg.LinkMTU, "link-mtu", cfg.LinkMTU, "Ethernet `MTU` of the link (default: a TAP gets enough for -m and at least 1500, other links keep the interface's)")
 	fs.StringVar(&cfg.PCAP, "pcap", cfg.PCAP, "write the frames we send and receive to pcap `file`")
-	fs.Float64Var(&cfg.Loss, "loss", cfg.Loss, "probability that a frame we send is lost")
-	fs.Float64Var(&cfg.Dup, "dup", cfg.Dup, "probability that a frame we send is duplicated")
-	fs.Float64Var(&cfg.Reorder, "reorder", cfg.Reorder, "probability that a frame we send is reordered")
-	fs.DurationVar(&cfg.Delay, "delay", cfg.Delay, "delay added to every frame we send")
+	fs.Float64Var(&cfg.Loss, "loss", cfg.Loss, "`probability` that a frame we send is lost")
+	fs.Float64Var(&cfg.Dup, "dup", cfg.Dup, "`probability` that a frame we send is duplicated")
+	fs.Float64Var(&cfg.Reorder, "reorder", cfg.Reorder, "`probability` that a frame we send is reordered")
+	fs.DurationVar(&cfg.Delay, "delay", cfg.Delay, "`delay` added to every frame we send")
 	fs.Int64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the fault profile")
 	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "give up when the ping-pong takes longer (0: never)")
 }

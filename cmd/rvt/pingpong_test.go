@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -15,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/require"
 
 	"github.com/softverbs/softverbs/clock"
@@ -148,14 +148,21 @@ func TestOOBExchangeBytes(t *testing.T) {
 	require.Equal(t, mine, srem)
 }
 
+// parsePingpong parses args as `rvt pingpong` does.
+func parsePingpong(args ...string) (pingpongConfig, []string, error) {
+	fs := pflag.NewFlagSet("rvt pingpong", pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	cfg := defaultPingpongConfig()
+	pingpongFlags(fs, &cfg)
+	err := fs.Parse(args)
+	return cfg, fs.Args(), err
+}
+
 func TestPingpongFlags(t *testing.T) {
 	parse := func(args ...string) (pingpongConfig, []string) {
-		fs := flag.NewFlagSet("rvt pingpong", flag.ContinueOnError)
-		fs.SetOutput(io.Discard)
-		cfg := defaultPingpongConfig()
-		pingpongFlags(fs, &cfg)
-		require.NoError(t, parseInterspersed(fs, args, true))
-		return cfg, fs.Args()
+		cfg, rest, err := parsePingpong(args...)
+		require.NoError(t, err, "%q", args)
+		return cfg, rest
 	}
 	cfg, rest := parse()
 	require.Equal(t, defaultPingpongConfig(), cfg)
@@ -213,6 +220,75 @@ func TestPingpongFlags(t *testing.T) {
 		cfg, _ := parse(tc.args...)
 		_, err := cfg.check()
 		require.ErrorContains(t, err, tc.err, "%v", tc.args)
+	}
+}
+
+// The getopt_long syntax scripts pass to rdma-core's tools: values glued
+// to short flags, clustered booleans, "--long=value" and "--long value",
+// the server before, between or after the flags, "--" ending the flags.
+func TestPingpongGetopt(t *testing.T) {
+	def := defaultPingpongConfig()
+	for _, tc := range []struct {
+		args []string
+		set  func(c *pingpongConfig)
+		rest []string
+	}{
+		{[]string{"-s1024"}, func(c *pingpongConfig) { c.Size = 1024 }, nil},
+		{[]string{"-n5"}, func(c *pingpongConfig) { c.Iters = 5 }, nil},
+		{[]string{"-ce"}, func(c *pingpongConfig) { c.Check, c.Events = true, true }, nil},
+		{[]string{"-cen5"}, func(c *pingpongConfig) { c.Check, c.Events, c.Iters = true, true, 5 }, nil},
+		{[]string{"-s", "1024"}, func(c *pingpongConfig) { c.Size = 1024 }, nil},
+		{[]string{"--size=1024"}, func(c *pingpongConfig) { c.Size = 1024 }, nil},
+		{[]string{"--size", "1024"}, func(c *pingpongConfig) { c.Size = 1024 }, nil},
+		{[]string{"-g0", "-m", "4096", "-r10"}, func(c *pingpongConfig) { c.GIDIndex, c.MTU, c.RxDepth = 0, 4096, 10 }, nil},
+		{[]string{"--gid-idx=1", "--mtu", "2048", "--rx-depth=9", "--iters", "3", "--sl=2", "--port", "4000"},
+			func(c *pingpongConfig) { c.GIDIndex, c.MTU, c.RxDepth, c.Iters, c.SL, c.Port = 1, 2048, 9, 3, 2, 4000 }, nil},
+		{[]string{"-d", "rvt0", "--ib-dev=rvt0", "-i1", "--ib-port", "1"}, func(*pingpongConfig) {}, nil},
+		{[]string{"--events", "--chk"}, func(c *pingpongConfig) { c.Check, c.Events = true, true }, nil},
+		{[]string{"-N", "--new_send"}, func(c *pingpongConfig) { c.NewSend = true }, nil},
+		{[]string{"10.0.0.1", "-s1024"}, func(c *pingpongConfig) { c.Size = 1024 }, []string{"10.0.0.1"}},
+		{[]string{"-s1024", "10.0.0.1"}, func(c *pingpongConfig) { c.Size = 1024 }, []string{"10.0.0.1"}},
+		{[]string{"-s", "1024", "10.0.0.1", "-n5"}, func(c *pingpongConfig) { c.Size, c.Iters = 1024, 5 }, []string{"10.0.0.1"}},
+		{[]string{"-n5", "--", "-s1024"}, func(c *pingpongConfig) { c.Iters = 5 }, []string{"-s1024"}},
+		{[]string{"--", "10.0.0.1"}, func(*pingpongConfig) {}, []string{"10.0.0.1"}},
+		// scripts/interop.sh's command lines.
+		{[]string{"--tap", "svtap0", "--ip", "10.50.0.200/24", "--link-mtu", "9000", "--uc", "-g", "1", "-s", "4096",
+			"-n", "100", "-c", "--timeout", "60s", "--pcap", "x.pcap", "-m", "4096"},
+			func(c *pingpongConfig) {
+				c.TAP, c.IP, c.LinkMTU, c.Mode, c.GIDIndex, c.Size = "svtap0", "10.50.0.200/24", 9000, "uc", 1, 4096
+				c.Iters, c.Check, c.Timeout, c.PCAP, c.MTU = 100, true, time.Minute, "x.pcap", 4096
+			}, nil},
+		{[]string{"--udp", "10.50.0.254", "--ud", "-g", "1", "10.50.0.1"},
+			func(c *pingpongConfig) { c.UDP, c.Mode, c.GIDIndex = "10.50.0.254", "ud", 1 }, []string{"10.50.0.1"}},
+		{[]string{"--xdp=svx0", "--rc", "--loss=0.01", "--delay", "1ms", "--seed=7"},
+			func(c *pingpongConfig) { c.XDP, c.Loss, c.Delay, c.Seed = "svx0", 0.01, time.Millisecond, 7 }, nil},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			cfg, rest, err := parsePingpong(tc.args...)
+			require.NoError(t, err)
+			want := def
+			tc.set(&want)
+			require.Equal(t, want, cfg)
+			if tc.rest == nil {
+				tc.rest = []string{}
+			}
+			require.Equal(t, tc.rest, rest)
+		})
+	}
+	for _, args := range [][]string{
+		{"-s"},               // a value is required
+		{"--size"},           // also for the long form
+		{"-sx"},              // not a number
+		{"--iters=ten"},      // not a number
+		{"-x"},               // no such flag
+		{"--no-such"},        // no such flag
+		{"-timeout", "1s"},   // one dash is short flags: -t, -i, -m, -e, -o, -u
+		{"-ce5"},             // -5 is no flag
+		{"--chk=maybe"},      // not a boolean
+		{"--timeout", "ten"}, // not a duration
+	} {
+		_, _, err := parsePingpong(args...)
+		require.Error(t, err, "%q", args)
 	}
 }
 
