@@ -108,6 +108,16 @@ func TestStat(t *testing.T) {
 	require.Regexp(t, `(?m)^link rvt1/1 lqpn 17 .*rdma_recvs 10`, s)
 }
 
+// The banner says which commands need root, rather than that none does.
+func TestUsageRoot(t *testing.T) {
+	var out bytes.Buffer
+	usage(&out, commands())
+	require.NotContains(t, out.String(), "no root needed")
+	require.Regexp(t, `(?m)^  perf .*\(root\)$`, out.String())
+	require.Regexp(t, `(?m)^  pingpong .*\(root for --tap and --xdp\)$`, out.String())
+	require.Contains(t, out.String(), "demo, devinfo and stat need no root")
+}
+
 func TestRun(t *testing.T) {
 	for _, c := range []struct {
 		args []string
@@ -117,6 +127,9 @@ func TestRun(t *testing.T) {
 	}{
 		{nil, 2, "", "usage: rvt <command>"},
 		{[]string{"help"}, 0, "commands:", ""},
+		{[]string{"help", "help"}, 0, "usage: rvt help [command]\n", ""},
+		{[]string{"help", "demo", "stat"}, 2, "", `unexpected arguments ["stat"]`},
+		{[]string{"help", "nope"}, 2, "", `unknown command "nope"`},
 		{[]string{"help", "demo"}, 0, "--seconds", ""},
 		{[]string{"demo", "-h"}, 0, "", "--pcap file"},
 		{[]string{"demo", "--help"}, 0, "", "--pcap file"},

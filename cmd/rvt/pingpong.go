@@ -22,6 +22,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"time"
 
@@ -86,6 +87,9 @@ type pingpongConfig struct {
 	// Timeout bounds the ping-pong loop (0: wait forever, as the tools do).
 	Timeout time.Duration
 
+	// modes are the mode flags given (--rc, --uc, --ud), in order.
+	modes []string
+
 	// For tests: link replaces the link flags, onListen learns the
 	// server's TCP address, pageSize replaces the system page size.
 	link     func() (*ppLink, error)
@@ -100,17 +104,19 @@ func defaultPingpongConfig() pingpongConfig {
 	}
 }
 
-// modeFlag is a boolean flag (--rc, --uc, --ud) that selects a mode.
+// modeFlag is a boolean flag (--rc, --uc, --ud) that selects a mode. It
+// records the modes given, so that check refuses two different ones, and
+// its default is false: no mode flag is --rc.
 type modeFlag struct {
-	mode *string
-	val  string
+	cfg *pingpongConfig
+	val string
 }
 
 func (m modeFlag) String() string {
-	if m.mode == nil {
+	if m.cfg == nil {
 		return "false"
 	}
-	return strconv.FormatBool(*m.mode == m.val)
+	return strconv.FormatBool(slices.Contains(m.cfg.modes, m.val))
 }
 
 func (m modeFlag) Set(s string) error {
@@ -118,8 +124,9 @@ func (m modeFlag) Set(s string) error {
 	if err != nil {
 		return err
 	}
-	if v {
-		*m.mode = m.val
+	if v && !slices.Contains(m.cfg.modes, m.val) {
+		m.cfg.Mode = m.val
+		m.cfg.modes = append(m.cfg.modes, m.val)
 	}
 	return nil
 }
@@ -137,7 +144,7 @@ func pingpongFlags(fs *pflag.FlagSet, cfg *pingpongConfig) {
 		{"uc", "UC mode, like ibv_uc_pingpong"},
 		{"ud", "UD mode, like ibv_ud_pingpong"},
 	} {
-		fs.VarPF(modeFlag{&cfg.Mode, m.mode}, m.mode, "", m.usage).NoOptDefVal = "true"
+		fs.VarPF(modeFlag{cfg, m.mode}, m.mode, "", m.usage).NoOptDefVal = "true"
 	}
 	fs.IntVarP(&cfg.Port, "port", "p", cfg.Port, "listen on/connect to TCP `port`")
 	fs.StringVarP(&cfg.Device, "ib-dev", "d", cfg.Device, "name of the softverbs `device`")
@@ -173,12 +180,24 @@ func pingpongFlags(fs *pflag.FlagSet, cfg *pingpongConfig) {
 	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "give up when the ping-pong takes longer (0: never)")
 }
 
+// ppDevice is the one device rvt pingpong opens: -d must name it.
+const ppDevice = "rvt0"
+
 // check validates the flags the way the tools do, and fills in defaults.
+// A flag out of range, or flags that exclude each other, are a usageError;
+// what the tools refuse for their device's sake (ODP, timestamps, device
+// memory) keeps the tools' words.
 func (cfg *pingpongConfig) check() (qp.MTU, error) {
 	switch cfg.Mode {
 	case "rc", "uc", "ud":
 	default:
-		return 0, fmt.Errorf("unknown mode %q", cfg.Mode)
+		return 0, usagef("unknown mode %q", cfg.Mode)
+	}
+	if len(cfg.modes) > 1 {
+		return 0, usagef("--%s and --%s: give one of --rc, --uc and --ud", cfg.modes[0], cfg.modes[1])
+	}
+	if cfg.Device != ppDevice {
+		return 0, usagef("-d %s: IB device %s not found (rvt pingpong opens one device, %s)", cfg.Device, cfg.Device, ppDevice)
 	}
 	if cfg.Size == 0 {
 		cfg.Size = 4096
@@ -188,29 +207,31 @@ func (cfg *pingpongConfig) check() (qp.MTU, error) {
 	}
 	mtu, ok := exactMTU(cfg.MTU)
 	if !ok {
-		return 0, fmt.Errorf("-m %d: the path MTU is 256, 512, 1024, 2048 or 4096", cfg.MTU)
+		return 0, usagef("-m %d: the path MTU is 256, 512, 1024, 2048 or 4096", cfg.MTU)
 	}
 	switch {
 	case cfg.Port < 0 || cfg.Port > 65535:
-		return 0, fmt.Errorf("-p %d: not a TCP port", cfg.Port)
+		return 0, usagef("-p %d: not a TCP port", cfg.Port)
 	case cfg.IBPort != 1:
-		return 0, fmt.Errorf("-i %d: a softverbs device has port 1 only", cfg.IBPort)
+		return 0, usagef("-i %d: a softverbs device has port 1 only", cfg.IBPort)
 	case cfg.Size < 1 || cfg.Size > 1<<30:
-		return 0, fmt.Errorf("-s %d: size out of range", cfg.Size)
+		return 0, usagef("-s %d: size out of range", cfg.Size)
 	case cfg.RxDepth < 1 || cfg.RxDepth > 1<<14:
-		return 0, fmt.Errorf("-r %d: rx depth out of range [1, %d]", cfg.RxDepth, 1<<14)
+		return 0, usagef("-r %d: rx depth out of range [1, %d]", cfg.RxDepth, 1<<14)
 	case cfg.Iters < 1:
-		return 0, fmt.Errorf("-n %d: want at least one iteration", cfg.Iters)
+		return 0, usagef("-n %d: want at least one iteration", cfg.Iters)
 	case cfg.SL < 0 || cfg.SL > 15:
-		return 0, fmt.Errorf("-l %d: service level out of range", cfg.SL)
+		return 0, usagef("-l %d: service level out of range", cfg.SL)
 	case cfg.GIDIndex > 255:
-		return 0, fmt.Errorf("-g %d: GID index out of range", cfg.GIDIndex)
+		return 0, usagef("-g %d: GID index out of range", cfg.GIDIndex)
 	case cfg.TOS < 0 || cfg.TOS > 255:
-		return 0, fmt.Errorf("--tos %d: out of range", cfg.TOS)
+		return 0, usagef("--tos %d: out of range", cfg.TOS)
+	case cfg.Timeout < 0:
+		return 0, usagef("--timeout %v: want 0 (no timeout) or more", cfg.Timeout)
 	case cfg.ODP && cfg.DM:
-		return 0, errors.New("DM memory region can't be on demand")
+		return 0, usagef("DM memory region can't be on demand")
 	case cfg.Prefetch && !cfg.ODP && !cfg.IODP:
-		return 0, errors.New("prefetch is valid only with on-demand memory region")
+		return 0, usagef("prefetch is valid only with on-demand memory region")
 	case cfg.ODP || cfg.IODP:
 		return 0, errors.New("The device isn't ODP capable or does not support RC send and receive with ODP")
 	case cfg.TS:

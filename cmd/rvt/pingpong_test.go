@@ -216,10 +216,44 @@ func TestPingpongFlags(t *testing.T) {
 		{[]string{"-t"}, "timestamp"},
 		{[]string{"-i", "2"}, "port 1 only"},
 		{[]string{"-n", "0"}, "iteration"},
+		{[]string{"--timeout", "-1s"}, "--timeout -1s"},
 	} {
 		cfg, _ := parse(tc.args...)
 		_, err := cfg.check()
 		require.ErrorContains(t, err, tc.err, "%v", tc.args)
+	}
+}
+
+// One transport: --rc, --uc or --ud, or none (RC); naming one twice is
+// fine, two different ones are a usage error rather than the last winning.
+func TestPingpongModes(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		mode string // "" when check refuses
+		err  string
+	}{
+		{nil, "rc", ""},
+		{[]string{"--rc"}, "rc", ""},
+		{[]string{"--uc"}, "uc", ""},
+		{[]string{"--ud", "--ud"}, "ud", ""},
+		{[]string{"--ud=true"}, "ud", ""},
+		{[]string{"--ud=false"}, "rc", ""},
+		{[]string{"--rc", "--ud"}, "", "--rc and --ud: give one of --rc, --uc and --ud"},
+		{[]string{"--ud", "-n5", "--uc"}, "", "--ud and --uc: give one of"},
+		{[]string{"--uc", "--rc", "--uc"}, "", "--uc and --rc: give one of"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			cfg, _, err := parsePingpong(tc.args...)
+			require.NoError(t, err)
+			_, err = cfg.check()
+			if tc.mode == "" {
+				require.ErrorContains(t, err, tc.err)
+				require.ErrorAs(t, err, new(usageError))
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tc.mode, cfg.Mode)
+		})
 	}
 }
 
@@ -266,6 +300,7 @@ func TestPingpongGetopt(t *testing.T) {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			cfg, rest, err := parsePingpong(tc.args...)
 			require.NoError(t, err)
+			cfg.modes = nil // TestPingpongModes
 			want := def
 			tc.set(&want)
 			require.Equal(t, want, cfg)
@@ -511,6 +546,26 @@ func TestPingpongCLI(t *testing.T) {
 		require.Equal(t, 2, run(append([]string{"pingpong"}, args...), &out, &errb), "%q", args)
 		require.Equal(t, "rvt pingpong: unexpected arguments [\"a\" \"b\"]\n", errb.String(), "%q", args)
 	}
+	// Flags that contradict each other, or name a device rvt does not
+	// open, are usage errors that say why.
+	for _, tc := range []struct {
+		args []string
+		err  string
+	}{
+		{[]string{"--rc", "--ud"}, "rvt pingpong: --rc and --ud: give one of --rc, --uc and --ud\n"},
+		{[]string{"-d", "mlx5_0"}, "rvt pingpong: -d mlx5_0: IB device mlx5_0 not found (rvt pingpong opens one device, rvt0)\n"},
+		{[]string{"--ib-dev=rxe0", "10.0.0.1"}, "rvt pingpong: -d rxe0: IB device rxe0 not found (rvt pingpong opens one device, rvt0)\n"},
+		{[]string{"-m", "1000"}, "rvt pingpong: -m 1000: the path MTU is 256, 512, 1024, 2048 or 4096\n"},
+	} {
+		errb.Reset()
+		require.Equal(t, 2, run(append([]string{"pingpong"}, tc.args...), &out, &errb), "%q", tc.args)
+		require.Equal(t, tc.err+"run 'rvt help pingpong' for its flags\n", errb.String(), "%q", tc.args)
+	}
+	// What the tools refuse for the device's sake stays a failure (1).
+	errb.Reset()
+	require.Equal(t, 1, run([]string{"pingpong", "-o"}, &out, &errb))
+	require.Contains(t, errb.String(), "ODP")
+
 	// A bad address names the flag it came from, with its whole value.
 	errb.Reset()
 	require.Equal(t, 1, run([]string{"pingpong", "--ip", "1.2.3/24"}, &out, &errb))
@@ -519,6 +574,10 @@ func TestPingpongCLI(t *testing.T) {
 	out.Reset()
 	require.Equal(t, 0, run([]string{"help", "pingpong"}, &out, &errb))
 	require.Contains(t, out.String(), "usage: rvt pingpong [flags] [server]")
+	// The mode flags default to false (none given is RC): their usage
+	// says "(the default)" once, with no "(default true)" after it.
+	require.Regexp(t, `(?m)^ +--rc\S* +RC mode, like ibv_rc_pingpong \(the default\)$`, out.String())
+	require.NotContains(t, out.String(), "(default true)")
 }
 
 // openUDPLink's errors name the flag the address came from (--udp wins
