@@ -84,7 +84,9 @@ type pingpongConfig struct {
 	Delay              time.Duration
 	Seed               int64
 
-	// Timeout bounds the ping-pong loop (0: wait forever, as the tools do).
+	// Timeout bounds the whole run once the device is up: waiting for a
+	// client (or connecting to the server), the exchange and the
+	// ping-pong (0: wait forever, as the tools do).
 	Timeout time.Duration
 
 	// modes are the mode flags given (--rc, --uc, --ud), in order.
@@ -177,7 +179,7 @@ func pingpongFlags(fs *pflag.FlagSet, cfg *pingpongConfig) {
 	fs.Float64Var(&cfg.Reorder, "reorder", cfg.Reorder, "`probability` that a frame we send is reordered")
 	fs.DurationVar(&cfg.Delay, "delay", cfg.Delay, "`delay` added to every frame we send")
 	fs.Int64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the fault profile")
-	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "give up when the ping-pong takes longer (0: never)")
+	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "give up when waiting for the peer, the exchange and the ping-pong take longer than `duration` (0: never)")
 }
 
 // ppDevice is the one device rvt pingpong opens: -d must name it.
@@ -272,6 +274,9 @@ type ppCtx struct {
 	routs   int
 	pending int
 	remQPN  uint32
+
+	// deadline is when cfg.Timeout runs out (zero: never).
+	deadline time.Time
 }
 
 // runPingpong runs one side of the ping-pong and prints what the rdma-core
@@ -465,6 +470,9 @@ func (ctx *ppCtx) run(w io.Writer, mtu qp.MTU) error {
 	}
 	fmt.Fprint(w, addressLine("local address: ", my, sep))
 
+	if cfg.Timeout > 0 {
+		ctx.deadline = time.Now().Add(cfg.Timeout)
+	}
 	var rem ppDest
 	if cfg.Server != "" {
 		rem, err = ctx.clientExch(my)
@@ -512,14 +520,13 @@ func (ctx *ppCtx) run(w io.Writer, mtu qp.MTU) error {
 
 func (ctx *ppCtx) clientExch(my ppDest) (ppDest, error) {
 	addr := net.JoinHostPort(ctx.cfg.Server, strconv.Itoa(ctx.cfg.Port))
-	c, err := net.DialTimeout("tcp", addr, 30*time.Second)
+	d := net.Dialer{Timeout: 30 * time.Second, Deadline: ctx.deadline}
+	c, err := d.Dial("tcp", addr)
 	if err != nil {
 		return ppDest{}, fmt.Errorf("Couldn't connect to %s: %w", addr, err)
 	}
 	defer c.Close()
-	if ctx.cfg.Timeout > 0 {
-		_ = c.SetDeadline(time.Now().Add(ctx.cfg.Timeout))
-	}
+	_ = c.SetDeadline(ctx.deadline)
 	return clientExchange(c, my)
 }
 
@@ -531,15 +538,17 @@ func (ctx *ppCtx) serverExch(my ppDest, mtu qp.MTU) (ppDest, error) {
 	if ctx.cfg.onListen != nil {
 		ctx.cfg.onListen(ln.Addr())
 	}
+	_ = ln.(*net.TCPListener).SetDeadline(ctx.deadline)
 	c, err := ln.Accept()
 	ln.Close()
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return ppDest{}, fmt.Errorf("timed out after %v waiting for a client on %v", ctx.cfg.Timeout, ln.Addr())
+	}
 	if err != nil {
 		return ppDest{}, fmt.Errorf("accept() failed: %w", err)
 	}
 	defer c.Close()
-	if ctx.cfg.Timeout > 0 {
-		_ = c.SetDeadline(time.Now().Add(ctx.cfg.Timeout))
-	}
+	_ = c.SetDeadline(ctx.deadline)
 	return serverExchange(c, my, func(rem ppDest) error { return ctx.connect(my.PSN, mtu, rem) })
 }
 
@@ -586,10 +595,7 @@ func (ctx *ppCtx) badPages() []int {
 // loop runs the ping-pong until iters messages went each way.
 func (ctx *ppCtx) loop() error {
 	cfg := ctx.cfg
-	var deadline time.Time
-	if cfg.Timeout > 0 {
-		deadline = time.Now().Add(cfg.Timeout)
-	}
+	deadline := ctx.deadline
 	wc := make([]rvt.WC, 2)
 	scnt, rcnt := 0, 0
 	for idle := 0; rcnt < cfg.Iters || scnt < cfg.Iters; {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -510,6 +511,36 @@ func TestPingpongClientFailsEarly(t *testing.T) {
 	r := runPair(t, 1500, func(*pingpongConfig) {}, func(c *pingpongConfig) { c.GIDIndex = 99 })
 	require.ErrorContains(t, r.cerr, "index 99")
 	require.ErrorContains(t, r.serr, "remote address")
+}
+
+// --timeout also bounds the wait for a client: a server nobody connects
+// to gives up and says so, and a client whose server accepts but never
+// answers gives up too.
+func TestPingpongTimeout(t *testing.T) {
+	links := fabricLinks(t, 1500)
+	cfg := defaultPingpongConfig()
+	cfg.Port, cfg.GIDIndex, cfg.Timeout, cfg.link = 0, 1, 200*time.Millisecond, links[0]
+	start := time.Now()
+	var out bytes.Buffer
+	err := runPingpong(&out, cfg)
+	require.ErrorContains(t, err, "timed out after 200ms waiting for a client on ")
+	require.Less(t, time.Since(start), 10*time.Second)
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			defer c.Close()
+			_, _ = io.Copy(io.Discard, c) // read the client's address, never answer
+		}
+	}()
+	cfg.link, cfg.Server, cfg.Port = links[1], "127.0.0.1", ln.Addr().(*net.TCPAddr).Port
+	start = time.Now()
+	err = runPingpong(&out, cfg)
+	require.Error(t, err)
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+	require.Less(t, time.Since(start), 10*time.Second)
 }
 
 func TestPingpongErrors(t *testing.T) {
