@@ -54,7 +54,7 @@ func perfCommand() command {
 			cfg := defaultPerfConfig()
 			fs.StringVar(&cfg.Link, "link", cfg.Link, "link kind: xdp, udp, tap or all")
 			fs.Float64Var(&cfg.Seconds, "seconds", cfg.Seconds, "length of each goodput run in seconds (latency runs take half)")
-			fs.IntVar(&cfg.Size, "size", cfg.Size, "RDMA WRITE message size in bytes")
+			fs.IntVar(&cfg.Size, "size", cfg.Size, fmt.Sprintf("RDMA WRITE message size in bytes (1 to %d MiB)", maxWriteSize>>20))
 			fs.StringVar(&cfg.MTUs, "mtu", cfg.MTUs, "path MTUs to measure, comma-separated: 4096 (veth MTU 9000), 1024 (veth MTU 1500)")
 			return func(w io.Writer) error { return runPerf(w, cfg) }
 		}, ""}
@@ -82,23 +82,23 @@ func (cfg perfConfig) check() (links []string, mtus []perfMTU, err error) {
 	case "xdp", "udp", "tap":
 		links = []string{cfg.Link}
 	default:
-		return nil, nil, fmt.Errorf("--link %q: want xdp, udp, tap or all", cfg.Link)
+		return nil, nil, usagef("--link %q: want xdp, udp, tap or all", cfg.Link)
 	}
 	for _, s := range strings.Split(cfg.MTUs, ",") {
 		m, ok := perfMTUs[strings.TrimSpace(s)]
 		if !ok {
-			return nil, nil, fmt.Errorf("--mtu %q: perf measures path MTUs 4096 and 1024, not %q", cfg.MTUs, s)
+			return nil, nil, usagef("--mtu %q: perf measures path MTUs 4096 and 1024, not %q", cfg.MTUs, s)
 		}
 		if slices.Contains(mtus, m) {
-			return nil, nil, fmt.Errorf("--mtu %q: path MTU %d given twice", cfg.MTUs, m.size)
+			return nil, nil, usagef("--mtu %q: path MTU %d given twice", cfg.MTUs, m.size)
 		}
 		mtus = append(mtus, m)
 	}
 	if !(cfg.Seconds > 0 && cfg.Seconds <= 600) {
-		return nil, nil, fmt.Errorf("--seconds %v: want more than 0 and at most 600", cfg.Seconds)
+		return nil, nil, usagef("--seconds %v: want more than 0 and at most 600", cfg.Seconds)
 	}
-	if cfg.Size <= 0 || cfg.Size > 1<<30 {
-		return nil, nil, fmt.Errorf("--size %d: want 1 byte to 1 GiB", cfg.Size)
+	if cfg.Size <= 0 || cfg.Size > maxWriteSize {
+		return nil, nil, usagef("--size %d: want 1 byte to %d MiB (%d WRITEs of it are in flight)", cfg.Size, maxWriteSize>>20, writeDepth)
 	}
 	return links, mtus, nil
 }

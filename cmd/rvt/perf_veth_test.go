@@ -97,11 +97,11 @@ func TestPerfFlags(t *testing.T) {
 		{[]string{"perf", "--seconds", "0"}, "--seconds 0"},
 	} {
 		var out, errb bytes.Buffer
-		if code := run(tc.args, &out, &errb); code != 1 {
-			t.Errorf("%v: exit %d, want 1", tc.args, code)
+		if code := run(tc.args, &out, &errb); code != 2 {
+			t.Errorf("%v: exit %d, want 2", tc.args, code)
 		}
-		// Without root, refusing for that reason also exits 1: the message
-		// must name the bad flag.
+		// The flags are checked before root is: the message names the
+		// bad flag.
 		if !strings.Contains(errb.String(), tc.want) {
 			t.Errorf("%v: stderr %q does not say %s", tc.args, errb.String(), tc.want)
 		}
