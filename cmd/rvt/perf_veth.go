@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -137,8 +138,7 @@ func runPerf(w io.Writer, cfg perfConfig) (err error) {
 		"lat_x: SEND / UDP median\n", pingSize, pingSize)
 	fmt.Fprintf(w, "  targets (issue 4): goodput xdp >= %.1f x_udp, udp >= %.1f x_udp, tap >= %.1f x_udp; "+
 		"xdp SEND median <= UDP ping-pong median\n\n", perfTargets["xdp"], perfTargets["udp"], perfTargets["tap"])
-	fmt.Fprintf(w, "%-4s %5s %5s %10s %10s %6s %8s %8s %8s %8s %6s  %s\n",
-		"link", "mtu", "veth", "WRITE_GB/s", "UDP_GB/s", "x_udp", "SEND_med", "SEND_p99", "UDP_med", "UDP_p99", "lat_x", "targets")
+	fmt.Fprint(w, perfHeader())
 
 	var failed []string
 	for _, m := range mtus {
@@ -170,7 +170,7 @@ func runPerf(w io.Writer, cfg perfConfig) (err error) {
 				return errors.New("interrupted")
 			}
 			if err != nil {
-				fmt.Fprintf(w, "%-4s %5d %5d error: %v\n", kind, m.size, m.veth, err)
+				fmt.Fprint(w, perfErrorRow(kind, m, err))
 				failed = append(failed, fmt.Sprintf("%s at MTU %d", kind, m.size))
 				continue
 			}
@@ -183,12 +183,64 @@ func runPerf(w io.Writer, cfg perfConfig) (err error) {
 	return nil
 }
 
+// perfColumns are the table's columns and their widths. The first and the
+// last are text, left-aligned; the others are numbers, right-aligned. The
+// widths are fixed, rather than measured with text/tabwriter, because
+// rows are printed as each measurement ends: a tabwriter would hold the
+// whole table back until the last one. The number formats fit the
+// widths: GB/s as %.3f, µs as %.1f, ratios as %.3g (at most 8
+// characters for a positive value).
+var perfColumns = []struct {
+	name  string
+	width int
+}{
+	{"link", 8}, {"mtu", 5}, {"veth", 5}, {"WRITE_GB/s", 10}, {"UDP_GB/s", 10}, {"x_udp", 8},
+	{"SEND_med", 8}, {"SEND_p99", 8}, {"UDP_med", 8}, {"UDP_p99", 8}, {"lat_x", 8}, {"targets", 0},
+}
+
+// perfRow formats the first len(cells) columns of a row and ends the line.
+// The last column is not padded.
+func perfRow(cells ...string) string {
+	var b strings.Builder
+	for i, c := range cells {
+		switch {
+		case i == 0:
+			fmt.Fprintf(&b, "%-*s", perfColumns[i].width, c)
+		case i == len(perfColumns)-1:
+			fmt.Fprintf(&b, "  %s", c)
+		default:
+			fmt.Fprintf(&b, " %*s", perfColumns[i].width, c)
+		}
+	}
+	return strings.TrimRight(b.String(), " ") + "\n"
+}
+
+// perfHeader is the table's first line.
+func perfHeader() string {
+	names := make([]string, len(perfColumns))
+	for i, c := range perfColumns {
+		names[i] = c.name
+	}
+	return perfRow(names...)
+}
+
+// perfErrorRow is the line of a link kind whose measurement failed.
+func perfErrorRow(kind string, m perfMTU, err error) string {
+	return strings.TrimSuffix(perfRow(kind, strconv.Itoa(m.size), strconv.Itoa(m.veth)), "\n") + "  error: " + err.Error() + "\n"
+}
+
 // writeRow prints one line of the table.
 //
-// For xdp a second line, starting "busy", compares busy polling on both
-// sides: SEND with rvt.Device.PollLink in the CQ loop against UDP with
-// spinning non-blocking reads (median and p99 half round trips, ratio).
+// For xdp a second line, "busy xdp", compares busy polling on both sides:
+// SEND with rvt.Device.PollLink in the CQ loop against UDP with spinning
+// non-blocking reads, in the SEND_med, SEND_p99, UDP_med, UDP_p99 and
+// lat_x columns; its goodput columns are "-".
 func writeRow(w io.Writer, kind string, m perfMTU, res perfLinkResult, base runResult, baseLat, baseBusy latency) {
+	fmt.Fprint(w, perfRows(kind, m, res, base, baseLat, baseBusy))
+}
+
+// perfRows is what writeRow prints.
+func perfRows(kind string, m perfMTU, res perfLinkResult, base runResult, baseLat, baseBusy latency) string {
 	xUDP := 0.0
 	if base.gbps() > 0 {
 		xUDP = res.write.gbps() / base.gbps()
@@ -207,19 +259,21 @@ func writeRow(w io.Writer, kind string, m perfMTU, res perfLinkResult, base runR
 	if kind == "xdp" {
 		targets += ", latency " + verdict(latX <= 1)
 	}
-	fmt.Fprintf(w, "%-4s %5d %5d %10.3f %10.3f %6.3g %8.1f %8.1f %8.1f %8.1f %6.3g  %s\n",
-		kind, m.size, m.veth, res.write.gbps(), base.gbps(), xUDP,
-		res.lat.halfMicros(0.5), res.lat.halfMicros(0.99), baseLat.halfMicros(0.5), baseLat.halfMicros(0.99), latX,
+	f3 := func(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }
+	f1 := func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) }
+	g3 := func(v float64) string { return strconv.FormatFloat(v, 'g', 3, 64) }
+	mtu, veth := strconv.Itoa(m.size), strconv.Itoa(m.veth)
+	out := perfRow(kind, mtu, veth, f3(res.write.gbps()), f3(base.gbps()), g3(xUDP),
+		f1(res.lat.halfMicros(0.5)), f1(res.lat.halfMicros(0.99)), f1(baseLat.halfMicros(0.5)), f1(baseLat.halfMicros(0.99)), g3(latX),
 		targets)
 	if kind != "xdp" {
-		return
+		return out
 	}
 	busyX := 0.0
 	if b := baseBusy.halfMicros(0.5); b > 0 {
 		busyX = res.busy.halfMicros(0.5) / b
 	}
-	fmt.Fprintf(w, "busy %-4s %5d %5d %8.1f %8.1f %8.1f %8.1f %6.3g  busy polling both sides: latency %s\n",
-		kind, m.size, m.veth,
-		res.busy.halfMicros(0.5), res.busy.halfMicros(0.99), baseBusy.halfMicros(0.5), baseBusy.halfMicros(0.99), busyX,
-		verdict(busyX > 0 && busyX <= 1))
+	return out + perfRow("busy "+kind, mtu, veth, "-", "-", "-",
+		f1(res.busy.halfMicros(0.5)), f1(res.busy.halfMicros(0.99)), f1(baseBusy.halfMicros(0.5)), f1(baseBusy.halfMicros(0.99)), g3(busyX),
+		"busy polling both sides: latency "+verdict(busyX > 0 && busyX <= 1))
 }
