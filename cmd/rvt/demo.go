@@ -40,6 +40,25 @@ func exactMTU(n int) (rvt.MTU, bool) {
 	return m, m != 0 && m.Bytes() == n
 }
 
+// maxDemoSeconds bounds demo --seconds.
+const maxDemoSeconds = 600
+
+// check validates the flags; errors are usageErrors.
+func (cfg demoConfig) check() (rvt.MTU, error) {
+	mtu, ok := exactMTU(cfg.MTU)
+	switch {
+	case !ok:
+		return 0, usagef("--mtu %d: want 256, 512, 1024, 2048 or 4096", cfg.MTU)
+	case !(cfg.Seconds > 0 && cfg.Seconds <= maxDemoSeconds): // also NaN
+		return 0, usagef("--seconds %v: want more than 0 and at most %d", cfg.Seconds, maxDemoSeconds)
+	case cfg.Size < 1 || cfg.Size > maxWriteSize:
+		return 0, usagef("--size %d: want 1 B to %d MiB (%d WRITEs of it are in flight)", cfg.Size, maxWriteSize>>20, writeDepth)
+	case !(cfg.Loss >= 0 && cfg.Loss < 1):
+		return 0, usagef("--loss %v: want [0, 1)", cfg.Loss)
+	}
+	return mtu, nil
+}
+
 // errChecks is returned when one or more demo checks failed.
 var errChecks = errors.New("checks failed")
 
@@ -57,15 +76,9 @@ type demo struct {
 // operation, a throughput run and the counters. It returns errChecks
 // (wrapped) if any check failed.
 func runDemo(w io.Writer, cfg demoConfig) error {
-	mtu, ok := exactMTU(cfg.MTU)
-	if !ok {
-		return fmt.Errorf("--mtu %d: want 256, 512, 1024, 2048 or 4096", cfg.MTU)
-	}
-	if cfg.Size <= 0 || cfg.Size > 1<<30 {
-		return fmt.Errorf("--size %d: want 1 B to 1 GiB", cfg.Size)
-	}
-	if cfg.Loss < 0 || cfg.Loss >= 1 {
-		return fmt.Errorf("--loss %v: want [0, 1)", cfg.Loss)
+	mtu, err := cfg.check()
+	if err != nil {
+		return err
 	}
 	pc := pairConfig{Loss: cfg.Loss, Seed: cfg.Seed}
 	var gate *gateWriter
@@ -174,14 +187,45 @@ func wcCheck(wc rvt.WC, wrid uint64, op cq.Opcode) error {
 func sameBytes(mr *rvt.MR, iova uint64, want []byte) error {
 	got := make([]byte, len(want))
 	mr.ReadAt(got, iova)
+	return equalBytes(got, want)
+}
+
+// equalBytes reports where got first differs from want.
+func equalBytes(got, want []byte) error {
 	if !bytes.Equal(got, want) {
 		i := 0
-		for i < len(got) && got[i] == want[i] {
+		for i < len(got) && i < len(want) && got[i] == want[i] {
 			i++
 		}
 		return fmt.Errorf("data differs at byte %d of %d", i, len(want))
 	}
 	return nil
+}
+
+// dataCheck is the byte comparison behind a result line's data verdict,
+// so that a line says "data ok" only when the comparison ran and matched.
+type dataCheck struct {
+	ran bool
+	err error
+}
+
+// check records the result of a comparison (sameBytes, equalBytes) and
+// returns it.
+func (c *dataCheck) check(err error) error {
+	c.ran, c.err = true, err
+	return err
+}
+
+// String is the verdict: "data ok", "data differs", or "data not
+// checked" when an earlier step failed before the comparison.
+func (c dataCheck) String() string {
+	switch {
+	case !c.ran:
+		return "data not checked"
+	case c.err != nil:
+		return "data differs"
+	}
+	return "data ok"
 }
 
 // one waits for a single completion on e and checks it.
@@ -224,34 +268,57 @@ func slotSGEs(mr *rvt.MR, n, size int) []rvt.SGE {
 // slotSGL is the one-entry SGL of slot i of s, without allocating.
 func slotSGL(s []rvt.SGE, i uint64) []rvt.SGE { return s[i : i+1 : i+1] }
 
+// exchange is what message saw: the completions that arrived and the
+// data check.
+type exchange struct {
+	n              int
+	send, recv     rvt.WC
+	sendOK, recvOK bool // the completion arrived
+	data           dataCheck
+}
+
+// detail is the result line's text, from what happened.
+func (x exchange) detail() string {
+	status := func(wc rvt.WC, ok bool) string {
+		if !ok {
+			return "none"
+		}
+		return wc.Status.String()
+	}
+	return fmt.Sprintf("%6d B  send=%s recv=%s len=%d  %v", x.n, status(x.send, x.sendOK), status(x.recv, x.recvOK), x.recv.ByteLen, x.data)
+}
+
 // message sends n bytes from a to b with op (a SEND variant) and checks
-// both completions and the data. It returns the receive completion.
-func (d *demo) message(a, b *endpoint, wr rvt.SendWR, n int, seed byte) (rvt.WC, string, error) {
+// both completions and the data.
+func (d *demo) message(a, b *endpoint, wr rvt.SendWR, n int, seed byte) (exchange, error) {
+	x := exchange{n: n}
 	src, want, err := a.n.buffer(n, seed)
 	if err != nil {
-		return rvt.WC{}, "", err
+		return x, err
 	}
 	dst, _, err := b.n.buffer(n, 0)
 	if err != nil {
-		return rvt.WC{}, "", err
+		return x, err
 	}
 	if err := b.PostRecv(rvt.RecvWR{WRID: 100, SGL: sge(dst, 0, n)}); err != nil {
-		return rvt.WC{}, "", err
+		return x, err
 	}
 	wr.WRID, wr.Flags, wr.SGL = 1, wr.Flags|qp.Signaled, sge(src, 0, n)
 	if err := a.PostSend(wr); err != nil {
-		return rvt.WC{}, "", err
+		return x, err
 	}
-	_, serr := one(a, 1, cq.Send)
-	rwc, rerr := one(b, 100, cq.Recv)
+	var serr, rerr error
+	x.send, serr = one(a, 1, cq.Send)
+	x.recv, rerr = one(b, 100, cq.Recv)
+	x.sendOK, x.recvOK = !errors.Is(serr, errTimeout), !errors.Is(rerr, errTimeout)
 	err = firstErr(serr, rerr)
-	if err == nil && rwc.ByteLen != uint32(n) {
-		err = fmt.Errorf("received %d bytes, want %d", rwc.ByteLen, n)
+	if err == nil && x.recv.ByteLen != uint32(n) {
+		err = fmt.Errorf("received %d bytes, want %d", x.recv.ByteLen, n)
 	}
 	if err == nil {
-		err = sameBytes(dst, dst.IOVA, want)
+		err = x.data.check(sameBytes(dst, dst.IOVA, want))
 	}
-	return rwc, fmt.Sprintf("%6d B  send=%s recv=%s len=%d  data ok", n, "success", rwc.Status, rwc.ByteLen), err
+	return x, err
 }
 
 // rc shows every RC operation between rvt0 and rvt1.
@@ -272,14 +339,14 @@ func (d *demo) rc() error {
 
 	// SEND, several packets long.
 	n := 3*d.mtu.Bytes() + 100
-	_, detail, err := d.message(a, b, rvt.SendWR{Opcode: qp.OpSend}, n, 1)
-	d.line("RC", "SEND", detail, err)
+	x, err := d.message(a, b, rvt.SendWR{Opcode: qp.OpSend}, n, 1)
+	d.line("RC", "SEND", x.detail(), err)
 
 	// SEND_WITH_IMM, solicited, into a CQ armed for solicited events only:
 	// a plain SEND first must not raise the event, the solicited one must.
 	err = b.cq.Arm(true)
 	if err == nil {
-		_, _, err = d.message(a, b, rvt.SendWR{Opcode: qp.OpSend}, 64, 2)
+		_, err = d.message(a, b, rvt.SendWR{Opcode: qp.OpSend}, 64, 2)
 	}
 	var before int32
 	if err == nil {
@@ -291,7 +358,8 @@ func (d *demo) rc() error {
 	}
 	var rwc rvt.WC
 	if err == nil {
-		rwc, _, err = d.message(a, b, rvt.SendWR{Opcode: qp.OpSendWithImm, ImmData: 0xC0FFEE, Flags: qp.Solicited}, 1000, 3)
+		x, err = d.message(a, b, rvt.SendWR{Opcode: qp.OpSendWithImm, ImmData: 0xC0FFEE, Flags: qp.Solicited}, 1000, 3)
+		rwc = x.recv
 	}
 	if err == nil {
 		switch {
@@ -320,10 +388,11 @@ func (d *demo) rc() error {
 	if err == nil {
 		_, err = one(a, 10, cq.RDMAWrite)
 	}
+	var dc dataCheck
 	if err == nil {
-		err = sameBytes(dst, dst.IOVA, want)
+		err = dc.check(sameBytes(dst, dst.IOVA, want))
 	}
-	d.line("RC", "RDMA_WRITE", fmt.Sprintf("%6d B  rkey=%#x  data ok", n, dst.Rkey), err)
+	d.line("RC", "RDMA_WRITE", fmt.Sprintf("%6d B  rkey=%#x  %v", n, dst.Rkey, dc), err)
 
 	// RDMA_WRITE_WITH_IMM: the data, then a receive completion with the
 	// immediate.
@@ -336,18 +405,21 @@ func (d *demo) rc() error {
 		err = a.PostSend(rvt.SendWR{WRID: 12, Opcode: qp.OpRDMAWriteWithImm, ImmData: 0x1234, Flags: qp.Signaled,
 			SGL: sge(src2, 0, 5000), RemoteAddr: dst.IOVA + uint64(n), Rkey: dst.Rkey})
 	}
+	rwc = rvt.WC{}
 	if err == nil {
 		_, serr := one(a, 12, cq.RDMAWrite)
-		rwc, rerr := one(b, 11, cq.RecvRDMAWithImm)
+		var rerr error
+		rwc, rerr = one(b, 11, cq.RecvRDMAWithImm)
 		err = firstErr(serr, rerr)
 		if err == nil && (rwc.ImmData != 0x1234 || rwc.ByteLen != 5000) {
 			err = fmt.Errorf("imm %#x len %d, want 0x1234 and 5000", rwc.ImmData, rwc.ByteLen)
 		}
 	}
+	dc = dataCheck{}
 	if err == nil {
-		err = sameBytes(dst, dst.IOVA+uint64(n), want2)
+		err = dc.check(sameBytes(dst, dst.IOVA+uint64(n), want2))
 	}
-	d.line("RC", "RDMA_WRITE_WITH_IMM", fmt.Sprintf("%6d B  imm=0x1234 recv=RECV_RDMA_WITH_IMM  data ok", 5000), err)
+	d.line("RC", "RDMA_WRITE_WITH_IMM", fmt.Sprintf("%6d B  imm=%#x recv=%v  %v", 5000, rwc.ImmData, rwc.Opcode, dc), err)
 
 	// RDMA_READ the first write back.
 	back, _, err := a.n.buffer(n, 0)
@@ -363,10 +435,11 @@ func (d *demo) rc() error {
 			err = fmt.Errorf("read %d bytes, want %d", wc.ByteLen, n)
 		}
 	}
+	dc = dataCheck{}
 	if err == nil {
-		err = sameBytes(back, back.IOVA, want)
+		err = dc.check(sameBytes(back, back.IOVA, want))
 	}
-	d.line("RC", "RDMA_READ", fmt.Sprintf("%6d B  read back what RDMA_WRITE wrote  data ok", n), err)
+	d.line("RC", "RDMA_READ", fmt.Sprintf("%6d B  read back what RDMA_WRITE wrote  %v", n, dc), err)
 
 	// Atomics on one remote word.
 	word, _, err := b.n.buffer(8, 0)
@@ -533,10 +606,13 @@ func (d *demo) rcInvalidate() error {
 	if err == nil {
 		_, err = one(a, 41, cq.RDMAWrite)
 	}
-	if err == nil && !bytes.Equal(mem[50:50+len(want)], want) {
-		err = fmt.Errorf("data in the fast-register pages differs")
+	var dc dataCheck
+	if err == nil {
+		if err = dc.check(equalBytes(mem[50:50+len(want)], want)); err != nil {
+			err = fmt.Errorf("in the fast-register pages: %w", err)
+		}
 	}
-	d.line("RC", "RDMA_WRITE (fast-reg)", fmt.Sprintf("%6d B  through rkey=%#x into the page list  data ok", len(want), rkey), err)
+	d.line("RC", "RDMA_WRITE (fast-reg)", fmt.Sprintf("%6d B  through rkey=%#x into the page list  %v", len(want), rkey, dc), err)
 
 	// SEND_WITH_INV invalidates it at the receiver (sendInv reports its
 	// own line).
@@ -582,16 +658,18 @@ func (d *demo) rcInvalidate() error {
 	if err == nil {
 		_, err = one(a, 45, cq.RDMAWrite)
 	}
+	dc = dataCheck{}
 	if err == nil {
-		err = sameBytes(mr, mr.IOVA+4096, want2)
+		err = dc.check(sameBytes(mr, mr.IOVA+4096, want2))
 	}
-	d.line("RC", "RDMA_WRITE (window)", fmt.Sprintf("%6d B  through the window's rkey=%#x  data ok", 4096, mw.Rkey), err)
+	d.line("RC", "RDMA_WRITE (window)", fmt.Sprintf("%6d B  through the window's rkey=%#x  %v", 4096, mw.Rkey, dc), err)
 	_ = d.sendInv(a, b, mw.Rkey, func() bool { _, _, _, _, bound := mw.Binding(); return !bound }, "type-2 MW")
 	return nil
 }
 
 func (d *demo) sendInv(a, b *endpoint, rkey uint32, gone func() bool, what string) error {
-	rwc, _, err := d.message(a, b, rvt.SendWR{Opcode: qp.OpSendWithInv, InvalidateRkey: rkey}, 256, 9)
+	x, err := d.message(a, b, rvt.SendWR{Opcode: qp.OpSendWithInv, InvalidateRkey: rkey}, 256, 9)
+	rwc := x.recv
 	if err == nil {
 		switch {
 		case rwc.Flags&cq.WithInv == 0 || rwc.InvalidatedRkey != rkey:
@@ -631,13 +709,14 @@ func (d *demo) uc() error {
 	}
 	fmt.Fprintf(d.w, "QP %#x on %s <-> QP %#x on %s\n", a.Num(), a.n.dev.Name(), b.Num(), b.n.dev.Name())
 	n := 2*d.mtu.Bytes() + 10
-	_, detail, err := d.message(a, b, rvt.SendWR{Opcode: qp.OpSend}, n, 11)
-	d.line("UC", "SEND", detail, err)
-	rwc, _, err := d.message(a, b, rvt.SendWR{Opcode: qp.OpSendWithImm, ImmData: 0xABCD}, 500, 12)
+	x, err := d.message(a, b, rvt.SendWR{Opcode: qp.OpSend}, n, 11)
+	d.line("UC", "SEND", x.detail(), err)
+	x, err = d.message(a, b, rvt.SendWR{Opcode: qp.OpSendWithImm, ImmData: 0xABCD}, 500, 12)
+	rwc := x.recv
 	if err == nil && rwc.ImmData != 0xABCD {
 		err = fmt.Errorf("imm %#x, want 0xabcd", rwc.ImmData)
 	}
-	d.line("UC", "SEND_WITH_IMM", fmt.Sprintf("%6d B  imm=%#x  data ok", 500, rwc.ImmData), err)
+	d.line("UC", "SEND_WITH_IMM", fmt.Sprintf("%6d B  imm=%#x  %v", 500, rwc.ImmData, x.data), err)
 
 	// A WRITE, then a WRITE_WITH_IMM behind it: once the immediate
 	// arrives, both have landed (UC keeps order on the path).
@@ -668,14 +747,15 @@ func (d *demo) uc() error {
 			err = fmt.Errorf("imm %d, want 77", rwc.ImmData)
 		}
 	}
+	var wdc, idc dataCheck
 	if werr == nil && err == nil {
-		werr = sameBytes(dst, dst.IOVA, want[:n])
+		werr = wdc.check(sameBytes(dst, dst.IOVA, want[:n]))
 	}
 	if err == nil {
-		err = sameBytes(dst, dst.IOVA+uint64(n), want[n:])
+		err = idc.check(sameBytes(dst, dst.IOVA+uint64(n), want[n:]))
 	}
-	d.line("UC", "RDMA_WRITE", fmt.Sprintf("%6d B  rkey=%#x  data ok", n, dst.Rkey), firstErr(werr, err))
-	d.line("UC", "RDMA_WRITE_WITH_IMM", fmt.Sprintf("%6d B  imm=%d recv=%v  data ok", n, rwc.ImmData, rwc.Opcode), err)
+	d.line("UC", "RDMA_WRITE", fmt.Sprintf("%6d B  rkey=%#x  %v", n, dst.Rkey, wdc), firstErr(werr, err))
+	d.line("UC", "RDMA_WRITE_WITH_IMM", fmt.Sprintf("%6d B  imm=%d recv=%v  %v", n, rwc.ImmData, rwc.Opcode, idc), err)
 	return nil
 }
 
@@ -711,9 +791,9 @@ func (d *demo) ud() error {
 		if c.op.HasImm() {
 			wr.ImmData = 0x5EED
 		}
-		rwc, grhSrc, err := d.datagram(a, []*endpoint{b}, wr, c.n, byte(20+i))
-		detail := fmt.Sprintf("%6d B  to %v: recv len=%d flags=%v, GRH src %v  data ok",
-			c.n, netip.AddrFrom16(dgid).Unmap(), rwc.ByteLen, rwc.Flags, grhSrc)
+		rwc, grhSrc, dc, err := d.datagram(a, []*endpoint{b}, wr, c.n, byte(20+i))
+		detail := fmt.Sprintf("%6d B  to %v: recv len=%d flags=%v, GRH src %v  %v",
+			c.n, netip.AddrFrom16(dgid).Unmap(), rwc.ByteLen, rwc.Flags, grhSrc, dc)
 		d.line("UD", c.op.String(), detail, err)
 		if err := d.p.n[0].dev.DestroyAH(ah); err != nil {
 			return err
@@ -724,25 +804,28 @@ func (d *demo) ud() error {
 
 // datagram sends one UD message of n bytes from a and checks that every
 // receiver got it whole, behind a GRH naming a's GID. It returns the last
-// receive completion and the GRH's source address.
-func (d *demo) datagram(a *endpoint, to []*endpoint, wr rvt.SendWR, n int, seed byte) (rvt.WC, netip.Addr, error) {
+// receive completion, the GRH's source address and the data check (which
+// ran only if it ran for every receiver).
+func (d *demo) datagram(a *endpoint, to []*endpoint, wr rvt.SendWR, n int, seed byte) (rvt.WC, netip.Addr, dataCheck, error) {
+	var dc dataCheck
 	src, want, err := a.n.buffer(n, seed)
 	if err != nil {
-		return rvt.WC{}, netip.Addr{}, err
+		return rvt.WC{}, netip.Addr{}, dc, err
 	}
 	bufs := make([]*rvt.MR, len(to))
 	for i, b := range to {
 		if bufs[i], _, err = b.n.buffer(40+n, 0); err != nil {
-			return rvt.WC{}, netip.Addr{}, err
+			return rvt.WC{}, netip.Addr{}, dc, err
 		}
 		if err := b.PostRecv(rvt.RecvWR{WRID: 60, SGL: sge(bufs[i], 0, 40+n)}); err != nil {
-			return rvt.WC{}, netip.Addr{}, err
+			return rvt.WC{}, netip.Addr{}, dc, err
 		}
 	}
 	wr.WRID, wr.Flags, wr.SGL = 61, qp.Signaled, sge(src, 0, n)
 	if err := a.PostSend(wr); err != nil {
-		return rvt.WC{}, netip.Addr{}, err
+		return rvt.WC{}, netip.Addr{}, dc, err
 	}
+	ran := 0
 	_, err = one(a, 61, cq.Send)
 	var rwc rvt.WC
 	var from netip.Addr
@@ -762,7 +845,10 @@ func (d *demo) datagram(a *endpoint, to []*endpoint, wr rvt.SendWR, n int, seed 
 			}
 		}
 		if rerr == nil {
-			rerr = sameBytes(bufs[i], bufs[i].IOVA+40, want)
+			ran++
+			if rerr = sameBytes(bufs[i], bufs[i].IOVA+40, want); rerr != nil && dc.err == nil {
+				dc.err = rerr
+			}
 		}
 		if rerr == nil {
 			grh := make([]byte, 40)
@@ -776,7 +862,10 @@ func (d *demo) datagram(a *endpoint, to []*endpoint, wr rvt.SendWR, n int, seed 
 			err = firstErr(err, fmt.Errorf("%s QP %#x: %w", b.n.dev.Name(), b.Num(), rerr))
 		}
 	}
-	return rwc, from, err
+	// A mismatch anywhere is "data differs"; "data ok" needs every
+	// receiver's comparison.
+	dc.ran = ran == len(to) || dc.err != nil
+	return rwc, from, dc, err
 }
 
 // grhSource returns the source address in the 40-byte GRH area of a UD
@@ -832,7 +921,7 @@ func (d *demo) multicast() error {
 			return err
 		}
 		wr := rvt.SendWR{Opcode: qp.OpSendWithImm, ImmData: uint32(i + 1), AH: ah, RemoteQPN: 0xFFFFFF, RemoteQKey: qkey}
-		_, from, err := d.datagram(src, members, wr, 1024, byte(30+i))
+		_, from, _, err := d.datagram(src, members, wr, 1024, byte(30+i))
 		detail := fmt.Sprintf("%6d B  to %v (MGID %v): QP %#x on %s and QP %#x on %s, GRH src %v",
 			1024, ip, mgid, members[0].Num(), members[0].n.dev.Name(), members[1].Num(), members[1].n.dev.Name(), from)
 		d.line("UD", "SEND_WITH_IMM mcast", detail, err)

@@ -10,59 +10,78 @@
 //	rvt help [command]
 //
 // Only pingpong talks to other processes: it needs a real link (a TAP or
-// AF_XDP link needs root, a UDP link does not). The others need no root:
-// their devices live in this process.
+// AF_XDP link needs root, a UDP link does not). perf needs root for its
+// namespaces. demo, devinfo and stat need no root: their devices live in
+// this process.
+//
+// Flags follow getopt_long, as rdma-core's tools parse them: "-s1024",
+// "-s 1024", "--size=1024", "--size 1024", "-ce", flags on either side of
+// the positional argument, "--" to end the flags.
 package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strings"
+
+	"github.com/spf13/pflag"
 )
 
 // command is one subcommand: its flags are parsed into a config that run
 // closes over.
 type command struct {
 	name, summary string
-	flags         func(fs *flag.FlagSet) (run func(w io.Writer) error)
+	flags         func(fs *pflag.FlagSet) (run func(w io.Writer) error)
 	// args names the one optional positional argument ("" for none); run
 	// reads it with fs.Arg(0).
 	args string
 }
 
+// usageError is an error in the command line (a flag's value out of range,
+// flags that exclude each other): run reports it with exit status 2, as it
+// does a flag the parser refuses.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+// usagef returns a usageError with fmt.Errorf's text.
+func usagef(format string, a ...any) error {
+	return usageError{fmt.Errorf(format, a...)}
+}
+
 func commands() []command {
 	return []command{
 		{"demo", "RC, UC and UD traffic of every opcode on an in-memory fabric, a throughput run, counters",
-			func(fs *flag.FlagSet) func(io.Writer) error {
+			func(fs *pflag.FlagSet) func(io.Writer) error {
 				cfg := defaultDemoConfig()
-				fs.Float64Var(&cfg.Seconds, "seconds", cfg.Seconds, "length of each throughput run, in seconds")
-				fs.IntVar(&cfg.Size, "size", cfg.Size, "RDMA WRITE size of the throughput run, in bytes")
+				fs.Float64Var(&cfg.Seconds, "seconds", cfg.Seconds, fmt.Sprintf("length of each throughput run, in seconds (more than 0, at most %d)", maxDemoSeconds))
+				fs.IntVar(&cfg.Size, "size", cfg.Size, fmt.Sprintf("RDMA WRITE size of the throughput run, in bytes (1 to %d MiB)", maxWriteSize>>20))
 				fs.IntVar(&cfg.MTU, "mtu", cfg.MTU, "path MTU in bytes: 256, 512, 1024, 2048 or 4096")
-				fs.Float64Var(&cfg.Loss, "loss", cfg.Loss, "probability that an RC frame is lost (shows retransmission)")
+				fs.Float64Var(&cfg.Loss, "loss", cfg.Loss, "probability that an RC frame is lost, in [0, 1) (shows retransmission)")
 				fs.StringVar(&cfg.PCAP, "pcap", cfg.PCAP, "write rvt0's frames of the functional phase to this pcap `file`")
 				fs.Int64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the fabric and the fault profile")
 				return func(w io.Writer) error { return runDemo(w, cfg) }
 			}, ""},
 		{"devinfo", "device and port attributes, GID and P_Key tables, like ibv_devinfo -v",
-			func(fs *flag.FlagSet) func(io.Writer) error {
+			func(fs *pflag.FlagSet) func(io.Writer) error {
 				cfg := defaultDevinfoConfig()
 				fs.BoolVar(&cfg.Loopback, "loopback", cfg.Loopback, "open the device without a link (loopback only)")
 				fs.IntVar(&cfg.LinkMTU, "link-mtu", cfg.LinkMTU, "Ethernet MTU of the fabric port")
-				fs.BoolVar(&cfg.Verbose, "v", cfg.Verbose, "print the device limits too")
+				fs.BoolVarP(&cfg.Verbose, "verbose", "v", cfg.Verbose, "print the device limits too (-v=false: leave them out)")
 				return func(w io.Writer) error { return runDevinfo(w, cfg) }
 			}, ""},
 		{"stat", "QPs and counters of the demo pair after a little traffic, like rdma statistic",
-			func(fs *flag.FlagSet) func(io.Writer) error {
+			func(fs *pflag.FlagSet) func(io.Writer) error {
 				cfg := defaultStatConfig()
 				fs.IntVar(&cfg.Messages, "messages", cfg.Messages, "RC SENDs (and as many WRITEs) to run first")
 				return func(w io.Writer) error { return runStat(w, cfg) }
 			}, ""},
 		{"pingpong", "ping-pong of SENDs like rdma-core's ibv_rc_pingpong, ibv_uc_pingpong and ibv_ud_pingpong; " +
-			"with no server argument, wait for a client",
-			func(fs *flag.FlagSet) func(io.Writer) error {
+			"with no server argument, wait for a client (root for --tap and --xdp)",
+			func(fs *pflag.FlagSet) func(io.Writer) error {
 				cfg := defaultPingpongConfig()
 				pingpongFlags(fs, &cfg)
 				return func(w io.Writer) error {
@@ -74,10 +93,18 @@ func commands() []command {
 	}
 }
 
+// helpSummary is the summary of `rvt help`.
+const helpSummary = "this text, or `rvt help <command>` for a command's flags"
+
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
 // run executes one command line and returns the exit status: 0 on success,
 // 1 when the command failed, 2 for a usage error.
+//
+// Flags follow getopt_long, as rdma-core's tools parse them (pflag):
+// "-s1024", "-s 1024", "--size=1024", "--size 1024", clustered short
+// booleans ("-ce"), flags before, between and after the positional
+// argument, and "--" to end the flags.
 func run(args []string, stdout, stderr io.Writer) int {
 	cmds := commands()
 	if len(args) == 0 {
@@ -87,17 +114,25 @@ func run(args []string, stdout, stderr io.Writer) int {
 	name, args := args[0], args[1:]
 	flagOut := stderr
 	if name == "help" || name == "-h" || name == "-help" || name == "--help" {
-		if len(args) == 0 {
+		switch {
+		case len(args) == 0:
 			usage(stdout, cmds)
 			return 0
+		case len(args) > 1:
+			fmt.Fprintf(stderr, "rvt help: unexpected arguments %q\n", args[1:])
+			return 2
+		case args[0] == "help":
+			fmt.Fprintf(stdout, "usage: rvt help [command]\n\n%s.\n", strings.ToUpper(helpSummary[:1])+helpSummary[1:])
+			return 0
 		}
-		name, args, flagOut = args[0], []string{"-h"}, stdout
+		name, args, flagOut = args[0], []string{"--help"}, stdout
 	}
 	for _, c := range cmds {
 		if c.name != name {
 			continue
 		}
-		fs := flag.NewFlagSet("rvt "+c.name, flag.ContinueOnError)
+		fs := pflag.NewFlagSet("rvt "+c.name, pflag.ContinueOnError)
+		fs.SortFlags = false // the order they are registered in, as the tools' usage texts have them
 		fs.SetOutput(flagOut)
 		runCmd := c.flags(fs)
 		synopsis := "rvt " + c.name + " [flags]"
@@ -108,10 +143,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(fs.Output(), "usage: %s\n\n%s.\n\nflags:\n", synopsis, c.summary)
 			fs.PrintDefaults()
 		}
-		if err := parseInterspersed(fs, args, c.args != ""); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, pflag.ErrHelp) {
 				return 0
 			}
+			fmt.Fprintf(stderr, "rvt %s: %v\n%s", c.name, err, helpHint(c.name))
 			return 2
 		}
 		maxArgs := 0
@@ -124,6 +160,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		if err := runCmd(stdout); err != nil {
 			fmt.Fprintf(stderr, "rvt %s: %v\n", c.name, err)
+			if errors.As(err, new(usageError)) {
+				fmt.Fprint(stderr, helpHint(c.name))
+				return 2
+			}
 			return 1
 		}
 		return 0
@@ -133,60 +173,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 2
 }
 
-// parseInterspersed parses args into fs and leaves the positional
-// arguments, in the order given, as fs.Args. With positional true they may
-// also stand before or between the flags, as getopt allows ("rvt pingpong
-// 10.0.0.1 -n 10"); after a "--" everything is positional.
-func parseInterspersed(fs *flag.FlagSet, args []string, positional bool) error {
-	if err := fs.Parse(args); err != nil || !positional {
-		return err
-	}
-	var pos []string
-	for {
-		rest := fs.Args()
-		// Parse stops at the first positional argument, or just past "--".
-		if len(rest) == 0 || endsAtSeparator(fs, args[:len(args)-len(rest)]) {
-			pos = append(pos, rest...)
-			break
-		}
-		pos, args = append(pos, rest[0]), rest[1:]
-		if err := fs.Parse(args); err != nil {
-			return err
-		}
-	}
-	if len(pos) == fs.NArg() {
-		return nil // nothing was interspersed: fs.Args is pos already
-	}
-	return fs.Parse(append([]string{"--"}, pos...))
-}
-
-// endsAtSeparator reports whether the arguments fs.Parse consumed end
-// with a "--" separator, rather than with a "--" that is the value of a
-// flag ("-d --"). It walks them as the flag package does: a flag without
-// "=" that is not boolean takes the next argument as its value.
-func endsAtSeparator(fs *flag.FlagSet, consumed []string) bool {
-	for i := 0; i < len(consumed); i++ {
-		a := consumed[i]
-		if a == "--" {
-			return i == len(consumed)-1
-		}
-		name := strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-")
-		if strings.Contains(name, "=") {
-			continue
-		}
-		if f := fs.Lookup(name); f != nil {
-			if b, ok := f.Value.(interface{ IsBoolFlag() bool }); !ok || !b.IsBoolFlag() {
-				i++ // its value
-			}
-		}
-	}
-	return false
+// helpHint is the line after a usage error.
+func helpHint(name string) string {
+	return fmt.Sprintf("run 'rvt help %s' for its flags\n", name)
 }
 
 func usage(w io.Writer, cmds []command) {
-	fmt.Fprintf(w, "rvt: the softverbs command-line tool (no root needed)\n\nusage: rvt <command> [flags]\n\ncommands:\n")
+	fmt.Fprintf(w, "rvt: the softverbs command-line tool\n\nusage: rvt <command> [flags]\n\ncommands:\n")
 	for _, c := range cmds {
 		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintf(w, "  %-8s %s\n", "help", "this text, or `rvt help <command>` for a command's flags")
+	fmt.Fprintf(w, "  %-8s %s\n", "help", helpSummary)
+	fmt.Fprintf(w, "\ndemo, devinfo and stat need no root: their devices live in this process and talk over\n"+
+		"an in-memory fabric. pingpong needs root for --tap and --xdp (not for --udp); perf needs root.\n")
 }

@@ -3,11 +3,13 @@ package main
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -108,6 +110,16 @@ func TestStat(t *testing.T) {
 	require.Regexp(t, `(?m)^link rvt1/1 lqpn 17 .*rdma_recvs 10`, s)
 }
 
+// The banner says which commands need root, rather than that none does.
+func TestUsageRoot(t *testing.T) {
+	var out bytes.Buffer
+	usage(&out, commands())
+	require.NotContains(t, out.String(), "no root needed")
+	require.Regexp(t, `(?m)^  perf .*\(root\)$`, out.String())
+	require.Regexp(t, `(?m)^  pingpong .*\(root for --tap and --xdp\)$`, out.String())
+	require.Contains(t, out.String(), "demo, devinfo and stat need no root")
+}
+
 func TestRun(t *testing.T) {
 	for _, c := range []struct {
 		args []string
@@ -117,19 +129,97 @@ func TestRun(t *testing.T) {
 	}{
 		{nil, 2, "", "usage: rvt <command>"},
 		{[]string{"help"}, 0, "commands:", ""},
-		{[]string{"help", "demo"}, 0, "-seconds", ""},
-		{[]string{"demo", "-h"}, 0, "", "-pcap file"},
+		{[]string{"help", "help"}, 0, "usage: rvt help [command]\n", ""},
+		{[]string{"help", "demo", "stat"}, 2, "", `unexpected arguments ["stat"]`},
+		{[]string{"help", "nope"}, 2, "", `unknown command "nope"`},
+		{[]string{"help", "demo"}, 0, "--seconds", ""},
+		{[]string{"demo", "-h"}, 0, "", "--pcap file"},
+		{[]string{"demo", "--help"}, 0, "", "--pcap file"},
 		{[]string{"nope"}, 2, "", `unknown command "nope"`},
-		{[]string{"demo", "--bogus"}, 2, "", "flag provided but not defined"},
+		{[]string{"demo", "--bogus"}, 2, "", "rvt demo: unknown flag: --bogus\nrun 'rvt help demo' for its flags\n"},
+		{[]string{"demo", "--mtu"}, 2, "", "flag needs an argument: --mtu"},
+		{[]string{"demo", "--mtu=x"}, 2, "", `invalid argument "x" for "--mtu"`},
+		// One dash starts short flags, as with getopt_long: -loopback is
+		// -l -o -o -p ... and devinfo has no -l.
+		{[]string{"devinfo", "-loopback"}, 2, "", "unknown shorthand flag: 'l' in -loopback"},
 		{[]string{"demo", "extra"}, 2, "", "unexpected arguments"},
-		{[]string{"demo", "--mtu", "3000"}, 1, "", "--mtu 3000"},
-		{[]string{"demo", "--loss", "1.5"}, 1, "", "--loss 1.5"},
+		// Flag values out of range are usage errors.
+		{[]string{"demo", "--mtu", "3000"}, 2, "", "rvt demo: --mtu 3000: want 256, 512, 1024, 2048 or 4096\nrun 'rvt help demo' for its flags\n"},
+		{[]string{"demo", "--loss", "1.5"}, 2, "", "--loss 1.5: want [0, 1)"},
+		{[]string{"demo", "--loss=-0.1"}, 2, "", "--loss -0.1: want [0, 1)"},
+		{[]string{"demo", "--seconds", "-1"}, 2, "", "--seconds -1: want more than 0 and at most 600"},
+		{[]string{"demo", "--seconds=0"}, 2, "", "--seconds 0: want more than 0"},
+		{[]string{"demo", "--seconds=NaN"}, 2, "", "--seconds NaN: want more than 0"},
+		{[]string{"demo", "--seconds=601"}, 2, "", "--seconds 601: want more than 0 and at most 600"},
+		{[]string{"demo", "--size", "0"}, 2, "", "--size 0: want 1 B to 64 MiB"},
+		{[]string{"demo", "--size", "1073741824"}, 2, "", "--size 1073741824: want 1 B to 64 MiB (16 WRITEs of it are in flight)"},
 		{[]string{"devinfo", "--loopback"}, 0, "PORT_ACTIVE", ""},
+		// Every command takes both forms of a long flag's value.
+		{[]string{"demo", "--mtu=3000"}, 2, "", "--mtu 3000"},
+		{[]string{"stat", "--messages", "0"}, 2, "", "--messages 0"},
+		{[]string{"stat", "--messages=0"}, 2, "", "--messages 0"},
+		{[]string{"perf", "--link=bogus"}, 2, "", `--link "bogus"`},
+		{[]string{"perf", "--seconds", "0", "--link", "udp"}, 2, "", "--seconds 0"},
+		{[]string{"perf", "--size=67108865"}, 2, "", "--size 67108865: want 1 byte to 64 MiB"},
+		{[]string{"devinfo", "-v=false", "--loopback=true", "--link-mtu=1500"}, 0, "PORT_ACTIVE", ""},
 	} {
 		var stdout, stderr bytes.Buffer
 		code := run(c.args, &stdout, &stderr)
 		require.Equal(t, c.code, code, "%q: stderr %s", c.args, stderr.String())
 		require.Contains(t, stdout.String(), c.out, "%q", c.args)
 		require.Contains(t, stderr.String(), c.err, "%q", c.args)
+	}
+}
+
+// A result line's data verdict comes from the comparison: "data ok" only
+// when it ran and matched.
+func TestDataCheck(t *testing.T) {
+	var ran, differs dataCheck
+	require.NoError(t, ran.check(equalBytes([]byte("abc"), []byte("abc"))))
+	require.EqualError(t, differs.check(equalBytes([]byte("abd"), []byte("abc"))), "data differs at byte 2 of 3")
+	for _, tc := range []struct {
+		name string
+		dc   dataCheck
+		want string
+	}{
+		{"not run", dataCheck{}, "data not checked"},
+		{"match", ran, "data ok"},
+		{"mismatch", differs, "data differs"},
+	} {
+		t.Run(tc.name, func(t *testing.T) { require.Equal(t, tc.want, tc.dc.String()) })
+	}
+
+	// A SEND whose receive never completed: the line says so, and does
+	// not claim the data.
+	x := exchange{n: 64, sendOK: true}
+	require.Equal(t, "    64 B  send=success recv=none len=0  data not checked", x.detail())
+	x.recvOK, x.recv.ByteLen, x.data = true, 64, ran
+	require.Equal(t, "    64 B  send=success recv=success len=64  data ok", x.detail())
+
+	// The demo's FAIL line carries the verdict it was given.
+	var out bytes.Buffer
+	d := &demo{w: &out}
+	d.line("RC", "RDMA_WRITE", fmt.Sprintf("%6d B  rkey=%#x  %v", 64, 0x40000, dataCheck{}), errTimeout)
+	require.Equal(t, "FAIL RC  RDMA_WRITE                 64 B  rkey=0x40000  data not checked\n"+
+		"     error: timed out waiting for completions\n", out.String())
+}
+
+// A throughput run that did not complete reports no rate and no "in 0s".
+func TestThroughputDetail(t *testing.T) {
+	done := runResult{ops: 100, bytes: 100 << 16, elapsed: time.Second}
+	cut := runResult{ops: 3, elapsed: 6 * time.Second}
+	for _, tc := range []struct {
+		name string
+		got  string
+		want string
+	}{
+		{"write", writeDetail(65536, done, nil), " 65536 B x 16 in flight: 100 WRs in 1s, 0.007 GB/s (0.05 Gbit/s)"},
+		{"write timeout", writeDetail(1<<26, cut, errTimeout), "67108864 B x 16 in flight: did not complete: 3 WRs done in 6s"},
+		{"write before start", writeDetail(1<<26, runResult{}, errTimeout), "67108864 B x 16 in flight: did not start"},
+		{"send before start", sendDetail(runResult{}, errTimeout), "     8 B x 64 in flight: did not start"},
+		{"send", sendDetail(done, nil), "     8 B x 64 in flight: 100 messages in 1s, 100 msgs/s"},
+		{"send timeout", sendDetail(cut, errTimeout), "     8 B x 64 in flight: did not complete: 3 messages received in 6s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) { require.Equal(t, tc.want, tc.got) })
 	}
 }

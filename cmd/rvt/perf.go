@@ -16,6 +16,13 @@ const (
 	recvDepth  = 512
 )
 
+// maxWriteSize bounds the RDMA WRITE size of the throughput runs (demo and
+// perf --size). writeRun keeps writeDepth WRITEs of it in flight (1 GiB at
+// 64 MiB) and holds three buffers of it; bigger ones spend the run
+// allocating and filling memory and then outlast the wait for the last
+// completions, without measuring anything the smaller ones do not.
+const maxWriteSize = 64 << 20
+
 // throughput runs RC WRITEs of cfg.Size bytes, then 8-byte RC SENDs, for
 // cfg.Seconds each.
 func (d *demo) throughput() error {
@@ -33,15 +40,37 @@ func (d *demo) throughput() error {
 	dur := time.Duration(d.cfg.Seconds * float64(time.Second))
 
 	res, err := writeRun(a, b, d.cfg.Size, dur)
-	detail := fmt.Sprintf("%6d B x %d in flight: %d WRs in %v, %.3f GB/s (%.2f Gbit/s)",
-		d.cfg.Size, writeDepth, res.ops, res.elapsed.Round(time.Millisecond), res.gbps(), 8*res.gbps())
-	d.line("RC", "RDMA_WRITE throughput", detail, err)
+	d.line("RC", "RDMA_WRITE throughput", writeDetail(d.cfg.Size, res, err), err)
 
 	res, err = sendRun(a, b, dur)
-	detail = fmt.Sprintf("%6d B x %d in flight: %d messages in %v, %.0f msgs/s",
-		8, sendDepth, res.ops, res.elapsed.Round(time.Millisecond), res.rate())
-	d.line("RC", "SEND message rate", detail, err)
+	d.line("RC", "SEND message rate", sendDetail(res, err), err)
 	return nil
+}
+
+// writeDetail is the text of the RDMA_WRITE throughput line. A run that
+// failed gives no rate: it says what completed before it failed.
+func writeDetail(size int, res runResult, err error) string {
+	head := fmt.Sprintf("%6d B x %d in flight: ", size, writeDepth)
+	switch {
+	case err != nil && res.elapsed == 0:
+		return head + "did not start"
+	case err != nil:
+		return head + fmt.Sprintf("did not complete: %d WRs done in %v", res.ops, res.elapsed.Round(time.Millisecond))
+	}
+	return head + fmt.Sprintf("%d WRs in %v, %.3f GB/s (%.2f Gbit/s)",
+		res.ops, res.elapsed.Round(time.Millisecond), res.gbps(), 8*res.gbps())
+}
+
+// sendDetail is the text of the SEND message rate line, like writeDetail.
+func sendDetail(res runResult, err error) string {
+	head := fmt.Sprintf("%6d B x %d in flight: ", 8, sendDepth)
+	switch {
+	case err != nil && res.elapsed == 0:
+		return head + "did not start"
+	case err != nil:
+		return head + fmt.Sprintf("did not complete: %d messages received in %v", res.ops, res.elapsed.Round(time.Millisecond))
+	}
+	return head + fmt.Sprintf("%d messages in %v, %.0f msgs/s", res.ops, res.elapsed.Round(time.Millisecond), res.rate())
 }
 
 type runResult struct {
@@ -64,9 +93,9 @@ func (r runResult) rate() float64 {
 }
 
 // writeRun keeps writeDepth WRITEs of size bytes in flight for dur, then
-// waits for the last ones and checks the data of the final write.
-func writeRun(a, b *endpoint, size int, dur time.Duration) (runResult, error) {
-	var r runResult
+// waits for the last ones and checks the data of the final write. On
+// error the result says what completed, and for how long it ran.
+func writeRun(a, b *endpoint, size int, dur time.Duration) (r runResult, err error) {
 	src, want, err := a.n.buffer(size, 40)
 	if err != nil {
 		return r, err
@@ -77,6 +106,11 @@ func writeRun(a, b *endpoint, size int, dur time.Duration) (runResult, error) {
 	}
 	wr := rvt.SendWR{Opcode: qp.OpRDMAWrite, Flags: qp.Signaled, SGL: sge(src, 0, size), RemoteAddr: dst.IOVA, Rkey: dst.Rkey}
 	start := time.Now()
+	defer func() {
+		if err != nil {
+			r.elapsed = time.Since(start)
+		}
+	}()
 	deadline := start.Add(dur)
 	inflight := 0
 	post := func() error {
@@ -94,7 +128,7 @@ func writeRun(a, b *endpoint, size int, dur time.Duration) (runResult, error) {
 		k := a.cq.Poll(buf)
 		if k == 0 {
 			if time.Since(start) > dur+waitTimeout {
-				return r, fmt.Errorf("%w: %d writes outstanding", errTimeout, inflight)
+				return r, fmt.Errorf("%w after %v: %d writes outstanding", errTimeout, (dur + waitTimeout).Round(time.Millisecond), inflight)
 			}
 			idle++
 			backoff(idle)
@@ -126,9 +160,8 @@ func writeRun(a, b *endpoint, size int, dur time.Duration) (runResult, error) {
 
 // sendRun keeps sendDepth 8-byte SENDs in flight for dur; the receiver
 // keeps recvDepth receives posted and checks each message's sequence
-// number.
-func sendRun(a, b *endpoint, dur time.Duration) (runResult, error) {
-	var r runResult
+// number. On error the result says what arrived, and for how long it ran.
+func sendRun(a, b *endpoint, dur time.Duration) (r runResult, err error) {
 	const n = 8
 	rbuf, _, err := b.n.buffer(n*recvDepth, 0)
 	if err != nil {
@@ -153,6 +186,11 @@ func sendRun(a, b *endpoint, dur time.Duration) (runResult, error) {
 		return a.PostSend(rvt.SendWR{WRID: seq, Opcode: qp.OpSend, Flags: qp.Signaled | qp.Inline, InlineData: msg})
 	}
 	start := time.Now()
+	defer func() {
+		if err != nil {
+			r.elapsed = time.Since(start)
+		}
+	}()
 	deadline := start.Add(dur)
 	inflight := 0
 	for ; inflight < sendDepth; inflight++ {
@@ -210,7 +248,8 @@ func sendRun(a, b *endpoint, dur time.Duration) (runResult, error) {
 			continue
 		}
 		if time.Since(start) > dur+waitTimeout {
-			return r, fmt.Errorf("%w: %d sends outstanding, %d of %d received", errTimeout, inflight, r.ops, sent)
+			return r, fmt.Errorf("%w after %v: %d sends outstanding, %d of %d received",
+				errTimeout, (dur + waitTimeout).Round(time.Millisecond), inflight, r.ops, sent)
 		}
 		idle++
 		backoff(idle)

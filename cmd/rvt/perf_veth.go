@@ -19,15 +19,17 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/softverbs/softverbs/qp"
 	"github.com/softverbs/softverbs/rvt"
@@ -49,11 +51,11 @@ func defaultPerfConfig() perfConfig {
 func perfCommand() command {
 	return command{"perf", "RC WRITE goodput and SEND latency over TAP, UDP and AF_XDP links on a veth pair between " +
 		"two network namespaces, beside kernel UDP over the same veth (root)",
-		func(fs *flag.FlagSet) func(io.Writer) error {
+		func(fs *pflag.FlagSet) func(io.Writer) error {
 			cfg := defaultPerfConfig()
 			fs.StringVar(&cfg.Link, "link", cfg.Link, "link kind: xdp, udp, tap or all")
 			fs.Float64Var(&cfg.Seconds, "seconds", cfg.Seconds, "length of each goodput run in seconds (latency runs take half)")
-			fs.IntVar(&cfg.Size, "size", cfg.Size, "RDMA WRITE message size in bytes")
+			fs.IntVar(&cfg.Size, "size", cfg.Size, fmt.Sprintf("RDMA WRITE message size in bytes (1 to %d MiB)", maxWriteSize>>20))
 			fs.StringVar(&cfg.MTUs, "mtu", cfg.MTUs, "path MTUs to measure, comma-separated: 4096 (veth MTU 9000), 1024 (veth MTU 1500)")
 			return func(w io.Writer) error { return runPerf(w, cfg) }
 		}, ""}
@@ -81,23 +83,23 @@ func (cfg perfConfig) check() (links []string, mtus []perfMTU, err error) {
 	case "xdp", "udp", "tap":
 		links = []string{cfg.Link}
 	default:
-		return nil, nil, fmt.Errorf("--link %q: want xdp, udp, tap or all", cfg.Link)
+		return nil, nil, usagef("--link %q: want xdp, udp, tap or all", cfg.Link)
 	}
 	for _, s := range strings.Split(cfg.MTUs, ",") {
 		m, ok := perfMTUs[strings.TrimSpace(s)]
 		if !ok {
-			return nil, nil, fmt.Errorf("--mtu %q: perf measures path MTUs 4096 and 1024, not %q", cfg.MTUs, s)
+			return nil, nil, usagef("--mtu %q: perf measures path MTUs 4096 and 1024, not %q", cfg.MTUs, s)
 		}
 		if slices.Contains(mtus, m) {
-			return nil, nil, fmt.Errorf("--mtu %q: path MTU %d given twice", cfg.MTUs, m.size)
+			return nil, nil, usagef("--mtu %q: path MTU %d given twice", cfg.MTUs, m.size)
 		}
 		mtus = append(mtus, m)
 	}
 	if !(cfg.Seconds > 0 && cfg.Seconds <= 600) {
-		return nil, nil, fmt.Errorf("--seconds %v: want more than 0 and at most 600", cfg.Seconds)
+		return nil, nil, usagef("--seconds %v: want more than 0 and at most 600", cfg.Seconds)
 	}
-	if cfg.Size <= 0 || cfg.Size > 1<<30 {
-		return nil, nil, fmt.Errorf("--size %d: want 1 byte to 1 GiB", cfg.Size)
+	if cfg.Size <= 0 || cfg.Size > maxWriteSize {
+		return nil, nil, usagef("--size %d: want 1 byte to %d MiB (%d WRITEs of it are in flight)", cfg.Size, maxWriteSize>>20, writeDepth)
 	}
 	return links, mtus, nil
 }
@@ -136,8 +138,7 @@ func runPerf(w io.Writer, cfg perfConfig) (err error) {
 		"lat_x: SEND / UDP median\n", pingSize, pingSize)
 	fmt.Fprintf(w, "  targets (issue 4): goodput xdp >= %.1f x_udp, udp >= %.1f x_udp, tap >= %.1f x_udp; "+
 		"xdp SEND median <= UDP ping-pong median\n\n", perfTargets["xdp"], perfTargets["udp"], perfTargets["tap"])
-	fmt.Fprintf(w, "%-4s %5s %5s %10s %10s %6s %8s %8s %8s %8s %6s  %s\n",
-		"link", "mtu", "veth", "WRITE_GB/s", "UDP_GB/s", "x_udp", "SEND_med", "SEND_p99", "UDP_med", "UDP_p99", "lat_x", "targets")
+	fmt.Fprint(w, perfHeader())
 
 	var failed []string
 	for _, m := range mtus {
@@ -169,7 +170,7 @@ func runPerf(w io.Writer, cfg perfConfig) (err error) {
 				return errors.New("interrupted")
 			}
 			if err != nil {
-				fmt.Fprintf(w, "%-4s %5d %5d error: %v\n", kind, m.size, m.veth, err)
+				fmt.Fprint(w, perfErrorRow(kind, m, err))
 				failed = append(failed, fmt.Sprintf("%s at MTU %d", kind, m.size))
 				continue
 			}
@@ -182,12 +183,64 @@ func runPerf(w io.Writer, cfg perfConfig) (err error) {
 	return nil
 }
 
+// perfColumns are the table's columns and their widths. The first and the
+// last are text, left-aligned; the others are numbers, right-aligned. The
+// widths are fixed, rather than measured with text/tabwriter, because
+// rows are printed as each measurement ends: a tabwriter would hold the
+// whole table back until the last one. The number formats fit the
+// widths: GB/s as %.3f, µs as %.1f, ratios as %.3g (at most 8
+// characters for a positive value).
+var perfColumns = []struct {
+	name  string
+	width int
+}{
+	{"link", 8}, {"mtu", 5}, {"veth", 5}, {"WRITE_GB/s", 10}, {"UDP_GB/s", 10}, {"x_udp", 8},
+	{"SEND_med", 8}, {"SEND_p99", 8}, {"UDP_med", 8}, {"UDP_p99", 8}, {"lat_x", 8}, {"targets", 0},
+}
+
+// perfRow formats the first len(cells) columns of a row and ends the line.
+// The last column is not padded.
+func perfRow(cells ...string) string {
+	var b strings.Builder
+	for i, c := range cells {
+		switch {
+		case i == 0:
+			fmt.Fprintf(&b, "%-*s", perfColumns[i].width, c)
+		case i == len(perfColumns)-1:
+			fmt.Fprintf(&b, "  %s", c)
+		default:
+			fmt.Fprintf(&b, " %*s", perfColumns[i].width, c)
+		}
+	}
+	return strings.TrimRight(b.String(), " ") + "\n"
+}
+
+// perfHeader is the table's first line.
+func perfHeader() string {
+	names := make([]string, len(perfColumns))
+	for i, c := range perfColumns {
+		names[i] = c.name
+	}
+	return perfRow(names...)
+}
+
+// perfErrorRow is the line of a link kind whose measurement failed.
+func perfErrorRow(kind string, m perfMTU, err error) string {
+	return strings.TrimSuffix(perfRow(kind, strconv.Itoa(m.size), strconv.Itoa(m.veth)), "\n") + "  error: " + err.Error() + "\n"
+}
+
 // writeRow prints one line of the table.
 //
-// For xdp a second line, starting "busy", compares busy polling on both
-// sides: SEND with rvt.Device.PollLink in the CQ loop against UDP with
-// spinning non-blocking reads (median and p99 half round trips, ratio).
+// For xdp a second line, "busy xdp", compares busy polling on both sides:
+// SEND with rvt.Device.PollLink in the CQ loop against UDP with spinning
+// non-blocking reads, in the SEND_med, SEND_p99, UDP_med, UDP_p99 and
+// lat_x columns; its goodput columns are "-".
 func writeRow(w io.Writer, kind string, m perfMTU, res perfLinkResult, base runResult, baseLat, baseBusy latency) {
+	fmt.Fprint(w, perfRows(kind, m, res, base, baseLat, baseBusy))
+}
+
+// perfRows is what writeRow prints.
+func perfRows(kind string, m perfMTU, res perfLinkResult, base runResult, baseLat, baseBusy latency) string {
 	xUDP := 0.0
 	if base.gbps() > 0 {
 		xUDP = res.write.gbps() / base.gbps()
@@ -206,19 +259,21 @@ func writeRow(w io.Writer, kind string, m perfMTU, res perfLinkResult, base runR
 	if kind == "xdp" {
 		targets += ", latency " + verdict(latX <= 1)
 	}
-	fmt.Fprintf(w, "%-4s %5d %5d %10.3f %10.3f %6.3g %8.1f %8.1f %8.1f %8.1f %6.3g  %s\n",
-		kind, m.size, m.veth, res.write.gbps(), base.gbps(), xUDP,
-		res.lat.halfMicros(0.5), res.lat.halfMicros(0.99), baseLat.halfMicros(0.5), baseLat.halfMicros(0.99), latX,
+	f3 := func(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }
+	f1 := func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) }
+	g3 := func(v float64) string { return strconv.FormatFloat(v, 'g', 3, 64) }
+	mtu, veth := strconv.Itoa(m.size), strconv.Itoa(m.veth)
+	out := perfRow(kind, mtu, veth, f3(res.write.gbps()), f3(base.gbps()), g3(xUDP),
+		f1(res.lat.halfMicros(0.5)), f1(res.lat.halfMicros(0.99)), f1(baseLat.halfMicros(0.5)), f1(baseLat.halfMicros(0.99)), g3(latX),
 		targets)
 	if kind != "xdp" {
-		return
+		return out
 	}
 	busyX := 0.0
 	if b := baseBusy.halfMicros(0.5); b > 0 {
 		busyX = res.busy.halfMicros(0.5) / b
 	}
-	fmt.Fprintf(w, "busy %-4s %5d %5d %8.1f %8.1f %8.1f %8.1f %6.3g  busy polling both sides: latency %s\n",
-		kind, m.size, m.veth,
-		res.busy.halfMicros(0.5), res.busy.halfMicros(0.99), baseBusy.halfMicros(0.5), baseBusy.halfMicros(0.99), busyX,
-		verdict(busyX > 0 && busyX <= 1))
+	return out + perfRow("busy "+kind, mtu, veth, "-", "-", "-",
+		f1(res.busy.halfMicros(0.5)), f1(res.busy.halfMicros(0.99)), f1(baseBusy.halfMicros(0.5)), f1(baseBusy.halfMicros(0.99)), g3(busyX),
+		"busy polling both sides: latency "+verdict(busyX > 0 && busyX <= 1))
 }

@@ -29,13 +29,13 @@ func TestPerfVeth(t *testing.T) {
 	rows := map[string]int{}
 	for _, line := range strings.Split(out.String(), "\n") {
 		f := strings.Fields(line)
-		if len(f) >= 9 && f[0] == "busy" {
-			// busy xdp mtu veth: SEND med/p99, UDP med/p99, lat_x.
+		if len(f) >= 12 && f[0] == "busy" {
+			// busy xdp mtu veth - - -: SEND med/p99, UDP med/p99, lat_x.
 			rows["busy "+f[1]+" "+f[2]]++
-			for i, s := range f[4:9] {
+			for i, s := range f[7:12] {
 				v, err := strconv.ParseFloat(s, 64)
 				if err != nil || !(v > 0) {
-					t.Errorf("%s: column %d is %q, want a positive number", line, i+5, s)
+					t.Errorf("%s: column %d is %q, want a positive number", line, i+7, s)
 				}
 			}
 			continue
@@ -97,11 +97,11 @@ func TestPerfFlags(t *testing.T) {
 		{[]string{"perf", "--seconds", "0"}, "--seconds 0"},
 	} {
 		var out, errb bytes.Buffer
-		if code := run(tc.args, &out, &errb); code != 1 {
-			t.Errorf("%v: exit %d, want 1", tc.args, code)
+		if code := run(tc.args, &out, &errb); code != 2 {
+			t.Errorf("%v: exit %d, want 2", tc.args, code)
 		}
-		// Without root, refusing for that reason also exits 1: the message
-		// must name the bad flag.
+		// The flags are checked before root is: the message names the
+		// bad flag.
 		if !strings.Contains(errb.String(), tc.want) {
 			t.Errorf("%v: stderr %q does not say %s", tc.args, errb.String(), tc.want)
 		}
@@ -211,6 +211,64 @@ func TestSlotSGL(t *testing.T) {
 		want := []rvt.SGE{{Addr: 0x1000 + i*8, Length: 8, Lkey: 0x42}}
 		if got := slotSGL(slots, i); !slices.Equal(got, want) || cap(got) != 1 {
 			t.Errorf("slot %d: %+v (cap %d), want %+v (cap 1)", i, got, cap(got), want)
+		}
+	}
+}
+
+// perfLatency is a latency whose half round trips have median med and
+// 99th percentile p99, in µs.
+func perfLatency(med, p99 float64) latency {
+	rtts := make([]time.Duration, 100)
+	for i := range rtts {
+		rtts[i] = time.Duration(2 * med * float64(time.Microsecond))
+	}
+	rtts[99] = time.Duration(2 * p99 * float64(time.Microsecond))
+	return latency{rtts: rtts}
+}
+
+// The table's rows line up with its header: every number ends where its
+// column's name ends, also on the "busy xdp" rows (which were shifted
+// and lacked the goodput columns) and on error rows, whatever the values.
+func TestPerfTable(t *testing.T) {
+	m4k, m1k := perfMTUs["4096"], perfMTUs["1024"]
+	gb := func(v float64) runResult { return runResult{bytes: int64(v * 1e9), elapsed: time.Second} }
+	baseLat := perfLatency(2.9, 4.4)
+	xdp := perfLinkResult{write: gb(1.078), lat: perfLatency(6.2, 40.7), busy: perfLatency(14.2, 17514.1)}
+	slow := perfLinkResult{write: gb(0.216), lat: perfLatency(9.2, 46.5), busy: perfLatency(4.7, 5.1)}
+	table := perfHeader() +
+		perfRows("xdp", m4k, xdp, gb(1.065), baseLat, perfLatency(2.6, 19.6)) +
+		perfRows("udp", m4k, slow, gb(1.065), baseLat, latency{}) +
+		perfRows("xdp", m1k, slow, gb(0.267), baseLat, perfLatency(4968, 8023.1)) +
+		perfErrorRow("tap", m1k, errTimeout)
+	want := "" +
+		"link       mtu  veth WRITE_GB/s   UDP_GB/s    x_udp SEND_med SEND_p99  UDP_med  UDP_p99    lat_x  targets\n" +
+		"xdp       4096  9000      1.078      1.065     1.01      6.2     40.7      2.9      4.4     2.14  goodput met, latency MISSED\n" +
+		"busy xdp  4096  9000          -          -        -     14.2  17514.1      2.6     19.6     5.46  busy polling both sides: latency MISSED\n" +
+		"udp       4096  9000      0.216      1.065    0.203      9.2     46.5      2.9      4.4     3.17  goodput MISSED\n" +
+		"xdp       1024  1500      0.216      0.267    0.809      9.2     46.5      2.9      4.4     3.17  goodput MISSED, latency MISSED\n" +
+		"busy xdp  1024  1500          -          -        -      4.7      5.1   4968.0   8023.1 0.000946  busy polling both sides: latency met\n" +
+		"tap       1024  1500  error: timed out waiting for completions\n"
+	if table != want {
+		t.Errorf("table:\n%s\nwant:\n%s", table, want)
+	}
+
+	// Independently of the golden text: each right-aligned column's cells
+	// end at the same offset as its name in the header.
+	lines := strings.Split(strings.TrimSuffix(table, "\n"), "\n")
+	ends := map[int]bool{}
+	off := perfColumns[0].width
+	for _, c := range perfColumns[1 : len(perfColumns)-1] {
+		off += 1 + c.width
+		ends[off] = true
+		if lines[0][off-1] == ' ' || lines[0][off] != ' ' {
+			t.Errorf("header: column %s does not end at %d", c.name, off)
+		}
+	}
+	for _, l := range lines[1 : len(lines)-1] {
+		for end := range ends {
+			if end >= len(l) || l[end-1] == ' ' || l[end] != ' ' {
+				t.Errorf("%q: no cell ends at offset %d", l, end)
+			}
 		}
 	}
 }

@@ -17,14 +17,16 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/softverbs/softverbs/cq"
 	"github.com/softverbs/softverbs/keys"
@@ -82,8 +84,13 @@ type pingpongConfig struct {
 	Delay              time.Duration
 	Seed               int64
 
-	// Timeout bounds the ping-pong loop (0: wait forever, as the tools do).
+	// Timeout bounds the whole run once the device is up: waiting for a
+	// client (or connecting to the server), the exchange and the
+	// ping-pong (0: wait forever, as the tools do).
 	Timeout time.Duration
+
+	// modes are the mode flags given (--rc, --uc, --ud), in order.
+	modes []string
 
 	// For tests: link replaces the link flags, onListen learns the
 	// server's TCP address, pageSize replaces the system page size.
@@ -99,17 +106,19 @@ func defaultPingpongConfig() pingpongConfig {
 	}
 }
 
-// modeFlag is a boolean flag (--rc, --uc, --ud) that selects a mode.
+// modeFlag is a boolean flag (--rc, --uc, --ud) that selects a mode. It
+// records the modes given, so that check refuses two different ones, and
+// its default is false: no mode flag is --rc.
 type modeFlag struct {
-	mode *string
-	val  string
+	cfg *pingpongConfig
+	val string
 }
 
 func (m modeFlag) String() string {
-	if m.mode == nil {
+	if m.cfg == nil {
 		return "false"
 	}
-	return strconv.FormatBool(*m.mode == m.val)
+	return strconv.FormatBool(slices.Contains(m.cfg.modes, m.val))
 }
 
 func (m modeFlag) Set(s string) error {
@@ -117,46 +126,45 @@ func (m modeFlag) Set(s string) error {
 	if err != nil {
 		return err
 	}
-	if v {
-		*m.mode = m.val
+	if v && !slices.Contains(m.cfg.modes, m.val) {
+		m.cfg.Mode = m.val
+		m.cfg.modes = append(m.cfg.modes, m.val)
 	}
 	return nil
 }
 
 func (m modeFlag) IsBoolFlag() bool { return true }
 
-// pingpongFlags registers the flags of `rvt pingpong`, with the tools'
-// short and long names.
-func pingpongFlags(fs *flag.FlagSet, cfg *pingpongConfig) {
-	fs.Var(modeFlag{&cfg.Mode, "rc"}, "rc", "RC mode, like ibv_rc_pingpong (the default)")
-	fs.Var(modeFlag{&cfg.Mode, "uc"}, "uc", "UC mode, like ibv_uc_pingpong")
-	fs.Var(modeFlag{&cfg.Mode, "ud"}, "ud", "UD mode, like ibv_ud_pingpong")
-	intVar := func(p *int, short, long string, usage string) {
-		fs.IntVar(p, short, *p, usage)
-		fs.IntVar(p, long, *p, "same as -"+short)
+func (m modeFlag) Type() string { return "bool" }
+
+// pingpongFlags registers the flags of `rvt pingpong`: the tools' short
+// and long names (getopt_long's "p:d:i:s:m:r:n:l:eg:oOPtcjN"), then the
+// long-only flags of the link and the fault profile.
+func pingpongFlags(fs *pflag.FlagSet, cfg *pingpongConfig) {
+	for _, m := range []struct{ mode, usage string }{
+		{"rc", "RC mode, like ibv_rc_pingpong (the default)"},
+		{"uc", "UC mode, like ibv_uc_pingpong"},
+		{"ud", "UD mode, like ibv_ud_pingpong"},
+	} {
+		fs.VarPF(modeFlag{cfg, m.mode}, m.mode, "", m.usage).NoOptDefVal = "true"
 	}
-	boolVar := func(p *bool, short, long string, usage string) {
-		fs.BoolVar(p, short, *p, usage)
-		fs.BoolVar(p, long, *p, "same as -"+short)
-	}
-	intVar(&cfg.Port, "p", "port", "listen on/connect to TCP `port`")
-	fs.StringVar(&cfg.Device, "d", cfg.Device, "name of the softverbs `device`")
-	fs.StringVar(&cfg.Device, "ib-dev", cfg.Device, "same as -d")
-	intVar(&cfg.IBPort, "i", "ib-port", "`port` of the device (softverbs devices have port 1)")
-	intVar(&cfg.Size, "s", "size", "`size` of message to exchange (default 4096; UD 2048)")
-	intVar(&cfg.MTU, "m", "mtu", "path MTU in `bytes` (RC and UC; UD uses the port's active MTU)")
-	intVar(&cfg.RxDepth, "r", "rx-depth", "number of receives to post at a time")
-	intVar(&cfg.Iters, "n", "iters", "number of exchanges")
-	intVar(&cfg.SL, "l", "sl", "service level value")
-	boolVar(&cfg.Events, "e", "events", "sleep on CQ events (default poll)")
-	intVar(&cfg.GIDIndex, "g", "gid-idx", "local port GID `index` (RoCE needs one: 1 is the IPv4 GID)")
-	boolVar(&cfg.ODP, "o", "odp", "use on demand paging (not supported)")
-	boolVar(&cfg.IODP, "O", "iodp", "use implicit on demand paging (not supported)")
-	boolVar(&cfg.Prefetch, "P", "prefetch", "prefetch an ODP MR (needs -o)")
-	boolVar(&cfg.TS, "t", "ts", "get CQE with timestamp (not supported)")
-	boolVar(&cfg.Check, "c", "chk", "validate received buffer")
-	boolVar(&cfg.DM, "j", "dm", "use device memory (not supported)")
-	boolVar(&cfg.NewSend, "N", "new_send", "use new post send WR API (same path here)")
+	fs.IntVarP(&cfg.Port, "port", "p", cfg.Port, "listen on/connect to TCP `port`")
+	fs.StringVarP(&cfg.Device, "ib-dev", "d", cfg.Device, "name of the softverbs `device`")
+	fs.IntVarP(&cfg.IBPort, "ib-port", "i", cfg.IBPort, "`port` of the device (softverbs devices have port 1)")
+	fs.IntVarP(&cfg.Size, "size", "s", cfg.Size, "`size` of message to exchange (default 4096; UD 2048)")
+	fs.IntVarP(&cfg.MTU, "mtu", "m", cfg.MTU, "path MTU in `bytes` (RC and UC; UD uses the port's active MTU)")
+	fs.IntVarP(&cfg.RxDepth, "rx-depth", "r", cfg.RxDepth, "`number` of receives to post at a time")
+	fs.IntVarP(&cfg.Iters, "iters", "n", cfg.Iters, "`number` of exchanges")
+	fs.IntVarP(&cfg.SL, "sl", "l", cfg.SL, "service level `value`")
+	fs.BoolVarP(&cfg.Events, "events", "e", cfg.Events, "sleep on CQ events (default poll)")
+	fs.IntVarP(&cfg.GIDIndex, "gid-idx", "g", cfg.GIDIndex, "local port GID `index` (RoCE needs one: 1 is the IPv4 GID)")
+	fs.BoolVarP(&cfg.ODP, "odp", "o", cfg.ODP, "use on demand paging (not supported)")
+	fs.BoolVarP(&cfg.IODP, "iodp", "O", cfg.IODP, "use implicit on demand paging (not supported)")
+	fs.BoolVarP(&cfg.Prefetch, "prefetch", "P", cfg.Prefetch, "prefetch an ODP MR (needs -o)")
+	fs.BoolVarP(&cfg.TS, "ts", "t", cfg.TS, "get CQE with timestamp (not supported)")
+	fs.BoolVarP(&cfg.Check, "chk", "c", cfg.Check, "validate received buffer")
+	fs.BoolVarP(&cfg.DM, "dm", "j", cfg.DM, "use device memory (not supported)")
+	fs.BoolVarP(&cfg.NewSend, "new_send", "N", cfg.NewSend, "use new post send WR API (same path here)")
 	fs.IntVar(&cfg.TOS, "tos", cfg.TOS, "traffic class (IP TOS) of our packets")
 
 	fs.StringVar(&cfg.TAP, "tap", cfg.TAP, "create TAP device `name` and be a host on it (needs --ip)")
@@ -166,20 +174,32 @@ func pingpongFlags(fs *flag.FlagSet, cfg *pingpongConfig) {
 	fs.StringVar(&cfg.MAC, "mac", cfg.MAC, "our `MAC` on a TAP or XDP link (default random)")
 	fs.IntVar(&cfg.LinkMTU, "link-mtu", cfg.LinkMTU, "Ethernet `MTU` of the link (default: a TAP gets enough for -m and at least 1500, other links keep the interface's)")
 	fs.StringVar(&cfg.PCAP, "pcap", cfg.PCAP, "write the frames we send and receive to pcap `file`")
-	fs.Float64Var(&cfg.Loss, "loss", cfg.Loss, "probability that a frame we send is lost")
-	fs.Float64Var(&cfg.Dup, "dup", cfg.Dup, "probability that a frame we send is duplicated")
-	fs.Float64Var(&cfg.Reorder, "reorder", cfg.Reorder, "probability that a frame we send is reordered")
-	fs.DurationVar(&cfg.Delay, "delay", cfg.Delay, "delay added to every frame we send")
+	fs.Float64Var(&cfg.Loss, "loss", cfg.Loss, "`probability` that a frame we send is lost")
+	fs.Float64Var(&cfg.Dup, "dup", cfg.Dup, "`probability` that a frame we send is duplicated")
+	fs.Float64Var(&cfg.Reorder, "reorder", cfg.Reorder, "`probability` that a frame we send is reordered")
+	fs.DurationVar(&cfg.Delay, "delay", cfg.Delay, "`delay` added to every frame we send")
 	fs.Int64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the fault profile")
-	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "give up when the ping-pong takes longer (0: never)")
+	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "give up when waiting for the peer, the exchange and the ping-pong take longer than `duration` (0: never)")
 }
 
+// ppDevice is the one device rvt pingpong opens: -d must name it.
+const ppDevice = "rvt0"
+
 // check validates the flags the way the tools do, and fills in defaults.
+// A flag out of range, or flags that exclude each other, are a usageError;
+// what the tools refuse for their device's sake (ODP, timestamps, device
+// memory) keeps the tools' words.
 func (cfg *pingpongConfig) check() (qp.MTU, error) {
 	switch cfg.Mode {
 	case "rc", "uc", "ud":
 	default:
-		return 0, fmt.Errorf("unknown mode %q", cfg.Mode)
+		return 0, usagef("unknown mode %q", cfg.Mode)
+	}
+	if len(cfg.modes) > 1 {
+		return 0, usagef("--%s and --%s: give one of --rc, --uc and --ud", cfg.modes[0], cfg.modes[1])
+	}
+	if cfg.Device != ppDevice {
+		return 0, usagef("-d %s: IB device %s not found (rvt pingpong opens one device, %s)", cfg.Device, cfg.Device, ppDevice)
 	}
 	if cfg.Size == 0 {
 		cfg.Size = 4096
@@ -189,29 +209,31 @@ func (cfg *pingpongConfig) check() (qp.MTU, error) {
 	}
 	mtu, ok := exactMTU(cfg.MTU)
 	if !ok {
-		return 0, fmt.Errorf("-m %d: the path MTU is 256, 512, 1024, 2048 or 4096", cfg.MTU)
+		return 0, usagef("-m %d: the path MTU is 256, 512, 1024, 2048 or 4096", cfg.MTU)
 	}
 	switch {
 	case cfg.Port < 0 || cfg.Port > 65535:
-		return 0, fmt.Errorf("-p %d: not a TCP port", cfg.Port)
+		return 0, usagef("-p %d: not a TCP port", cfg.Port)
 	case cfg.IBPort != 1:
-		return 0, fmt.Errorf("-i %d: a softverbs device has port 1 only", cfg.IBPort)
+		return 0, usagef("-i %d: a softverbs device has port 1 only", cfg.IBPort)
 	case cfg.Size < 1 || cfg.Size > 1<<30:
-		return 0, fmt.Errorf("-s %d: size out of range", cfg.Size)
+		return 0, usagef("-s %d: size out of range", cfg.Size)
 	case cfg.RxDepth < 1 || cfg.RxDepth > 1<<14:
-		return 0, fmt.Errorf("-r %d: rx depth out of range [1, %d]", cfg.RxDepth, 1<<14)
+		return 0, usagef("-r %d: rx depth out of range [1, %d]", cfg.RxDepth, 1<<14)
 	case cfg.Iters < 1:
-		return 0, fmt.Errorf("-n %d: want at least one iteration", cfg.Iters)
+		return 0, usagef("-n %d: want at least one iteration", cfg.Iters)
 	case cfg.SL < 0 || cfg.SL > 15:
-		return 0, fmt.Errorf("-l %d: service level out of range", cfg.SL)
+		return 0, usagef("-l %d: service level out of range", cfg.SL)
 	case cfg.GIDIndex > 255:
-		return 0, fmt.Errorf("-g %d: GID index out of range", cfg.GIDIndex)
+		return 0, usagef("-g %d: GID index out of range", cfg.GIDIndex)
 	case cfg.TOS < 0 || cfg.TOS > 255:
-		return 0, fmt.Errorf("--tos %d: out of range", cfg.TOS)
+		return 0, usagef("--tos %d: out of range", cfg.TOS)
+	case cfg.Timeout < 0:
+		return 0, usagef("--timeout %v: want 0 (no timeout) or more", cfg.Timeout)
 	case cfg.ODP && cfg.DM:
-		return 0, errors.New("DM memory region can't be on demand")
+		return 0, usagef("DM memory region can't be on demand")
 	case cfg.Prefetch && !cfg.ODP && !cfg.IODP:
-		return 0, errors.New("prefetch is valid only with on-demand memory region")
+		return 0, usagef("prefetch is valid only with on-demand memory region")
 	case cfg.ODP || cfg.IODP:
 		return 0, errors.New("The device isn't ODP capable or does not support RC send and receive with ODP")
 	case cfg.TS:
@@ -252,6 +274,9 @@ type ppCtx struct {
 	routs   int
 	pending int
 	remQPN  uint32
+
+	// deadline is when cfg.Timeout runs out (zero: never).
+	deadline time.Time
 }
 
 // runPingpong runs one side of the ping-pong and prints what the rdma-core
@@ -445,6 +470,9 @@ func (ctx *ppCtx) run(w io.Writer, mtu qp.MTU) error {
 	}
 	fmt.Fprint(w, addressLine("local address: ", my, sep))
 
+	if cfg.Timeout > 0 {
+		ctx.deadline = time.Now().Add(cfg.Timeout)
+	}
 	var rem ppDest
 	if cfg.Server != "" {
 		rem, err = ctx.clientExch(my)
@@ -492,14 +520,13 @@ func (ctx *ppCtx) run(w io.Writer, mtu qp.MTU) error {
 
 func (ctx *ppCtx) clientExch(my ppDest) (ppDest, error) {
 	addr := net.JoinHostPort(ctx.cfg.Server, strconv.Itoa(ctx.cfg.Port))
-	c, err := net.DialTimeout("tcp", addr, 30*time.Second)
+	d := net.Dialer{Timeout: 30 * time.Second, Deadline: ctx.deadline}
+	c, err := d.Dial("tcp", addr)
 	if err != nil {
 		return ppDest{}, fmt.Errorf("Couldn't connect to %s: %w", addr, err)
 	}
 	defer c.Close()
-	if ctx.cfg.Timeout > 0 {
-		_ = c.SetDeadline(time.Now().Add(ctx.cfg.Timeout))
-	}
+	_ = c.SetDeadline(ctx.deadline)
 	return clientExchange(c, my)
 }
 
@@ -511,15 +538,17 @@ func (ctx *ppCtx) serverExch(my ppDest, mtu qp.MTU) (ppDest, error) {
 	if ctx.cfg.onListen != nil {
 		ctx.cfg.onListen(ln.Addr())
 	}
+	_ = ln.(*net.TCPListener).SetDeadline(ctx.deadline)
 	c, err := ln.Accept()
 	ln.Close()
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return ppDest{}, fmt.Errorf("timed out after %v waiting for a client on %v", ctx.cfg.Timeout, ln.Addr())
+	}
 	if err != nil {
 		return ppDest{}, fmt.Errorf("accept() failed: %w", err)
 	}
 	defer c.Close()
-	if ctx.cfg.Timeout > 0 {
-		_ = c.SetDeadline(time.Now().Add(ctx.cfg.Timeout))
-	}
+	_ = c.SetDeadline(ctx.deadline)
 	return serverExchange(c, my, func(rem ppDest) error { return ctx.connect(my.PSN, mtu, rem) })
 }
 
@@ -566,10 +595,7 @@ func (ctx *ppCtx) badPages() []int {
 // loop runs the ping-pong until iters messages went each way.
 func (ctx *ppCtx) loop() error {
 	cfg := ctx.cfg
-	var deadline time.Time
-	if cfg.Timeout > 0 {
-		deadline = time.Now().Add(cfg.Timeout)
-	}
+	deadline := ctx.deadline
 	wc := make([]rvt.WC, 2)
 	scnt, rcnt := 0, 0
 	for idle := 0; rcnt < cfg.Iters || scnt < cfg.Iters; {

@@ -21,7 +21,7 @@ func defaultStatConfig() statConfig { return statConfig{Messages: 100} }
 // `rdma statistic`.
 func runStat(w io.Writer, cfg statConfig) error {
 	if cfg.Messages < 1 {
-		return fmt.Errorf("--messages %d: want at least 1", cfg.Messages)
+		return usagef("--messages %d: want at least 1", cfg.Messages)
 	}
 	p, err := openPair(pairConfig{Seed: 1})
 	if err != nil {
