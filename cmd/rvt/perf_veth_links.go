@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/softverbs/softverbs/cq"
+	"github.com/softverbs/softverbs/internal/devopen"
 	"github.com/softverbs/softverbs/netdev"
 	"github.com/softverbs/softverbs/qp"
 	"github.com/softverbs/softverbs/rvt"
@@ -25,7 +26,7 @@ var perfLinkKinds = []string{"xdp", "udp", "tap"}
 // also closes the device.
 type perfPeer struct {
 	*node
-	link *ppLink
+	link *devopen.Link
 	ip   netip.Addr // the address its peer resolves
 }
 
@@ -35,23 +36,23 @@ func openPerfPeer(net *perfNet, i int, kind string) (_ *perfPeer, err error) {
 	p := &perfPeer{ip: net.ip[i]} // not the named result: "return nil, err" must not clear it
 	defer func() {
 		if err != nil && p.link != nil {
-			p.link.close()
+			p.link.Close()
 		}
 	}()
 	var (
-		open func() (*ppLink, error)
+		open func() (*devopen.Link, error)
 		tap  string // the TAP to bridge with the veth end
 	)
 	switch kind {
 	case "udp":
-		open = func() (*ppLink, error) { return openUDPPort(netip.AddrPortFrom(p.ip, netdev.RoCEv2Port), 0) }
+		open = func() (*devopen.Link, error) { return devopen.OpenUDP(netip.AddrPortFrom(p.ip, netdev.RoCEv2Port), 0) }
 	case "xdp":
-		open = func() (*ppLink, error) { return openXDPPort(net.veth[i], p.ip) }
+		open = func() (*devopen.Link, error) { return devopen.OpenXDP(net.veth[i], p.ip) }
 	case "tap":
 		tap, p.ip = net.name(fmt.Sprintf("t%d", i)), perfTAPAddrs[i]
 		mac := netdev.MAC{0x02, 0x73, 0x76, 0x70, 0x00, byte(i + 1)}
-		open = func() (*ppLink, error) {
-			l, _, err := openTAPPort(tap, net.mtu, mac, p.ip)
+		open = func() (*devopen.Link, error) {
+			l, _, err := devopen.OpenTAP(tap, net.mtu, mac, p.ip)
 			return l, err
 		}
 	default:
@@ -68,15 +69,15 @@ func openPerfPeer(net *perfNet, i int, kind string) (_ *perfPeer, err error) {
 		if err != nil {
 			return nil, err
 		}
-		p.link.closers = append(p.link.closers, del)
+		p.link.OnClose(del)
 	}
 	l := p.link
 	n, err := openNode(rvt.Options{Name: fmt.Sprintf("%s%d", kind, i), Workers: 2,
-		Link: l.link, MAC: l.mac, Addrs: l.addrs, Resolve: l.resolve})
+		Link: l.Link, MAC: l.MAC, Addrs: l.Addrs, Resolve: l.Resolve})
 	if err != nil {
 		return nil, err
 	}
-	l.closers = append(l.closers, func() { _ = n.dev.Close() })
+	l.OnClose(func() { _ = n.dev.Close() })
 	p.node = n
 	return p, nil
 }
@@ -97,7 +98,7 @@ func runPerfLink(ctx context.Context, net *perfNet, kind string, mtu rvt.MTU, si
 	defer func() {
 		for _, p := range peers {
 			if p != nil {
-				p.link.close()
+				p.link.Close()
 			}
 		}
 	}()
@@ -112,8 +113,8 @@ func runPerfLink(ctx context.Context, net *perfNet, kind string, mtu rvt.MTU, si
 	// host) before the runs, so they do not start with a lost packet and
 	// a retransmission timeout.
 	for i, p := range peers {
-		if ip := peers[1-i].ip; !p.link.awaitNeighbour(ip) {
-			return res, fmt.Errorf("%v: no neighbour entry for %v after %v", p.dev.Name(), ip, warmTimeout)
+		if ip := peers[1-i].ip; !p.link.AwaitNeighbour(ip) {
+			return res, fmt.Errorf("%v: no neighbour entry for %v after %v", p.dev.Name(), ip, devopen.WarmTimeout)
 		}
 	}
 	if port, err := peers[0].dev.QueryPort(1); err != nil {
