@@ -14,6 +14,10 @@
 // namespaces. demo, devinfo and stat need no root: their devices live in
 // this process.
 //
+// This command parses flags and prints; what the tools do lives in
+// internal/demo, internal/pingpong and internal/vethperf, on links that
+// internal/devopen opens and traffic that internal/traffic makes.
+//
 // Flags follow getopt_long, as rdma-core's tools parse them: "-s1024",
 // "-s 1024", "--size=1024", "--size 1024", "-ce", flags on either side of
 // the positional argument, "--" to end the flags.
