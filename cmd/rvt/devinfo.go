@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/softverbs/softverbs/clock"
+	"github.com/softverbs/softverbs/internal/devopen"
 	"github.com/softverbs/softverbs/netdev/fabric"
 	"github.com/softverbs/softverbs/rvt"
 )
@@ -18,22 +19,18 @@ type devinfoConfig struct {
 }
 
 func defaultDevinfoConfig() devinfoConfig {
-	return devinfoConfig{LinkMTU: defaultLinkMTU, Verbose: true}
+	return devinfoConfig{LinkMTU: devopen.DefaultLinkMTU, Verbose: true}
 }
 
 // runDevinfo opens device rvt0 (on an in-memory fabric, or loopback only)
 // and prints its attributes the way ibv_devinfo -v does.
 func runDevinfo(w io.Writer, cfg devinfoConfig) error {
-	mac, addrs := nodeAddrs(0)
+	mac, addrs := devopen.NodeAddrs(0)
 	o := rvt.Options{Name: "rvt0", MAC: mac, Addrs: addrs}
 	if !cfg.Loopback {
-		fab := fabric.New(clock.Real(), 1)
-		port := fab.NewPort(mac, cfg.LinkMTU)
-		defer port.Close()
-		for _, a := range addrs {
-			fab.AddAddr(a, mac)
-		}
-		o.Link, o.Resolve = port, fab.Resolve
+		l := devopen.FabricPort(fabric.New(clock.Real(), 1), mac, addrs, cfg.LinkMTU)
+		defer l.Close()
+		o = l.Options("rvt0")
 	}
 	dev, err := rvt.Open(o)
 	if err != nil {

@@ -14,6 +14,10 @@
 // namespaces. demo, devinfo and stat need no root: their devices live in
 // this process.
 //
+// This command parses flags and prints; what the tools do lives in
+// internal/demo, internal/pingpong and internal/vethperf, on links that
+// internal/devopen opens and traffic that internal/traffic makes.
+//
 // Flags follow getopt_long, as rdma-core's tools parse them: "-s1024",
 // "-s 1024", "--size=1024", "--size 1024", "-ce", flags on either side of
 // the positional argument, "--" to end the flags.
@@ -26,6 +30,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/softverbs/softverbs/internal/traffic"
 	"github.com/spf13/pflag"
 )
 
@@ -58,7 +63,7 @@ func commands() []command {
 			func(fs *pflag.FlagSet) func(io.Writer) error {
 				cfg := defaultDemoConfig()
 				fs.Float64Var(&cfg.Seconds, "seconds", cfg.Seconds, fmt.Sprintf("length of each throughput run, in seconds (more than 0, at most %d)", maxDemoSeconds))
-				fs.IntVar(&cfg.Size, "size", cfg.Size, fmt.Sprintf("RDMA WRITE size of the throughput run, in bytes (1 to %d MiB)", maxWriteSize>>20))
+				fs.IntVar(&cfg.Size, "size", cfg.Size, fmt.Sprintf("RDMA WRITE size of the throughput run, in bytes (1 to %d MiB)", traffic.MaxWriteSize>>20))
 				fs.IntVar(&cfg.MTU, "mtu", cfg.MTU, "path MTU in bytes: 256, 512, 1024, 2048 or 4096")
 				fs.Float64Var(&cfg.Loss, "loss", cfg.Loss, "probability that an RC frame is lost, in [0, 1) (shows retransmission)")
 				fs.StringVar(&cfg.PCAP, "pcap", cfg.PCAP, "write rvt0's frames of the functional phase to this pcap `file`")

@@ -1,4 +1,4 @@
-package main
+package vethperf
 
 // The kernel baselines of `rvt perf`, over the same veth as the softverbs
 // links: raw UDP datagram throughput (one sender goroutine, one receiver)
@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/softverbs/softverbs/internal/traffic"
 	"github.com/softverbs/softverbs/netdev/udp"
 )
 
@@ -73,8 +74,8 @@ func setRcvBuf(c *net.UDPConn, n int) error {
 // udpStream sends size-byte datagrams from namespace 0 to namespace 1 for
 // dur and returns what arrived, over the time from the first send to the
 // last datagram received.
-func udpStream(ctx context.Context, n *perfNet, size int, dur time.Duration) (runResult, error) {
-	var r runResult
+func udpStream(ctx context.Context, n *perfNet, size int, dur time.Duration) (traffic.Result, error) {
+	var r traffic.Result
 	tx, rx, err := udpPair(n, perfUDPStreamPort)
 	if err != nil {
 		return r, err
@@ -88,7 +89,7 @@ func udpStream(ctx context.Context, n *perfNet, size int, dur time.Duration) (ru
 	var count atomic.Int64
 	var last atomic.Int64 // UnixNano of the last datagram
 	done := make(chan int64, 1)
-	_ = rx.SetReadDeadline(time.Now().Add(dur + waitTimeout))
+	_ = rx.SetReadDeadline(time.Now().Add(dur + traffic.WaitTimeout))
 	go func() {
 		var bytes int64
 		buf := make([]byte, 65536)
@@ -105,7 +106,7 @@ func udpStream(ctx context.Context, n *perfNet, size int, dur time.Duration) (ru
 	}()
 
 	msg := make([]byte, size)
-	fill(msg, 7)
+	traffic.Fill(msg, 7)
 	start := time.Now()
 	deadline := start.Add(dur)
 	var sendErr error
@@ -121,7 +122,7 @@ func udpStream(ctx context.Context, n *perfNet, size int, dur time.Duration) (ru
 	for prev := int64(-1); ; {
 		time.Sleep(20 * time.Millisecond)
 		cur := count.Load()
-		if cur == prev || time.Since(start) > dur+waitTimeout {
+		if cur == prev || time.Since(start) > dur+traffic.WaitTimeout {
 			break
 		}
 		prev = cur
@@ -134,24 +135,24 @@ func udpStream(ctx context.Context, n *perfNet, size int, dur time.Duration) (ru
 	if count.Load() == 0 {
 		return r, errors.New("udp stream: nothing arrived")
 	}
-	r.ops, r.bytes, r.elapsed = count.Load(), bytes, time.Unix(0, last.Load()).Sub(start)
+	r.Ops, r.Bytes, r.Elapsed = count.Load(), bytes, time.Unix(0, last.Load()).Sub(start)
 	return r, nil
 }
 
 // udpPingpong bounces an 8-byte datagram between the namespaces for dur,
-// after pingWarmup unrecorded round trips, like sendPingpong.
+// after traffic.PingWarmup unrecorded round trips, like traffic.SendPingpong.
 //
 // With busy set both sides read by spinning on non-blocking recv calls
 // instead of sleeping in the netpoller: the socket counterpart of a
 // busy-polling RDMA ping-pong.
-func udpPingpong(ctx context.Context, n *perfNet, dur time.Duration, busy bool) (latency, error) {
-	var lat latency
+func udpPingpong(ctx context.Context, n *perfNet, dur time.Duration, busy bool) (traffic.Latency, error) {
+	var lat traffic.Latency
 	tx, rx, err := udpPair(n, perfUDPPingPort)
 	if err != nil {
 		return lat, err
 	}
 	defer tx.Close()
-	hard := time.Now().Add(dur + waitTimeout)
+	hard := time.Now().Add(dur + traffic.WaitTimeout)
 
 	srvDone := make(chan error, 1)
 	go func() {
@@ -172,21 +173,21 @@ func udpPingpong(ctx context.Context, n *perfNet, dur time.Duration, busy bool) 
 			}
 		}
 	}()
-	finish := func(err error) (latency, error) {
+	finish := func(err error) (traffic.Latency, error) {
 		rx.Close()
 		if serr := <-srvDone; err == nil {
 			err = serr
 		}
-		return lat.sorted(), err
+		return lat.Sorted(), err
 	}
 
 	if err := tx.SetReadDeadline(hard); err != nil {
 		return finish(err)
 	}
-	msg := make([]byte, pingSize)
+	msg := make([]byte, traffic.PingSize)
 	buf := make([]byte, 2048)
 	deadline := time.Now().Add(dur)
-	for it := 0; pingMore(ctx, it, deadline); it++ {
+	for it := 0; traffic.PingMore(ctx, it, deadline); it++ {
 		msg[0] = byte(it)
 		start := time.Now()
 		if _, err := tx.Write(msg); err != nil {
@@ -196,11 +197,11 @@ func udpPingpong(ctx context.Context, n *perfNet, dur time.Duration, busy bool) 
 		if err != nil {
 			return finish(fmt.Errorf("udp ping-pong iteration %d: %w", it, err))
 		}
-		if k != pingSize || buf[0] != byte(it) {
+		if k != traffic.PingSize || buf[0] != byte(it) {
 			return finish(fmt.Errorf("udp ping-pong: reply of %d bytes, number %d, want %d", k, buf[0], byte(it)))
 		}
-		if it >= pingWarmup {
-			lat.rtts = append(lat.rtts, time.Since(start))
+		if it >= traffic.PingWarmup {
+			lat.RTTs = append(lat.RTTs, time.Since(start))
 		}
 	}
 	return finish(nil)

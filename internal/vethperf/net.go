@@ -1,4 +1,4 @@
-package main
+package vethperf
 
 // The throw-away network for `rvt perf`: two network namespaces joined by
 // a veth pair, with an IPv4 address on each end, and (for the TAP link) a

@@ -1,4 +1,4 @@
-package main
+package pingpong
 
 // The out-of-band exchange of rdma-core's ibv_{rc,uc,ud}_pingpong, spoken
 // byte for byte so that either side may be the rdma-core tool:
@@ -30,83 +30,83 @@ import (
 	"github.com/softverbs/softverbs/netdev"
 )
 
-// oobMsgLen is the size of an address message: sizeof
+// MsgLen is the size of an address message: sizeof
 // "0000:000000:000000:00000000000000000000000000000000" in C, the NUL
 // included.
-const oobMsgLen = 52
+const MsgLen = 52
 
-// oobDone is what the client sends once it has the server's address,
+// doneMsg is what the client sends once it has the server's address,
 // sizeof "done" bytes (the NUL included).
-var oobDone = []byte("done\x00")
+var doneMsg = []byte("done\x00")
 
-// ppDest is one side's address as the pingpong tools exchange it.
-type ppDest struct {
+// Dest is one side's address as the pingpong tools exchange it.
+type Dest struct {
 	LID uint16
 	QPN uint32
 	PSN uint32
 	GID netdev.GID
 }
 
-// errBadOOB is returned (wrapped) for a malformed address message.
-var errBadOOB = errors.New("malformed address message")
+// ErrMalformed is returned (wrapped) for a malformed address message.
+var ErrMalformed = errors.New("malformed address message")
 
-// wireGID formats g as the 32 hex digits of gid_to_wire_gid.
-func wireGID(g netdev.GID) string { return hex.EncodeToString(g[:]) }
+// WireGID formats g as the 32 hex digits of gid_to_wire_gid.
+func WireGID(g netdev.GID) string { return hex.EncodeToString(g[:]) }
 
-// parseWireGID is wire_gid_to_gid: 32 hex digits, in memory order.
-func parseWireGID(s string) (netdev.GID, error) {
+// ParseWireGID is wire_gid_to_gid: 32 hex digits, in memory order.
+func ParseWireGID(s string) (netdev.GID, error) {
 	var g netdev.GID
 	if len(s) != 2*len(g) {
-		return g, fmt.Errorf("%w: wire GID %q is not 32 hex digits", errBadOOB, s)
+		return g, fmt.Errorf("%w: wire GID %q is not 32 hex digits", ErrMalformed, s)
 	}
 	if _, err := hex.Decode(g[:], []byte(s)); err != nil {
-		return g, fmt.Errorf("%w: wire GID %q: %v", errBadOOB, s, err)
+		return g, fmt.Errorf("%w: wire GID %q: %v", ErrMalformed, s, err)
 	}
 	return g, nil
 }
 
-// marshal returns the 52-byte message for d.
-func (d ppDest) marshal() []byte {
-	s := fmt.Sprintf("%04x:%06x:%06x:%s", d.LID, d.QPN&0xffffff, d.PSN&0xffffff, wireGID(d.GID))
-	b := make([]byte, oobMsgLen)
+// Marshal returns the 52-byte message for d.
+func (d Dest) Marshal() []byte {
+	s := fmt.Sprintf("%04x:%06x:%06x:%s", d.LID, d.QPN&0xffffff, d.PSN&0xffffff, WireGID(d.GID))
+	b := make([]byte, MsgLen)
 	copy(b, s) // 51 characters, then the NUL
 	return b
 }
 
-// parseDest reads a message the way the tools' sscanf("%x:%x:%x:%s") does:
+// ParseDest reads a message the way the tools' sscanf("%x:%x:%x:%s") does:
 // three hex numbers and the wire GID, separated by colons, up to the NUL.
-func parseDest(msg []byte) (ppDest, error) {
-	var d ppDest
+func ParseDest(msg []byte) (Dest, error) {
+	var d Dest
 	s := string(msg)
 	if i := strings.IndexByte(s, 0); i >= 0 {
 		s = s[:i]
 	}
 	f := strings.SplitN(s, ":", 4)
 	if len(f) != 4 {
-		return d, fmt.Errorf("%w: %q", errBadOOB, s)
+		return d, fmt.Errorf("%w: %q", ErrMalformed, s)
 	}
 	var n [3]uint64
 	for i := range n {
 		v, err := strconv.ParseUint(f[i], 16, 32)
 		if err != nil {
-			return d, fmt.Errorf("%w: field %d of %q", errBadOOB, i+1, s)
+			return d, fmt.Errorf("%w: field %d of %q", ErrMalformed, i+1, s)
 		}
 		n[i] = v
 	}
 	if n[0] > 0xffff || n[1] > 0xffffff || n[2] > 0xffffff {
-		return d, fmt.Errorf("%w: LID, QPN or PSN out of range in %q", errBadOOB, s)
+		return d, fmt.Errorf("%w: LID, QPN or PSN out of range in %q", ErrMalformed, s)
 	}
-	g, err := parseWireGID(f[3])
+	g, err := ParseWireGID(f[3])
 	if err != nil {
 		return d, err
 	}
-	return ppDest{LID: uint16(n[0]), QPN: uint32(n[1]), PSN: uint32(n[2]), GID: g}, nil
+	return Dest{LID: uint16(n[0]), QPN: uint32(n[1]), PSN: uint32(n[2]), GID: g}, nil
 }
 
-// gidString prints a GID as inet_ntop(AF_INET6) does (glibc): like
+// GIDString prints a GID as inet_ntop(AF_INET6) does (glibc): like
 // netip.Addr.String, except that an IPv4-compatible address (96 zero bits,
 // then a non-zero second-to-last word) keeps its dotted quad.
-func gidString(g netdev.GID) string {
+func GIDString(g netdev.GID) string {
 	a := netip.AddrFrom16(g)
 	var zero [12]byte
 	if [12]byte(g[:12]) == zero && (g[12] != 0 || g[13] != 0) {
@@ -115,51 +115,51 @@ func gidString(g netdev.GID) string {
 	return a.String()
 }
 
-// addressLine is the line the tools print for an address: label is
+// AddressLine is the line the tools print for an address: label is
 // "local address: " or "remote address:", sep is ", " (or ": " in
 // ibv_ud_pingpong's local line, a quirk kept for fidelity).
-func addressLine(label string, d ppDest, sep string) string {
+func AddressLine(label string, d Dest, sep string) string {
 	return fmt.Sprintf("  %s LID 0x%04x, QPN 0x%06x, PSN 0x%06x%sGID %s\n",
-		label, d.LID, d.QPN, d.PSN, sep, gidString(d.GID))
+		label, d.LID, d.QPN, d.PSN, sep, GIDString(d.GID))
 }
 
-// clientExchange is pp_client_exch_dest on an established connection:
+// ClientExchange is pp_client_exch_dest on an established connection:
 // send ours, read theirs, send "done".
-func clientExchange(c io.ReadWriter, mine ppDest) (ppDest, error) {
-	if _, err := c.Write(mine.marshal()); err != nil {
-		return ppDest{}, fmt.Errorf("couldn't send local address: %w", err)
+func ClientExchange(c io.ReadWriter, mine Dest) (Dest, error) {
+	if _, err := c.Write(mine.Marshal()); err != nil {
+		return Dest{}, fmt.Errorf("couldn't send local address: %w", err)
 	}
-	msg := make([]byte, oobMsgLen)
+	msg := make([]byte, MsgLen)
 	if _, err := io.ReadFull(c, msg); err != nil {
-		return ppDest{}, fmt.Errorf("couldn't read remote address: %w", err)
+		return Dest{}, fmt.Errorf("couldn't read remote address: %w", err)
 	}
-	if _, err := c.Write(oobDone); err != nil {
-		return ppDest{}, fmt.Errorf("couldn't write done: %w", err)
+	if _, err := c.Write(doneMsg); err != nil {
+		return Dest{}, fmt.Errorf("couldn't write done: %w", err)
 	}
-	return parseDest(msg)
+	return ParseDest(msg)
 }
 
-// serverExchange is pp_server_exch_dest on an accepted connection: read the
+// ServerExchange is pp_server_exch_dest on an accepted connection: read the
 // client's address, let connect bring the QP up (RTR/RTS, or the AH for UD),
 // then send ours and wait for "done".
-func serverExchange(c io.ReadWriter, mine ppDest, connect func(ppDest) error) (ppDest, error) {
-	msg := make([]byte, oobMsgLen)
+func ServerExchange(c io.ReadWriter, mine Dest, connect func(Dest) error) (Dest, error) {
+	msg := make([]byte, MsgLen)
 	if n, err := io.ReadFull(c, msg); err != nil {
-		return ppDest{}, fmt.Errorf("%d/%d: couldn't read remote address: %w", n, oobMsgLen, err)
+		return Dest{}, fmt.Errorf("%d/%d: couldn't read remote address: %w", n, MsgLen, err)
 	}
-	rem, err := parseDest(msg)
+	rem, err := ParseDest(msg)
 	if err != nil {
-		return ppDest{}, err
+		return Dest{}, err
 	}
 	if err := connect(rem); err != nil {
-		return ppDest{}, fmt.Errorf("couldn't connect to remote QP: %w", err)
+		return Dest{}, fmt.Errorf("couldn't connect to remote QP: %w", err)
 	}
-	if _, err := c.Write(mine.marshal()); err != nil {
-		return ppDest{}, fmt.Errorf("couldn't send local address: %w", err)
+	if _, err := c.Write(mine.Marshal()); err != nil {
+		return Dest{}, fmt.Errorf("couldn't send local address: %w", err)
 	}
-	done := make([]byte, len(oobDone))
+	done := make([]byte, len(doneMsg))
 	if _, err := io.ReadFull(c, done); err != nil {
-		return ppDest{}, fmt.Errorf("couldn't receive done: %w", err)
+		return Dest{}, fmt.Errorf("couldn't receive done: %w", err)
 	}
 	return rem, nil
 }

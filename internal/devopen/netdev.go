@@ -1,0 +1,128 @@
+package devopen
+
+import (
+	"fmt"
+	"net/netip"
+
+	"github.com/softverbs/softverbs/clock"
+	"github.com/softverbs/softverbs/netdev"
+	"github.com/softverbs/softverbs/netdev/host"
+	"github.com/softverbs/softverbs/netdev/tap"
+	"github.com/softverbs/softverbs/netdev/udp"
+	"github.com/softverbs/softverbs/netdev/xdp"
+)
+
+// tapMTU is the MTU of a TAP we create: cfg.LinkMTU, or enough for the
+// path MTU (RoCEv2 over IPv6 adds 80 bytes), and at least 1500.
+func (cfg Config) tapMTU() int {
+	if cfg.LinkMTU > 0 {
+		return cfg.LinkMTU
+	}
+	return max(1500, cfg.PathMTU+128)
+}
+
+// openTAP creates the TAP and makes softverbs a host on it with its own
+// MAC and cfg.IP: it answers ARP and neighbour solicitations and resolves
+// peers itself. The kernel side of the TAP has no address; put it in a
+// bridge to reach other hosts.
+func openTAP(cfg Config) (*Link, error) {
+	pfx, err := ParsePrefix(cfg.IP)
+	if err != nil {
+		return nil, err
+	}
+	mac, err := HostMAC(cfg.MAC)
+	if err != nil {
+		return nil, err
+	}
+	l, h, err := OpenTAP(cfg.TAP, cfg.tapMTU(), mac, pfx.Addr())
+	if err != nil {
+		return nil, err
+	}
+	h.Announce(pfx.Addr())
+	return l, nil
+}
+
+// OpenTAP creates TAP name with Ethernet MTU mtu and makes softverbs a
+// host on it with mac and ip. It also returns the host, for callers that
+// announce the address.
+func OpenTAP(name string, mtu int, mac netdev.MAC, ip netip.Addr) (*Link, *host.Host, error) {
+	tap, err := tap.Open(name, mtu)
+	if err != nil {
+		return nil, nil, err
+	}
+	addrs := netdev.GIDOrder(mac, []netip.Addr{ip})
+	h := host.New(tap, mac, addrs, clock.Real())
+	return &Link{Link: h, MAC: mac, Addrs: addrs, Resolve: h.Resolve,
+		closers: []func(){func() { _ = h.Close() }}}, h, nil
+}
+
+// openXDP attaches AF_XDP to an interface the kernel keeps: the GIDs are
+// the interface's addresses (or cfg.IP alone), the MAC is its MAC, and
+// peers are resolved through the kernel's neighbour table.
+func openXDP(cfg Config) (*Link, error) {
+	var ip netip.Addr
+	if cfg.IP != "" {
+		pfx, err := ParsePrefix(cfg.IP)
+		if err != nil {
+			return nil, err
+		}
+		ip = pfx.Addr()
+	}
+	return OpenXDP(cfg.XDP, ip)
+}
+
+// OpenXDP attaches AF_XDP to iface, with ip as the GID source or, if ip
+// is the zero Addr, the interface's addresses.
+func OpenXDP(iface string, ip netip.Addr) (*Link, error) {
+	x, err := xdp.Open(iface, xdp.Options{})
+	if err != nil {
+		return nil, err
+	}
+	mac := x.HardwareAddr()
+	var addrs []netip.Addr
+	if ip.IsValid() {
+		addrs = netdev.GIDOrder(mac, []netip.Addr{ip})
+	} else if addrs, err = netdev.GIDsFromInterface(iface); err != nil {
+		_ = x.Close()
+		return nil, err
+	}
+	return &Link{Link: x, MAC: mac, Addrs: addrs, Resolve: x.Neighbours().Resolve,
+		closers: []func(){func() { _ = x.Close() }}}, nil
+}
+
+// openUDP opens the unprivileged UDP-socket link on cfg.UDP (IP or
+// IP:port, port 4791 by default), or on the address of cfg.IP, parsed as
+// the other links parse it.
+func openUDP(cfg Config) (*Link, error) {
+	if cfg.UDP == "" {
+		pfx, err := ParsePrefix(cfg.IP)
+		if err != nil {
+			return nil, err
+		}
+		return OpenUDP(netip.AddrPortFrom(pfx.Addr(), 0), cfg.LinkMTU)
+	}
+	ap, err := netip.ParseAddrPort(cfg.UDP)
+	if err != nil {
+		a, err2 := netip.ParseAddr(cfg.UDP)
+		if err2 != nil {
+			return nil, fmt.Errorf("--udp %q: want IP or IP:port", cfg.UDP)
+		}
+		ap = netip.AddrPortFrom(a, 0)
+	}
+	return OpenUDP(ap, cfg.LinkMTU)
+}
+
+// OpenUDP opens the UDP-socket link on ap with Ethernet MTU mtu (0: the
+// interface's). The kernel does IP and ARP; the GID table is a link-local
+// GID derived from the link's made-up MAC, then ap's address, so GID
+// index 1 is the address as on rxe.
+func OpenUDP(ap netip.AddrPort, mtu int) (*Link, error) {
+	u, err := udp.OpenConfig(udp.Config{Addr: ap, MTU: mtu})
+	if err != nil {
+		return nil, err
+	}
+	mac := u.HardwareAddr()
+	addrs := netdev.GIDOrder(mac, []netip.Addr{ap.Addr()})
+	return &Link{Link: u, MAC: mac, Addrs: addrs, Resolve: u.Resolve,
+		closers: []func(){func() { _ = u.Close() }}}, nil
+}
