@@ -34,9 +34,10 @@ type reqState struct {
 	lsn       uint32 // limit: SSNs up to here have a receive WQE waiting
 	unlimited bool   // the peer advertises no credits (code 31, as rxe)
 
-	// After an RNR NAK only the NAKed message is sent again until the
-	// responder accepts it: resending the whole window behind it would
-	// only earn more RNR NAKs.
+	// After an RNR NAK only the NAKed packet (limitPSN) is sent again,
+	// asking for an ACK, until the responder accepts it: the window behind
+	// it would only be dropped, and a responder without receive WQEs for
+	// a long while would see a window's worth at every RNR retry.
 	limitOn    bool
 	limitPSN   PSN
 	creditWait bool // stopped for credits (counted once per wait)
@@ -121,8 +122,8 @@ func (c *Conn) requestLocked() bool {
 			continue
 		}
 		if rc {
-			if c.req.limitOn && (!w.Assigned || c.req.limitPSN.Less(PSN(w.FirstPSN))) {
-				break // only the RNR-NAKed message until it is accepted
+			if c.req.limitOn && c.req.limitPSN.Less(c.req.psn) {
+				break // only the RNR-NAKed packet until it is accepted
 			}
 			if fresh && op.ReadOrAtomic() && c.req.rdAtomic >= int(max(a.MaxRdAtomic, 1)) {
 				break
@@ -335,6 +336,9 @@ func (c *Conn) sendPacketLocked(w *qp.SendWQE, a *qp.Attr, pa *path) {
 	var ext []byte
 	if inPlace && rem > mtu && (op.Send() || op == qp.OpRDMAWrite || op == qp.OpRDMAWriteWithImm) {
 		room := uint32(int32(c.e.cfg.Window) - psn.Diff(c.comp.psn)) // >= 1: requestLocked checked
+		if c.req.limitOn {
+			room = min(room, uint32(c.req.limitPSN.Diff(psn))+1)
+		}
 		if k := min(npkts(rem, mtu), room); k > 1 {
 			m := min(rem, k*mtu)
 			if v := view(w, w.Sent, m); v != nil {
@@ -424,7 +428,7 @@ func (c *Conn) sendPacketLocked(w *qp.SendWQE, a *qp.Attr, pa *path) {
 	}
 	if typ == qp.RC {
 		c.req.noAck += int(span)
-		if last || c.req.noAck >= c.e.cfg.AckInterval {
+		if last || c.req.noAck >= c.e.cfg.AckInterval || c.req.limitOn {
 			bth.SetAckReq(true)
 			c.req.noAck = 0
 		}
@@ -533,7 +537,8 @@ func (c *Conn) failOldestLocked(status cq.Status) {
 
 // retryLocked restarts sending from the oldest unfinished WQE at the PSN
 // the retry asks for (go-back-N), mid-message where needed. rnr says the
-// retry follows an RNR NAK: then only that WQE goes until it is accepted.
+// retry follows an RNR NAK: then only the NAKed packet goes until it is
+// acknowledged.
 func (c *Conn) retryLocked(rnr bool) {
 	c.req.needRetry = false
 	sq := &c.qp.SQ
@@ -564,7 +569,7 @@ func (c *Conn) retryLocked(rnr bool) {
 		w.Sent, psn = k*mtu, first.Add(k)
 	}
 	if rnr {
-		c.req.limitOn, c.req.limitPSN = true, PSN(w.LastPSN)
+		c.req.limitOn, c.req.limitPSN = true, psn
 	}
 	w.State = qp.WQEPosted
 	for i := start + 1; i != sq.Next+1 && i != sq.Head(); i++ {
