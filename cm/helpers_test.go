@@ -96,7 +96,7 @@ func (w *world) close() {
 func (n *node) newQP(tb testing.TB, typ qp.Type) *rvt.QP {
 	tb.Helper()
 	q, err := n.pd.CreateQP(rvt.QPInitAttr{Type: typ, SendCQ: n.cq, RecvCQ: n.cq,
-		Cap: rvt.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		Cap: rvt.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}})
 	require.NoError(tb, err)
 	return q
 }
