@@ -287,9 +287,6 @@ func (a *Agent) onMRA(m MRA) {
 		a.countLocked("drop_state")
 		return
 	}
-	if id.remoteID == 0 {
-		id.remoteID = m.LocalCommID()
-	}
 	a.armLocked(id, wait)
 }
 
@@ -298,7 +295,9 @@ func (a *Agent) onREJ(m REJ) {
 	if id == nil {
 		return
 	}
-	if id.remoteID != 0 && m.LocalCommID() != 0 && m.LocalCommID() != id.remoteID {
+	// A REJ of a REQ is matched by our comm ID only (cm_acquire_rejected_id):
+	// the peer may have answered earlier copies of the REQ from other IDs.
+	if m.MsgRejected() != MsgREQ && id.remoteID != 0 && m.LocalCommID() != 0 && m.LocalCommID() != id.remoteID {
 		a.countLocked("drop_comm_id_mismatch")
 		return
 	}
