@@ -382,7 +382,6 @@ func (a *Agent) establishActiveLocked(id *ID, param *ConnParam) {
 func (a *Agent) establishPassiveLocked(id *ID, priv []byte) {
 	a.stopTimerLocked(id)
 	id.state = StateEstablished
-	id.last = nil
 	a.emitLocked(id, Event{Type: EventEstablished, Param: ConnParam{PrivateData: priv, QPN: id.remoteQPN}})
 }
 
