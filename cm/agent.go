@@ -133,6 +133,9 @@ type Agent struct {
 	events    []*pendingEvent
 	counters  map[string]uint64
 	wcs       []rvt.WC
+
+	// testDropTx, set by tests only, drops the MADs it returns true for.
+	testDropTx func(MAD) bool
 }
 
 type remoteKey struct {
@@ -212,7 +215,7 @@ func NewAgent(dev *rvt.Device, o Options) (*Agent, error) {
 	registry.Lock()
 	defer registry.Unlock()
 	if registry.m[dev] != nil {
-		return nil, fmt.Errorf("cm agent for %s: %w: the device has one", dev.Name(), ErrAddrInUse)
+		return nil, fmt.Errorf("cm agent for %s: %w: the device has one", dev.Name(), ErrInvalidState)
 	}
 	return newAgentLocked(dev, o)
 }
@@ -399,8 +402,11 @@ func (a *Agent) onDeviceEvent(ev rvt.Event) {
 		clear(a.routes)
 		a.mu.Unlock()
 	case transport.EventCommEst:
-		// Data arrived on a QP whose RTU is late or lost: the connection is
-		// established (Linux: ib_cm_notify(IB_EVENT_COMM_EST)).
+		// Data arrived on a QP in RTR whose RTU is late or lost: the
+		// connection is established (Linux: ib_cm_notify). Accept moves
+		// the QP to RTS before the REP, as Linux does, so this only
+		// happens to a QP a caller kept in RTR; otherwise a lost RTU is
+		// recovered by the REP's resend and the RTU sent again.
 		a.mu.Lock()
 		if id := a.qpUsers[ev.QPN]; id != nil && (id.state == StateREPSent || id.state == StateMRAREPRcvd) {
 			a.establishPassiveLocked(id, nil)
@@ -486,6 +492,9 @@ func (a *Agent) run() bool {
 // transmit sends one MAD to QP 1 of its peer as a UD SEND (inline, so the
 // buffer belongs to the WQE).
 func (a *Agent) transmit(o outMAD) {
+	if a.testDropTx != nil && a.testDropTx(o.mad) {
+		return
+	}
 	ah, err := a.ahFor(o.to)
 	if err == nil {
 		err = a.qp1.PostSend(rvt.SendWR{Opcode: qp.OpSend, Flags: qp.Inline, InlineData: o.mad,

@@ -7,8 +7,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/softverbs/softverbs/keys"
 	"github.com/softverbs/softverbs/netdev"
 	"github.com/softverbs/softverbs/qp"
+	"github.com/softverbs/softverbs/rvt"
 )
 
 // pair is a listener on node 1 and a client ID on node 0 with resolved
@@ -265,4 +267,37 @@ func TestStateTable(t *testing.T) {
 	}
 	require.Equal(t, time.Millisecond<<12, convTime(20))
 	require.Equal(t, time.Millisecond<<10, convTime(18))
+}
+
+// TestLostRTU: the first RTU is lost; the passive side resends its REP,
+// the active side answers the duplicate with the RTU again.
+func TestLostRTU(t *testing.T) {
+	w := newWorld(t, worldOpts{manual: true, agent: FastOptions(), seed: 15})
+	dropped := 0
+	w.nodes[0].agent.testDropTx = func(m MAD) bool {
+		if m.AttrID() == AttrRTU && dropped == 0 {
+			dropped++
+			return true
+		}
+		return false
+	}
+	p := newPair(t, w, PSTCP, 12)
+	a, b := w.nodes[0], w.nodes[1]
+	qa, qb := a.newQP(t, qp.RC), b.newQP(t, qp.RC)
+	require.NoError(t, p.cid.Connect(qa, nil))
+	req := w.expect(t, p.lch, EventConnectRequest)
+	require.NoError(t, req.ID.Accept(qb, nil))
+	w.expect(t, p.cch, EventEstablished)
+	require.Equal(t, StateREPSent, req.ID.State())
+	w.expect(t, p.lch, EventEstablished)
+	require.Equal(t, uint64(1), b.agent.Counters()["retransmit_REP"])
+	require.Equal(t, uint64(1), a.agent.Counters()["rx_dup_REP"])
+
+	// Data flows both ways on the connection.
+	buf := make([]byte, 64)
+	mr, err := b.pd.Reg(buf, keys.LocalWrite)
+	require.NoError(t, err)
+	require.NoError(t, qb.PostRecv(rvt.RecvWR{SGL: []rvt.SGE{{Addr: mr.IOVA, Length: 64, Lkey: mr.Lkey}}}))
+	require.NoError(t, qa.PostSend(rvt.SendWR{Opcode: qp.OpSend, Flags: qp.Inline, InlineData: []byte("first")}))
+	require.Equal(t, "first", string(buf[:5]))
 }

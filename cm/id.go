@@ -6,7 +6,6 @@ import (
 
 	"github.com/softverbs/softverbs/clock"
 	"github.com/softverbs/softverbs/keys"
-	"github.com/softverbs/softverbs/netdev"
 	"github.com/softverbs/softverbs/qp"
 	"github.com/softverbs/softverbs/rvt"
 )
@@ -777,5 +776,3 @@ func PrepareUD(q *rvt.QP, ps PortSpace) error {
 	}
 	return nil
 }
-
-var _ = netdev.GID{}
