@@ -301,3 +301,44 @@ func TestLostRTU(t *testing.T) {
 	require.NoError(t, qa.PostSend(rvt.SendWR{Opcode: qp.OpSend, Flags: qp.Inline, InlineData: []byte("first")}))
 	require.Equal(t, "first", string(buf[:5]))
 }
+
+// TestQPReuseAfterTimeWait: a QP belongs to its connection until TIMEWAIT
+// ends; then, reset, it connects again. Also covers UC.
+func TestQPReuseAfterTimeWait(t *testing.T) {
+	w := newWorld(t, worldOpts{manual: true, agent: FastOptions(), seed: 16})
+	p := newPair(t, w, PSTCP, 13)
+	a, b := w.nodes[0], w.nodes[1]
+	qa, qb := a.newQP(t, qp.UC), b.newQP(t, qp.UC)
+	connect := func(id *ID) *ID {
+		require.NoError(t, id.Connect(qa, nil))
+		req := w.expect(t, p.lch, EventConnectRequest)
+		require.NoError(t, req.ID.Accept(qb, nil))
+		w.expect(t, p.cch, EventEstablished)
+		w.expect(t, p.lch, EventEstablished)
+		require.Equal(t, qp.RTS, qa.State())
+		require.Equal(t, qp.RTS, qb.State())
+		return req.ID
+	}
+	sid := connect(p.cid)
+	require.NoError(t, p.cid.Disconnect())
+	w.expect(t, p.lch, EventDisconnected)
+	require.NoError(t, sid.Disconnect())
+	w.expect(t, p.cch, EventDisconnected)
+
+	id2 := a.agent.NewID(p.cch, PSTCP, nil)
+	require.NoError(t, id2.ResolveAddr(netip.Addr{}, netip.AddrPortFrom(b.ip, 13)))
+	w.expect(t, p.cch, EventAddrResolved)
+	require.ErrorIs(t, id2.Connect(qa, nil), ErrInvalidState, "the QP is in TIMEWAIT")
+	w.expect(t, p.lch, EventTimewaitExit)
+	w.expect(t, p.cch, EventTimewaitExit)
+	for _, q := range []*rvt.QP{qa, qb} {
+		require.NoError(t, q.Modify(&rvt.QPAttr{State: qp.Reset}, qp.AttrState))
+	}
+	sid.Destroy()
+	p.cid.Destroy()
+	sid2 := connect(id2)
+	id2.Destroy()
+	sid2.Destroy()
+	w.settle(t, 10*time.Millisecond)
+	requireClean(t, w, 1)
+}
