@@ -1,0 +1,344 @@
+package cm
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/softverbs/softverbs/keys"
+	"github.com/softverbs/softverbs/netdev"
+	"github.com/softverbs/softverbs/qp"
+	"github.com/softverbs/softverbs/rvt"
+)
+
+// pair is a listener on node 1 and a client ID on node 0 with resolved
+// addresses, for the engine tests.
+type pair struct {
+	w        *world
+	lch, cch *EventChannel
+	lid, cid *ID
+	port     uint16
+}
+
+func newPair(t *testing.T, w *world, ps PortSpace, port uint16) *pair {
+	t.Helper()
+	p := &pair{w: w, lch: NewEventChannel(), cch: NewEventChannel(), port: port}
+	b, a := w.nodes[1], w.nodes[0]
+	p.lid = b.agent.NewID(p.lch, ps, nil)
+	require.NoError(t, p.lid.BindAddr(netip.AddrPortFrom(netip.IPv4Unspecified(), port)))
+	require.NoError(t, p.lid.Listen())
+	p.cid = a.agent.NewID(p.cch, ps, nil)
+	require.NoError(t, p.cid.ResolveAddr(netip.Addr{}, netip.AddrPortFrom(b.ip, port)))
+	w.expect(t, p.cch, EventAddrResolved)
+	return p
+}
+
+func requireClean(t *testing.T, w *world, listeners int) {
+	t.Helper()
+	for i, n := range w.nodes {
+		s := n.agent.Stats()
+		want := Stats{}
+		if i == 1 && listeners > 0 {
+			want = Stats{IDs: listeners, Ports: listeners, Listeners: listeners}
+		}
+		require.Equal(t, want, s, "node %d", i)
+	}
+}
+
+func TestRejectWithPrivateData(t *testing.T) {
+	w := newWorld(t, worldOpts{manual: true, agent: FastOptions(), seed: 2})
+	p := newPair(t, w, PSTCP, 7471)
+	qa := w.nodes[0].newQP(t, qp.RC)
+	require.NoError(t, p.cid.Connect(qa, nil))
+	req := w.expect(t, p.lch, EventConnectRequest)
+	require.NoError(t, req.ID.Reject([]byte("go away")))
+	ev := w.expect(t, p.cch, EventRejected)
+	var re *RejectError
+	require.ErrorAs(t, ev.Err, &re)
+	require.Equal(t, RejConsumerDefined, re.Reason)
+	require.Equal(t, "go away", string(re.PrivateData[:7]))
+	require.ErrorIs(t, ev.Err, ErrRejected)
+	require.Equal(t, StateIdle, p.cid.State())
+	req.ID.Destroy()
+	p.cid.Destroy()
+	requireClean(t, w, 1)
+}
+
+func TestNoListenerREJ8(t *testing.T) {
+	w := newWorld(t, worldOpts{manual: true, agent: FastOptions(), seed: 3})
+	p := newPair(t, w, PSTCP, 1000)
+	cid := w.nodes[0].agent.NewID(p.cch, PSTCP, nil)
+	require.NoError(t, cid.ResolveAddr(netip.Addr{}, netip.AddrPortFrom(w.nodes[1].ip, 1001)))
+	w.expect(t, p.cch, EventAddrResolved)
+	require.NoError(t, cid.Connect(w.nodes[0].newQP(t, qp.RC), nil))
+	ev := w.expect(t, p.cch, EventRejected)
+	require.ErrorIs(t, ev.Err, RejInvalidServiceID)
+	require.Equal(t, uint64(1), w.nodes[1].agent.Counters()["rej_no_listener"])
+	cid.Destroy()
+	p.cid.Destroy()
+	requireClean(t, w, 1)
+}
+
+func TestUnreachableAfterRetries(t *testing.T) {
+	w := newWorld(t, worldOpts{manual: true, agent: FastOptions(), seed: 4})
+	a := w.nodes[0]
+	ch := NewEventChannel()
+	id := a.agent.NewID(ch, PSTCP, nil)
+	// 198.18.0.2 exists on the fabric, but its agent is gone: nobody answers.
+	w.nodes[1].agent.Close()
+	require.NoError(t, id.ResolveAddr(netip.Addr{}, netip.AddrPortFrom(w.nodes[1].ip, 5)))
+	w.expect(t, ch, EventAddrResolved)
+	start := w.clk.Now()
+	require.NoError(t, id.Connect(a.newQP(t, qp.RC), nil))
+	ev := w.expect(t, ch, EventUnreachable)
+	require.ErrorIs(t, ev.Err, ErrUnreachable)
+	// 16 transmissions, 15 retries of 2*1 ms + 4 ms.
+	require.Equal(t, uint64(15), a.agent.Counters()["retransmit_REQ"])
+	require.InDelta(t, float64(16*6*time.Millisecond), float64(w.clk.Now().Sub(start)), float64(3*time.Millisecond))
+	id.Destroy()
+	require.Equal(t, Stats{}, a.agent.Stats())
+}
+
+// TestSlowAcceptMRA: a passive side that has not accepted when the REQ
+// comes again sends an MRA; the active side then waits instead of failing.
+func TestSlowAcceptMRA(t *testing.T) {
+	w := newWorld(t, worldOpts{manual: true, agent: FastOptions(), seed: 5})
+	p := newPair(t, w, PSTCP, 9)
+	qa, qb := w.nodes[0].newQP(t, qp.RC), w.nodes[1].newQP(t, qp.RC)
+	require.NoError(t, p.cid.Connect(qa, nil))
+	req := w.expect(t, p.lch, EventConnectRequest)
+	w.settle(t, 7*time.Millisecond) // the REQ is resent once
+	require.Equal(t, StateMRAREQSent, req.ID.State())
+	require.Equal(t, StateMRAREQRcvd, p.cid.State())
+	require.Equal(t, uint64(1), w.nodes[1].agent.Counters()["tx_MRA"])
+	// Longer than all the REQ retries would take, shorter than the MRA's time.
+	w.settle(t, 12*time.Millisecond)
+	require.NoError(t, req.ID.Accept(qb, nil))
+	w.expect(t, p.cch, EventEstablished)
+	w.expect(t, p.lch, EventEstablished)
+}
+
+func TestStaleConnection(t *testing.T) {
+	w := newWorld(t, worldOpts{manual: true, agent: FastOptions(), seed: 6})
+	p := newPair(t, w, PSTCP, 10)
+	qa, qb := w.nodes[0].newQP(t, qp.RC), w.nodes[1].newQP(t, qp.RC)
+	require.NoError(t, p.cid.Connect(qa, nil))
+	req := w.expect(t, p.lch, EventConnectRequest)
+	require.NoError(t, req.ID.Accept(qb, nil))
+	w.expect(t, p.cch, EventEstablished)
+	w.expect(t, p.lch, EventEstablished)
+	b := w.nodes[1].agent
+	// A REQ from the same QP with a new comm ID: REJ 10 (stale) and the old
+	// connection is torn down with a DREQ.
+	cid2 := w.nodes[0].agent.NewID(p.cch, PSTCP, nil)
+	require.NoError(t, cid2.ResolveAddr(netip.Addr{}, netip.AddrPortFrom(w.nodes[1].ip, 10)))
+	w.expect(t, p.cch, EventAddrResolved)
+	w.nodes[0].agent.mu.Lock()
+	delete(w.nodes[0].agent.qpUsers, qa.Num()) // pretend the QP was free
+	w.nodes[0].agent.mu.Unlock()
+	require.NoError(t, cid2.Connect(qa, nil))
+	var types []EventType
+	for range 2 {
+		ev := w.waitEvent(t, p.cch)
+		types = append(types, ev.Type)
+		if ev.Type == EventRejected {
+			require.ErrorIs(t, ev.Err, RejStaleConn)
+			require.Equal(t, cid2, ev.ID)
+		}
+	}
+	require.ElementsMatch(t, []EventType{EventRejected, EventDisconnected}, types)
+	require.Equal(t, uint64(1), b.Counters()["rej_stale"])
+}
+
+func TestUnknownDREQGetsDREP(t *testing.T) {
+	w := newWorld(t, worldOpts{manual: true, agent: FastOptions(), seed: 7})
+	a, b := w.nodes[0].agent, w.nodes[1].agent
+	m := make(MAD, MADLen)
+	m.InitHeader(MethodSend, AttrDREQ, 0x1234)
+	DREQ(m).SetLocalCommID(0xabc)
+	DREQ(m).SetRemoteCommID(0xdef)
+	r, err := a.ResolveRoute(netip.Addr{}, w.nodes[1].ip, 0)
+	require.NoError(t, err)
+	a.mu.Lock()
+	a.sendLocked(peer{gid: r.DGID, sgid: r.SGIDIndex}, m)
+	a.mu.Unlock()
+	a.kick()
+	require.Equal(t, uint64(1), b.Counters()["dreq_unknown"])
+	require.Equal(t, uint64(1), a.Counters()["rx_DREP"])
+}
+
+func TestClassPortInfoGet(t *testing.T) {
+	w := newWorld(t, worldOpts{manual: true, agent: FastOptions(), seed: 8})
+	a, b := w.nodes[0].agent, w.nodes[1].agent
+	r, err := a.ResolveRoute(netip.Addr{}, w.nodes[1].ip, 0)
+	require.NoError(t, err)
+	for _, id := range []AttrID{AttrClassPortInfo, AttrREQ} {
+		m := make(MAD, MADLen)
+		m.InitHeader(MethodGet, id, 0x55)
+		a.mu.Lock()
+		a.sendLocked(peer{gid: r.DGID, sgid: r.SGIDIndex}, m)
+		a.mu.Unlock()
+		a.kick()
+	}
+	require.Equal(t, uint64(1), b.Counters()["rx_ClassPortInfo_GET"])
+	require.Equal(t, uint64(1), b.Counters()["rx_unsupported_GET_SET"])
+	require.Equal(t, uint64(2), a.Counters()["drop_response"])
+}
+
+func TestSIDR(t *testing.T) {
+	w := newWorld(t, worldOpts{manual: true, agent: FastOptions(), seed: 9})
+	p := newPair(t, w, PSUDP, 7174)
+	ub := w.nodes[1].newQP(t, qp.UD)
+	require.NoError(t, PrepareUD(ub, PSUDP))
+	require.NoError(t, p.cid.Connect(nil, &ConnParam{PrivateData: []byte("who are you")}))
+	req := w.expect(t, p.lch, EventConnectRequest)
+	require.NotNil(t, req.UD)
+	require.Equal(t, "who are you", string(req.Param.PrivateData[:11]))
+	require.Len(t, req.Param.PrivateData, MaxUDPrivateData)
+	require.NoError(t, req.ID.Accept(ub, &ConnParam{PrivateData: []byte("me")}))
+	ev := w.expect(t, p.cch, EventEstablished)
+	require.Equal(t, ub.Num(), ev.UD.QPN)
+	require.Equal(t, uint32(UDPQKey), ev.UD.QKey)
+	require.Equal(t, w.nodes[1].ip, netdev.GID(ev.UD.AV.DGID).IP())
+	require.Equal(t, "me", string(ev.Param.PrivateData[:2]))
+
+	// No listener on the port: SIDR status UNSUPPORTED.
+	id := w.nodes[0].agent.NewID(p.cch, PSUDP, nil)
+	require.NoError(t, id.ResolveAddr(netip.Addr{}, netip.AddrPortFrom(w.nodes[1].ip, 1)))
+	w.expect(t, p.cch, EventAddrResolved)
+	require.NoError(t, id.Connect(nil, nil))
+	ev = w.expect(t, p.cch, EventRejected)
+	require.ErrorIs(t, ev.Err, RejInvalidServiceID)
+	id.Destroy()
+	p.cid.Destroy()
+	w.settle(t, 5*time.Millisecond)
+	requireClean(t, w, 1)
+}
+
+// TestDisconnectRace: both sides disconnect at the same instant; both
+// learn DISCONNECTED, both pass TIMEWAIT, nothing leaks.
+func TestDisconnectRace(t *testing.T) {
+	w := newWorld(t, worldOpts{manual: true, agent: FastOptions(), seed: 10})
+	p := newPair(t, w, PSTCP, 11)
+	qa, qb := w.nodes[0].newQP(t, qp.RC), w.nodes[1].newQP(t, qp.RC)
+	require.NoError(t, p.cid.Connect(qa, nil))
+	req := w.expect(t, p.lch, EventConnectRequest)
+	require.NoError(t, req.ID.Accept(qb, nil))
+	w.expect(t, p.cch, EventEstablished)
+	w.expect(t, p.lch, EventEstablished)
+	// Queue both DREQs before either is sent: hold the agents' tasks by
+	// disconnecting from inside a timer callback of the manual clock.
+	w.manual.AfterFunc(time.Millisecond, func() {
+		require.NoError(t, p.cid.Disconnect())
+		require.NoError(t, req.ID.Disconnect())
+	})
+	w.expect(t, p.cch, EventDisconnected)
+	w.expect(t, p.lch, EventDisconnected)
+	w.expect(t, p.cch, EventTimewaitExit)
+	w.expect(t, p.lch, EventTimewaitExit)
+	require.Equal(t, qp.Err, qa.State())
+	require.Equal(t, qp.Err, qb.State())
+	p.cid.Destroy()
+	req.ID.Destroy()
+	requireClean(t, w, 1)
+}
+
+// TestStateTable: every state names itself, and the table lists what each
+// handles as cm.c's handlers do.
+func TestStateTable(t *testing.T) {
+	for s := State(0); s < numStates; s++ {
+		require.NotContains(t, s.String(), "State(")
+	}
+	tests := []struct {
+		s    State
+		attr AttrID
+		want bool
+	}{
+		{StateREQSent, AttrREP, true}, {StateREQSent, AttrRTU, false}, {StateREQSent, AttrMRA, true},
+		{StateREPSent, AttrRTU, true}, {StateREPSent, AttrDREQ, true}, {StateEstablished, AttrREP, true},
+		{StateEstablished, AttrDREP, false}, {StateDREQSent, AttrDREP, true}, {StateTimeWait, AttrREQ, true},
+		{StateTimeWait, AttrDREQ, true}, {StateIdle, AttrREP, false}, {StateSIDRREQSent, AttrSIDRREP, true},
+		{StateListen, AttrREQ, false}, {StateMRAREQRcvd, AttrREP, true},
+	}
+	for _, tt := range tests {
+		require.Equal(t, tt.want, tt.s.Handles(tt.attr), "%v handles %v", tt.s, tt.attr)
+	}
+	require.Equal(t, time.Millisecond<<12, convTime(20))
+	require.Equal(t, time.Millisecond<<10, convTime(18))
+}
+
+// TestLostRTU: the first RTU is lost; the passive side resends its REP,
+// the active side answers the duplicate with the RTU again.
+func TestLostRTU(t *testing.T) {
+	w := newWorld(t, worldOpts{manual: true, agent: FastOptions(), seed: 15})
+	dropped := 0
+	w.nodes[0].agent.testDropTx = func(m MAD) bool {
+		if m.AttrID() == AttrRTU && dropped == 0 {
+			dropped++
+			return true
+		}
+		return false
+	}
+	p := newPair(t, w, PSTCP, 12)
+	a, b := w.nodes[0], w.nodes[1]
+	qa, qb := a.newQP(t, qp.RC), b.newQP(t, qp.RC)
+	require.NoError(t, p.cid.Connect(qa, nil))
+	req := w.expect(t, p.lch, EventConnectRequest)
+	require.NoError(t, req.ID.Accept(qb, nil))
+	w.expect(t, p.cch, EventEstablished)
+	require.Equal(t, StateREPSent, req.ID.State())
+	w.expect(t, p.lch, EventEstablished)
+	require.Equal(t, uint64(1), b.agent.Counters()["retransmit_REP"])
+	require.Equal(t, uint64(1), a.agent.Counters()["rx_dup_REP"])
+
+	// Data flows both ways on the connection.
+	buf := make([]byte, 64)
+	mr, err := b.pd.Reg(buf, keys.LocalWrite)
+	require.NoError(t, err)
+	require.NoError(t, qb.PostRecv(rvt.RecvWR{SGL: []rvt.SGE{{Addr: mr.IOVA, Length: 64, Lkey: mr.Lkey}}}))
+	require.NoError(t, qa.PostSend(rvt.SendWR{Opcode: qp.OpSend, Flags: qp.Inline, InlineData: []byte("first")}))
+	require.Equal(t, "first", string(buf[:5]))
+}
+
+// TestQPReuseAfterTimeWait: a QP belongs to its connection until TIMEWAIT
+// ends; then, reset, it connects again. Also covers UC.
+func TestQPReuseAfterTimeWait(t *testing.T) {
+	w := newWorld(t, worldOpts{manual: true, agent: FastOptions(), seed: 16})
+	p := newPair(t, w, PSTCP, 13)
+	a, b := w.nodes[0], w.nodes[1]
+	qa, qb := a.newQP(t, qp.UC), b.newQP(t, qp.UC)
+	connect := func(id *ID) *ID {
+		require.NoError(t, id.Connect(qa, nil))
+		req := w.expect(t, p.lch, EventConnectRequest)
+		require.NoError(t, req.ID.Accept(qb, nil))
+		w.expect(t, p.cch, EventEstablished)
+		w.expect(t, p.lch, EventEstablished)
+		require.Equal(t, qp.RTS, qa.State())
+		require.Equal(t, qp.RTS, qb.State())
+		return req.ID
+	}
+	sid := connect(p.cid)
+	require.NoError(t, p.cid.Disconnect())
+	w.expect(t, p.lch, EventDisconnected)
+	require.NoError(t, sid.Disconnect())
+	w.expect(t, p.cch, EventDisconnected)
+
+	id2 := a.agent.NewID(p.cch, PSTCP, nil)
+	require.NoError(t, id2.ResolveAddr(netip.Addr{}, netip.AddrPortFrom(b.ip, 13)))
+	w.expect(t, p.cch, EventAddrResolved)
+	require.ErrorIs(t, id2.Connect(qa, nil), ErrInvalidState, "the QP is in TIMEWAIT")
+	w.expect(t, p.lch, EventTimewaitExit)
+	w.expect(t, p.cch, EventTimewaitExit)
+	for _, q := range []*rvt.QP{qa, qb} {
+		require.NoError(t, q.Modify(&rvt.QPAttr{State: qp.Reset}, qp.AttrState))
+	}
+	sid.Destroy()
+	p.cid.Destroy()
+	sid2 := connect(id2)
+	id2.Destroy()
+	sid2.Destroy()
+	w.settle(t, 10*time.Millisecond)
+	requireClean(t, w, 1)
+}

@@ -1,0 +1,778 @@
+package cm
+
+import (
+	"fmt"
+	"net/netip"
+
+	"github.com/softverbs/softverbs/clock"
+	"github.com/softverbs/softverbs/keys"
+	"github.com/softverbs/softverbs/qp"
+	"github.com/softverbs/softverbs/rvt"
+)
+
+// ID is a communication identifier (rdma_cm_id): one connection, SIDR
+// resolution or listener. Its methods never block; outcomes arrive as
+// events on its channel (or its handler, for the net-like API).
+type ID struct {
+	a   *Agent
+	ps  PortSpace
+	ctx any
+
+	// All below guarded by a.mu.
+	sink      func(Event)
+	listener  *ID
+	state     State
+	ud        bool // SIDR (UD service resolution)
+	destroyed bool
+	epoch     uint64 // moves when queued actions of the ID must be dropped
+
+	portBound     bool
+	local, remote netip.AddrPort
+	route         Route
+	addrOK        bool
+	tc            uint8
+
+	q    *rvt.QP
+	qpn  uint32
+	qpUC bool
+
+	localID, remoteID uint32
+	remoteGUID        uint64
+	remoteQPN         uint32
+	remoteKey         remoteKey
+	tid               uint64
+	localPSN          uint32
+	remotePSN         uint32
+	neg               negotiated
+	peerRespTO        uint8
+
+	to       peer
+	last     MAD // the MAD the timer resends
+	retries  int
+	timer    clock.Timer
+	timerGen uint64
+	timerOn  bool
+
+	reg struct{ comm, remote, qpn, qp bool }
+}
+
+// negotiated are the connection's settled attributes.
+type negotiated struct {
+	respRes, initDepth uint8 // ours: max_dest_rd_atomic, max_rd_atomic
+	retry, rnr         uint8 // for our QP
+	mtu                qp.MTU
+	ackTimeout         uint8
+	minRNR             uint8
+	srq                bool
+}
+
+// NewID creates an ID in port space ps whose events go to ch
+// (rdma_create_id). ctx is returned by Context.
+func (a *Agent) NewID(ch *EventChannel, ps PortSpace, ctx any) *ID {
+	var sink func(Event)
+	if ch != nil {
+		sink = ch.push
+	}
+	return a.newID(ps, ctx, sink)
+}
+
+func (a *Agent) newID(ps PortSpace, ctx any, sink func(Event)) *ID {
+	id := &ID{a: a, ps: ps, ctx: ctx, sink: sink}
+	a.mu.Lock()
+	a.ids[id] = struct{}{}
+	a.mu.Unlock()
+	return id
+}
+
+func (id *ID) deliver(ev Event) {
+	id.a.mu.Lock()
+	sink, gone := id.sink, id.destroyed
+	id.a.mu.Unlock()
+	if sink != nil && !gone {
+		sink(ev)
+	}
+}
+
+// setSink replaces where the ID's events go (the net-like API).
+func (id *ID) setSink(f func(Event)) {
+	id.a.mu.Lock()
+	id.sink = f
+	id.a.mu.Unlock()
+}
+
+// Agent returns the ID's agent.
+func (id *ID) Agent() *Agent { return id.a }
+
+// Context returns the value given to NewID (or, for a passive ID, the
+// listener's).
+func (id *ID) Context() any { return id.ctx }
+
+// PortSpace returns the ID's port space.
+func (id *ID) PortSpace() PortSpace { return id.ps }
+
+// State returns the ID's CM state.
+func (id *ID) State() State {
+	id.a.mu.Lock()
+	defer id.a.mu.Unlock()
+	return id.state
+}
+
+// Listener returns the listening ID a passive ID came from.
+func (id *ID) Listener() *ID { return id.listener }
+
+// LocalAddr and RemoteAddr return the addresses (rdma_get_local_addr,
+// rdma_get_peer_addr).
+func (id *ID) LocalAddr() netip.AddrPort {
+	id.a.mu.Lock()
+	defer id.a.mu.Unlock()
+	return id.local
+}
+
+func (id *ID) RemoteAddr() netip.AddrPort {
+	id.a.mu.Lock()
+	defer id.a.mu.Unlock()
+	return id.remote
+}
+
+// Route returns the resolved route.
+func (id *ID) Route() Route {
+	id.a.mu.Lock()
+	defer id.a.mu.Unlock()
+	return id.route
+}
+
+// QP returns the QP given to Connect or Accept.
+func (id *ID) QP() *rvt.QP {
+	id.a.mu.Lock()
+	defer id.a.mu.Unlock()
+	return id.q
+}
+
+// SetTOS sets the traffic class of the ID's route (rdma_set_option TOS),
+// before ResolveAddr.
+func (id *ID) SetTOS(tos uint8) {
+	id.a.mu.Lock()
+	id.tc = tos
+	id.a.mu.Unlock()
+}
+
+// BindAddr binds the ID to a local address and port (rdma_bind_addr); an
+// unspecified address listens on every GID, port 0 takes an ephemeral one.
+func (id *ID) BindAddr(addr netip.AddrPort) error {
+	a := id.a
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if id.portBound {
+		return fmt.Errorf("bind %v: %w: bound already", addr, ErrInvalidState)
+	}
+	ip := addr.Addr().Unmap()
+	if ip.IsValid() && !ip.IsUnspecified() {
+		if _, ok := a.sgidIndex(ip); !ok {
+			return fmt.Errorf("bind %v: %w: not an address of %s", addr, ErrInvalidArgument, a.dev.Name())
+		}
+	}
+	return a.bindLocked(id, netip.AddrPortFrom(ip, addr.Port()))
+}
+
+// bindLocked reserves the port in the ID's port space.
+func (a *Agent) bindLocked(id *ID, addr netip.AddrPort) error {
+	port := addr.Port()
+	if port == 0 {
+		for {
+			// Linux's ip_local_port_range: 32768-60999.
+			port = uint16(32768 + a.rng.IntN(60999-32768+1))
+			if len(a.ports[portKey{id.ps, port}]) == 0 {
+				break
+			}
+		}
+	}
+	k := portKey{id.ps, port}
+	for _, o := range a.ports[k] {
+		oa := o.local.Addr()
+		if !oa.IsValid() || oa.IsUnspecified() || !addr.Addr().IsValid() || addr.Addr().IsUnspecified() || oa == addr.Addr() {
+			return fmt.Errorf("bind %v: %w", addr, ErrAddrInUse)
+		}
+	}
+	a.ports[k] = append(a.ports[k], id)
+	id.portBound = true
+	id.local = netip.AddrPortFrom(addr.Addr(), port)
+	return nil
+}
+
+func (a *Agent) unbindLocked(id *ID) {
+	if !id.portBound {
+		return
+	}
+	k := portKey{id.ps, id.local.Port()}
+	l := a.ports[k]
+	for i, o := range l {
+		if o == id {
+			l = append(l[:i], l[i+1:]...)
+			break
+		}
+	}
+	if len(l) == 0 {
+		delete(a.ports, k)
+	} else {
+		a.ports[k] = l
+	}
+	id.portBound = false
+}
+
+// Listen makes a bound ID a listener (rdma_listen): REQs and SIDR_REQs for
+// its service ID (and, when bound to an address, for that destination)
+// become CONNECT_REQUEST events whose ID is a new passive ID.
+func (id *ID) Listen() error {
+	a := id.a
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if id.state != StateIdle || id.destroyed {
+		return fmt.Errorf("listen: %w: %v", ErrInvalidState, id.state)
+	}
+	if !id.portBound {
+		if err := a.bindLocked(id, netip.AddrPortFrom(netip.Addr{}, 0)); err != nil {
+			return err
+		}
+	}
+	sid := MakeServiceID(id.ps, id.local.Port())
+	a.listeners[sid] = append(a.listeners[sid], id)
+	id.state = StateListen
+	return nil
+}
+
+func (a *Agent) findListenerLocked(sid ServiceID, dst netip.Addr) *ID {
+	var any *ID
+	for _, l := range a.listeners[sid] {
+		la := l.local.Addr()
+		if !la.IsValid() || la.IsUnspecified() {
+			any = l
+			continue
+		}
+		if la == dst.Unmap() {
+			return l
+		}
+	}
+	return any
+}
+
+// ResolveAddr resolves dst (and binds an ephemeral port if the ID has
+// none), then queues ADDR_RESOLVED or ADDR_ERROR (rdma_resolve_addr). src
+// may be the zero Addr.
+func (id *ID) ResolveAddr(src netip.Addr, dst netip.AddrPort) error {
+	a := id.a
+	a.mu.Lock()
+	defer a.kick()
+	defer a.mu.Unlock()
+	if id.state != StateIdle || id.destroyed {
+		return fmt.Errorf("resolve addr: %w: %v", ErrInvalidState, id.state)
+	}
+	if !src.IsValid() && id.portBound {
+		src = id.local.Addr()
+	}
+	r, err := a.resolveLocked(src, dst.Addr(), id.tc)
+	if err != nil {
+		a.emitLocked(id, Event{Type: EventAddrError, Err: err})
+		return nil
+	}
+	if !id.portBound {
+		if err := a.bindLocked(id, netip.AddrPortFrom(r.Src, 0)); err != nil {
+			a.emitLocked(id, Event{Type: EventAddrError, Err: err})
+			return nil
+		}
+	}
+	id.route, id.addrOK = r, true
+	id.local = netip.AddrPortFrom(r.Src, id.local.Port())
+	id.remote = netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port())
+	a.emitLocked(id, Event{Type: EventAddrResolved})
+	return nil
+}
+
+// ResolveRoute queues ROUTE_RESOLVED (rdma_resolve_route): on RoCE the
+// route was settled with the address; this re-reads it through the cache.
+func (id *ID) ResolveRoute() error {
+	a := id.a
+	a.mu.Lock()
+	defer a.kick()
+	defer a.mu.Unlock()
+	if !id.addrOK || id.state != StateIdle {
+		return fmt.Errorf("resolve route: %w: address not resolved", ErrInvalidState)
+	}
+	r, err := a.resolveLocked(id.route.Src, id.route.Dst, id.tc)
+	if err != nil {
+		a.emitLocked(id, Event{Type: EventRouteError, Err: err})
+		return nil
+	}
+	id.route = r
+	a.emitLocked(id, Event{Type: EventRouteResolved})
+	return nil
+}
+
+// qpIsUD reports whether connecting on the ID means SIDR.
+func (id *ID) sidrFor(q *rvt.QP) bool {
+	if id.ps == PSUDP {
+		return true
+	}
+	return q != nil && q.Type() == qp.UD
+}
+
+func checkParam(p *ConnParam) ConnParam {
+	if p == nil {
+		return ConnParam{ResponderResources: 1, InitiatorDepth: 1, RetryCount: 7, RNRRetryCount: 7}
+	}
+	c := *p
+	c.RetryCount = min(c.RetryCount, 7)
+	c.RNRRetryCount = min(c.RNRRetryCount, 7)
+	return c
+}
+
+// Connect starts the connection (rdma_connect): a REQ for RC/UC, a
+// SIDR_REQ for UD (port space UDP, or a UD QP). The address must be
+// resolved. q, if not nil, is moved to INIT now and to RTR/RTS when the
+// REP arrives (then ESTABLISHED); with no QP the caller gets
+// CONNECT_RESPONSE and finishes with Accept. A nil p gives rping's
+// parameters (1, 1, retry 7, RNR retry 7).
+func (id *ID) Connect(q *rvt.QP, p *ConnParam) error {
+	a := id.a
+	prm := checkParam(p)
+	sidr := id.sidrFor(q)
+	maxPD := MaxConnPrivateData
+	if sidr {
+		maxPD = MaxUDPrivateData
+	}
+	if id.ps == PSIB {
+		maxPD += CMAHeaderLen
+	}
+	if len(prm.PrivateData) > maxPD {
+		return fmt.Errorf("connect: %w: %d bytes of private data, at most %d", ErrInvalidArgument, len(prm.PrivateData), maxPD)
+	}
+	a.mu.Lock()
+	if id.state != StateIdle || !id.addrOK || id.destroyed {
+		a.mu.Unlock()
+		return fmt.Errorf("connect: %w: %v (address resolved: %v)", ErrInvalidState, id.state, id.addrOK)
+	}
+	if q != nil && !sidr {
+		if a.qpUsers[q.Num()] != nil {
+			a.mu.Unlock()
+			return fmt.Errorf("connect: %w: QP %#x is in use or in TIMEWAIT", ErrInvalidState, q.Num())
+		}
+		if q.Type() != qp.RC && q.Type() != qp.UC {
+			a.mu.Unlock()
+			return fmt.Errorf("connect: %w: QP type %v", ErrInvalidArgument, q.Type())
+		}
+		a.qpUsers[q.Num()] = id // reserved while INIT is set
+		id.reg.qp = true
+	}
+	id.q = q
+	if q != nil {
+		id.qpn = q.Num()
+	} else {
+		id.qpn = prm.QPN
+	}
+	a.mu.Unlock()
+
+	if q != nil && !sidr && q.State() == qp.Reset {
+		if err := modifyQP(q, a.initAttr(q, 0), qp.Init); err != nil {
+			a.mu.Lock()
+			a.releaseQPLocked(id)
+			a.mu.Unlock()
+			return fmt.Errorf("connect: %w", err)
+		}
+	}
+
+	a.mu.Lock()
+	defer a.kick()
+	defer a.mu.Unlock()
+	if id.state != StateIdle || id.destroyed {
+		a.releaseQPLocked(id)
+		return fmt.Errorf("connect: %w: %v", ErrInvalidState, id.state)
+	}
+	id.localID = a.newCommIDLocked()
+	a.byComm[id.localID] = id
+	id.reg.comm = true
+	id.tid = a.newTIDLocked(id.localID)
+	id.retries = 0
+	id.to = peer{gid: id.route.DGID, sgid: id.route.SGIDIndex, tc: id.route.TrafficClass, hopLimit: id.route.HopLimit}
+	priv := make([]byte, 0, SIDRREQPrivateDataLen)
+	if id.ps != PSIB {
+		h := make(CMAHeader, CMAHeaderLen)
+		h.Set(id.local, id.remote.Addr())
+		priv = append(priv, h...)
+	}
+	priv = append(priv, prm.PrivateData...)
+	sid := MakeServiceID(id.ps, id.remote.Port())
+	m := make(MAD, MADLen)
+	if sidr {
+		id.ud = true
+		m.InitHeader(MethodSend, AttrSIDRREQ, id.tid)
+		s := SIDRREQ(m)
+		s.SetRequestID(id.localID)
+		s.SetPKey(DefaultPKey)
+		s.SetServiceID(sid)
+		s.SetPrivateData(priv)
+		id.state = StateSIDRREQSent
+		id.last = m
+		a.sendLocked(id.to, m)
+		a.armLocked(id, convTime(a.opts.ResponseTimeout))
+		return nil
+	}
+	id.localPSN = a.randPSNLocked()
+	id.neg = negotiated{
+		respRes: min(prm.ResponderResources, a.maxRd), initDepth: min(prm.InitiatorDepth, a.maxRd),
+		retry: prm.RetryCount, mtu: id.route.PathMTU, ackTimeout: a.opts.PacketLifetime + 1, srq: prm.SRQ,
+	}
+	id.qpUC = q != nil && q.Type() == qp.UC
+	m.InitHeader(MethodSend, AttrREQ, id.tid)
+	r := REQ(m)
+	r.SetLocalCommID(id.localID)
+	r.SetServiceID(sid)
+	r.SetLocalCAGUID(a.guid)
+	r.SetLocalQPN(id.qpn)
+	r.SetResponderResources(id.neg.respRes)
+	r.SetInitiatorDepth(id.neg.initDepth)
+	r.SetRemoteCMResponseTimeout(a.opts.ResponseTimeout)
+	if id.qpUC {
+		r.SetTransportType(TransportUC)
+	}
+	r.SetStartingPSN(id.localPSN)
+	r.SetLocalCMResponseTimeout(a.opts.ResponseTimeout)
+	r.SetRetryCount(prm.RetryCount)
+	r.SetPKey(DefaultPKey)
+	r.SetPathMTU(uint8(id.route.PathMTU))
+	r.SetRNRRetryCount(prm.RNRRetryCount)
+	r.SetMaxCMRetries(a.opts.MaxRetries)
+	r.SetSRQ(prm.SRQ)
+	// cma_resolve_iboe_route: LIDs 0xFFFF beyond one hop, SubnetLocal at one.
+	if id.route.HopLimit > 1 {
+		r.SetPrimaryLocalLID(0xFFFF)
+		r.SetPrimaryRemoteLID(0xFFFF)
+	} else {
+		r.SetPrimarySubnetLocal(true)
+	}
+	r.SetPrimaryLocalGID(id.route.SGID)
+	r.SetPrimaryRemoteGID(id.route.DGID)
+	r.SetPrimaryFlowLabel(flowLabel(id.qpn, id.localPSN))
+	r.SetPrimaryTrafficClass(id.route.TrafficClass)
+	r.SetPrimaryHopLimit(id.route.HopLimit)
+	r.SetPrimaryLocalAckTimeout(id.neg.ackTimeout)
+	r.SetPrivateData(priv)
+	id.state = StateREQSent
+	id.last = m
+	a.sendLocked(id.to, m)
+	a.armLocked(id, a.reqTimeout())
+	return nil
+}
+
+// flowLabel folds a QPN-derived value into 20 bits, as rdma_calc_flow_label
+// does for RoCEv2 (the value only needs to be stable per connection).
+func flowLabel(qpn, salt uint32) uint32 {
+	v := uint64(qpn)*0x9E3779B1 ^ uint64(salt)
+	return uint32((v ^ v>>20) & 0xFFFFF)
+}
+
+// Accept answers a CONNECT_REQUEST (rdma_accept): q goes INIT -> RTR ->
+// RTS with the settled attributes and a REP goes out; ESTABLISHED follows
+// the RTU. For a SIDR request it sends the SIDR_REP with q's number and
+// the port space's Q_Key. On an active ID in REP_RCVD (Connect without a
+// QP), it sends the RTU. A nil p accepts the REQ's offer (resources and
+// depth swapped, capped by the device; RNR retry 7).
+func (id *ID) Accept(q *rvt.QP, p *ConnParam) error {
+	a := id.a
+	a.mu.Lock()
+	switch {
+	case id.destroyed:
+		a.mu.Unlock()
+		return fmt.Errorf("accept: %w", ErrClosed)
+	case id.state == StateSIDRREQRcvd:
+		defer a.kick()
+		defer a.mu.Unlock()
+		prm := checkParam(p)
+		if len(prm.PrivateData) > SIDRREPPrivateDataLen {
+			return fmt.Errorf("accept: %w: private data too long", ErrInvalidArgument)
+		}
+		qpn := prm.QPN
+		if q != nil {
+			qpn = q.Num()
+		}
+		a.sidrReplyLocked(id, SIDRSuccess, qpn, prm.PrivateData)
+		return nil
+	case id.state == StateREPRcvd || id.state == StateMRAREPSent:
+		defer a.kick()
+		defer a.mu.Unlock()
+		prm := checkParam(p)
+		a.sendRTULocked(id, prm.PrivateData)
+		a.establishActiveLocked(id, nil)
+		return nil
+	case id.state != StateREQRcvd && id.state != StateMRAREQSent:
+		a.mu.Unlock()
+		return fmt.Errorf("accept: %w: %v", ErrInvalidState, id.state)
+	}
+	var prm ConnParam
+	if p == nil {
+		prm = ConnParam{ResponderResources: id.neg.initDepth, InitiatorDepth: id.neg.respRes, RNRRetryCount: 7}
+	} else {
+		prm = checkParam(p)
+	}
+	if len(prm.PrivateData) > REPPrivateDataLen {
+		a.mu.Unlock()
+		return fmt.Errorf("accept: %w: %d bytes of private data, at most %d", ErrInvalidArgument, len(prm.PrivateData), REPPrivateDataLen)
+	}
+	if q != nil {
+		if a.qpUsers[q.Num()] != nil {
+			a.mu.Unlock()
+			return fmt.Errorf("accept: %w: QP %#x is in use or in TIMEWAIT", ErrInvalidState, q.Num())
+		}
+		a.qpUsers[q.Num()] = id
+		id.reg.qp = true
+		id.q, id.qpn = q, q.Num()
+	} else {
+		id.qpn = prm.QPN
+	}
+	// The peer offered: id.neg.respRes = its responder resources (our
+	// initiator depth's ceiling), initDepth = its initiator depth.
+	id.neg.respRes, id.neg.initDepth = min(prm.ResponderResources, a.maxRd, id.neg.initDepth), min(prm.InitiatorDepth, a.maxRd, id.neg.respRes)
+	rnrForPeer := prm.RNRRetryCount
+	id.neg.srq = prm.SRQ
+	id.localPSN = a.randPSNLocked()
+	epoch := id.epoch
+	a.mu.Unlock()
+
+	if q != nil {
+		if err := a.connectQP(id, q); err != nil {
+			a.mu.Lock()
+			a.releaseQPLocked(id)
+			id.q = nil
+			a.mu.Unlock()
+			return fmt.Errorf("accept: %w", err)
+		}
+	}
+
+	a.mu.Lock()
+	defer a.kick()
+	defer a.mu.Unlock()
+	if id.epoch != epoch || (id.state != StateREQRcvd && id.state != StateMRAREQSent) {
+		return fmt.Errorf("accept: %w: the request ended meanwhile (%v)", ErrInvalidState, id.state)
+	}
+	m := make(MAD, MADLen)
+	m.InitHeader(MethodSend, AttrREP, id.tid)
+	r := REP(m)
+	r.SetLocalCommID(id.localID)
+	r.SetRemoteCommID(id.remoteID)
+	r.SetLocalQPN(id.qpn)
+	r.SetStartingPSN(id.localPSN)
+	r.SetResponderResources(id.neg.respRes)
+	r.SetInitiatorDepth(id.neg.initDepth)
+	r.SetTargetAckDelay(0x0F) // rxe's ack delay, as Linux sends it
+	r.SetRNRRetryCount(rnrForPeer)
+	r.SetSRQ(id.neg.srq)
+	r.SetLocalCAGUID(a.guid)
+	r.SetPrivateData(prm.PrivateData)
+	id.state = StateREPSent
+	id.last = m
+	id.retries = 0
+	a.sendLocked(id.to, m)
+	a.armLocked(id, convTime(id.peerRespTO))
+	return nil
+}
+
+// Reject refuses a CONNECT_REQUEST with REJ reason 28 (consumer defined)
+// and private data (rdma_reject); a SIDR request gets SIDR_REP status
+// REJECT; an active ID in REP_RCVD rejects the REP.
+func (id *ID) Reject(priv []byte) error {
+	a := id.a
+	if len(priv) > REJPrivateDataLen {
+		return fmt.Errorf("reject: %w: %d bytes of private data, at most %d", ErrInvalidArgument, len(priv), REJPrivateDataLen)
+	}
+	a.mu.Lock()
+	defer a.kick()
+	defer a.mu.Unlock()
+	switch id.state {
+	case StateSIDRREQRcvd:
+		a.sidrReplyLocked(id, SIDRReject, 0, priv)
+	case StateREQRcvd, StateMRAREQSent:
+		a.sendRejLocked(id, MsgREQ, RejConsumerDefined, priv)
+		a.toIdleLocked(id)
+	case StateREPRcvd, StateMRAREPSent:
+		a.sendRejLocked(id, MsgREP, RejConsumerDefined, priv)
+		a.toIdleLocked(id)
+	default:
+		return fmt.Errorf("reject: %w: %v", ErrInvalidState, id.state)
+	}
+	return nil
+}
+
+// Disconnect ends an established connection (rdma_disconnect): a DREQ
+// (DISCONNECTED follows the DREP, or the DREQ's last retry), or the DREP
+// when the peer's DREQ came first. The QP moves to ERR.
+func (id *ID) Disconnect() error {
+	a := id.a
+	a.mu.Lock()
+	q := id.q
+	switch id.state {
+	case StateEstablished:
+		a.sendDREQLocked(id, nil)
+	case StateDREQRcvd:
+		a.sendDREPLocked(id, nil)
+		a.enterTimeWaitLocked(id)
+	case StateDREQSent, StateTimeWait:
+		a.mu.Unlock()
+		return nil
+	default:
+		s := id.state
+		a.mu.Unlock()
+		return fmt.Errorf("disconnect: %w: %v", ErrInvalidState, s)
+	}
+	a.mu.Unlock()
+	a.kick()
+	if q != nil {
+		_ = q.Modify(&rvt.QPAttr{State: qp.Err}, qp.AttrState)
+	}
+	return nil
+}
+
+// Destroy releases the ID (rdma_destroy_id). What is under way ends as
+// Linux ends it: a REQ in flight gets a REJ (timeout), a request not yet
+// answered a REJ (consumer), an established connection a DREQ; the comm
+// ID, port and QP stay reserved through TIMEWAIT. No event follows.
+func (id *ID) Destroy() {
+	a := id.a
+	a.mu.Lock()
+	if id.destroyed {
+		a.mu.Unlock()
+		return
+	}
+	id.destroyed = true
+	q := id.q
+	toErr := false
+	switch id.state {
+	case StateListen:
+		sid := MakeServiceID(id.ps, id.local.Port())
+		l := a.listeners[sid]
+		for i, o := range l {
+			if o == id {
+				l = append(l[:i], l[i+1:]...)
+				break
+			}
+		}
+		if len(l) == 0 {
+			delete(a.listeners, sid)
+		} else {
+			a.listeners[sid] = l
+		}
+		id.state = StateIdle
+		a.removeLocked(id)
+	case StateIdle:
+		a.removeLocked(id)
+	case StateREQSent, StateMRAREQRcvd:
+		a.sendRejLocked(id, MsgREQ, RejTimeout, nil)
+		a.toIdleLocked(id)
+	case StateREQRcvd, StateMRAREQSent, StateREPRcvd, StateMRAREPSent:
+		k := MsgREQ
+		if id.state == StateREPRcvd || id.state == StateMRAREPSent {
+			k = MsgREP
+		}
+		a.sendRejLocked(id, k, RejConsumerDefined, nil)
+		a.toIdleLocked(id)
+	case StateREPSent, StateMRAREPRcvd:
+		a.sendRejLocked(id, MsgREP, RejConsumerDefined, nil)
+		a.enterTimeWaitLocked(id)
+		toErr = true
+	case StateEstablished:
+		a.sendDREQLocked(id, nil)
+		toErr = true
+	case StateDREQRcvd:
+		a.sendDREPLocked(id, nil)
+		a.enterTimeWaitLocked(id)
+	case StateSIDRREQSent:
+		a.toIdleLocked(id)
+	case StateSIDRREQRcvd:
+		a.sidrReplyLocked(id, SIDRReject, 0, nil)
+	}
+	a.mu.Unlock()
+	a.kick()
+	if toErr && q != nil {
+		_ = q.Modify(&rvt.QPAttr{State: qp.Err}, qp.AttrState)
+	}
+}
+
+// InitQPAttr returns the attributes and mask that move the ID's QP to
+// state (INIT, RTR or RTS), as rdma_init_qp_attr does, for a caller that
+// modifies its QP itself.
+func (id *ID) InitQPAttr(state qp.State) (rvt.QPAttr, rvt.QPAttrMask, error) {
+	a := id.a
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	typ := qp.RC
+	if id.qpUC {
+		typ = qp.UC
+	}
+	switch state {
+	case qp.Init:
+		return a.initAttr(id.q, 0), qp.AttrState | qp.RequiredAttrs(typ, qp.Reset, qp.Init), nil
+	case qp.RTR:
+		if id.remoteQPN == 0 && id.state < StateREQRcvd {
+			return rvt.QPAttr{}, 0, fmt.Errorf("init qp attr: %w: no peer yet", ErrInvalidState)
+		}
+		return id.rtrAttr(), qp.AttrState | qp.RequiredAttrs(typ, qp.Init, qp.RTR), nil
+	case qp.RTS:
+		return id.rtsAttr(), qp.AttrState | qp.RequiredAttrs(typ, qp.RTR, qp.RTS), nil
+	}
+	return rvt.QPAttr{}, 0, fmt.Errorf("init qp attr: %w: state %v", ErrInvalidArgument, state)
+}
+
+func (a *Agent) initAttr(q *rvt.QP, qkey uint32) rvt.QPAttr {
+	acc := keys.LocalWrite | keys.RemoteWrite | keys.RemoteRead | keys.RemoteAtomic
+	if q != nil && q.Type() == qp.UC {
+		acc = keys.LocalWrite | keys.RemoteWrite
+	}
+	return rvt.QPAttr{State: qp.Init, Port: 1, AccessFlags: acc, QKey: qkey}
+}
+
+func (id *ID) rtrAttr() rvt.QPAttr {
+	return rvt.QPAttr{State: qp.RTR, AV: id.route.AV(), PathMTU: id.neg.mtu, DestQPN: id.remoteQPN,
+		RQPSN: id.remotePSN, MaxDestRdAtomic: id.neg.respRes, MinRNRTimer: id.neg.minRNR}
+}
+
+func (id *ID) rtsAttr() rvt.QPAttr {
+	return rvt.QPAttr{State: qp.RTS, SQPSN: id.localPSN, Timeout: id.neg.ackTimeout,
+		RetryCnt: id.neg.retry, RNRRetry: id.neg.rnr, MaxRdAtomic: id.neg.initDepth}
+}
+
+// modifyQP applies one transition with the mask the QP type requires.
+func modifyQP(q *rvt.QP, attr rvt.QPAttr, to qp.State) error {
+	attr.State = to
+	mask := qp.AttrState | qp.RequiredAttrs(q.Type(), q.State(), to)
+	return q.Modify(&attr, mask)
+}
+
+// connectQP moves q through INIT, RTR and RTS with the ID's attributes.
+// It runs without the agent lock (a modify may run the QP's tasks).
+func (a *Agent) connectQP(id *ID, q *rvt.QP) error {
+	a.mu.Lock()
+	rtr, rts := id.rtrAttr(), id.rtsAttr()
+	a.mu.Unlock()
+	if q.State() == qp.Reset {
+		if err := modifyQP(q, a.initAttr(q, 0), qp.Init); err != nil {
+			return err
+		}
+	}
+	if err := modifyQP(q, rtr, qp.RTR); err != nil {
+		return err
+	}
+	return modifyQP(q, rts, qp.RTS)
+}
+
+// PrepareUD moves a UD QP from RESET to RTS with the Q_Key of port space
+// ps (rdma_create_qp does this for UD IDs), ready for SIDR peers.
+func PrepareUD(q *rvt.QP, ps PortSpace) error {
+	qkey := uint32(UDPQKey)
+	if ps != PSUDP && ps != PSIB {
+		qkey = 0
+	}
+	for _, to := range []qp.State{qp.Init, qp.RTR, qp.RTS} {
+		attr := rvt.QPAttr{Port: 1, QKey: qkey}
+		if err := modifyQP(q, attr, to); err != nil {
+			return fmt.Errorf("prepare UD QP %#x: %w", q.Num(), err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,215 @@
+package cm
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/softverbs/softverbs/keys"
+	"github.com/softverbs/softverbs/qp"
+	"github.com/softverbs/softverbs/rvt"
+)
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// netPair dials from node 0 to a listener on node 1 and returns both ends.
+func netPair(t *testing.T, w *world, port uint16, clientPriv, serverPriv []byte) (*Conn, *Conn, *Listener) {
+	t.Helper()
+	ctx := ctxT(t)
+	a, b := w.nodes[0], w.nodes[1]
+	l, err := Listen(b.dev, netip.AddrPortFrom(b.ip, port), nil)
+	require.NoError(t, err)
+	qa, qb := a.newQP(t, qp.RC), b.newQP(t, qp.RC)
+	var server *Conn
+	var serr error
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		r, err := l.Accept(ctx)
+		if err != nil {
+			serr = err
+			return
+		}
+		if !bytes.HasPrefix(r.PrivateData, clientPriv) {
+			serr = errors.New("client private data differs")
+		}
+		server, serr = r.Accept(ctx, qb, serverPriv)
+	})
+	client, err := Dial(ctx, a.dev, netip.AddrPortFrom(b.ip, port), qa, &DialOptions{PrivateData: clientPriv})
+	require.NoError(t, err)
+	wg.Wait()
+	require.NoError(t, serr)
+	require.True(t, bytes.HasPrefix(client.PeerPrivateData(), serverPriv))
+	return client, server, l
+}
+
+func TestNetDialAcceptData(t *testing.T) {
+	w := newWorld(t, worldOpts{agent: FastOptions(), seed: 11})
+	client, server, l := netPair(t, w, 7174, []byte("client hello"), []byte("server hello"))
+	defer l.Close()
+	require.Equal(t, l.Addr(), client.RemoteAddr())
+	require.Equal(t, client.LocalAddr(), server.RemoteAddr())
+
+	// Data over the connection arrives byte-exact: a SEND from each side.
+	a, b := w.nodes[0], w.nodes[1]
+	for i, dir := range []struct {
+		from, to *node
+		fc, tc   *Conn
+	}{{a, b, client, server}, {b, a, server, client}} {
+		msg := bytes.Repeat([]byte{byte(i + 1), 0xA5, byte(i)}, 3000)
+		dst := make([]byte, len(msg))
+		rmr, err := dir.to.pd.Reg(dst, keys.LocalWrite)
+		require.NoError(t, err)
+		smr, err := dir.from.pd.Reg(msg, 0)
+		require.NoError(t, err)
+		require.NoError(t, dir.tc.QP().PostRecv(rvt.RecvWR{WRID: 7, SGL: []rvt.SGE{{Addr: rmr.IOVA, Length: uint32(len(dst)), Lkey: rmr.Lkey}}}))
+		require.NoError(t, dir.fc.QP().PostSend(rvt.SendWR{WRID: 8, Opcode: qp.OpSend, Flags: qp.Signaled,
+			SGL: []rvt.SGE{{Addr: smr.IOVA, Length: uint32(len(msg)), Lkey: smr.Lkey}}}))
+		got := 0
+		wc := make([]rvt.WC, 4)
+		deadline := time.Now().Add(5 * time.Second)
+		for got < 2 && time.Now().Before(deadline) {
+			for _, c := range []*rvt.CQ{dir.from.cq, dir.to.cq} {
+				n := c.Poll(wc)
+				for _, x := range wc[:n] {
+					require.Equal(t, rvt.WC{}.Status, x.Status, "%+v", x)
+					got++
+				}
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+		require.Equal(t, 2, got)
+		require.Equal(t, msg, dst)
+	}
+
+	// The client disconnects; the server learns it.
+	require.NoError(t, client.Disconnect(ctxT(t)))
+	select {
+	case <-server.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("server never saw the disconnection")
+	}
+	require.ErrorIs(t, server.Err(), ErrPeerDisconnected)
+	require.ErrorIs(t, client.Err(), ErrClosed)
+	waitClean(t, w, 1)
+}
+
+// waitClean waits (real clock) until the agents hold only the listeners.
+func waitClean(t *testing.T, w *world, listeners int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ok := true
+		for i, n := range w.nodes {
+			want := Stats{}
+			if i == 1 && listeners > 0 {
+				want = Stats{IDs: listeners, Ports: listeners, Listeners: listeners}
+			}
+			if n.agent.Stats() != want {
+				ok = false
+			}
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			requireClean(t, w, listeners)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestNetRejectAndNoListener(t *testing.T) {
+	w := newWorld(t, worldOpts{agent: FastOptions(), seed: 12})
+	a, b := w.nodes[0], w.nodes[1]
+	ctx := ctxT(t)
+	l, err := Listen(b.dev, netip.AddrPortFrom(netip.IPv4Unspecified(), 99), nil)
+	require.NoError(t, err)
+	go func() {
+		r, err := l.Accept(ctx)
+		if err == nil {
+			_ = r.Reject([]byte("full"))
+		}
+	}()
+	_, err = Dial(ctx, a.dev, netip.AddrPortFrom(b.ip, 99), a.newQP(t, qp.RC), nil)
+	var re *RejectError
+	require.ErrorAs(t, err, &re)
+	require.Equal(t, RejConsumerDefined, re.Reason)
+	require.Equal(t, "full", string(re.PrivateData[:4]))
+
+	_, err = Dial(ctx, a.dev, netip.AddrPortFrom(b.ip, 100), a.newQP(t, qp.RC), nil)
+	require.ErrorIs(t, err, RejInvalidServiceID)
+	require.ErrorIs(t, err, ErrRejected)
+	l.Close()
+	_, err = l.Accept(ctx)
+	require.ErrorIs(t, err, ErrClosed)
+	_, err = Listen(b.dev, netip.AddrPortFrom(b.ip, 7), nil)
+	require.NoError(t, err)
+	_, err = Listen(b.dev, netip.AddrPortFrom(netip.IPv4Unspecified(), 7), nil)
+	require.ErrorIs(t, err, ErrAddrInUse)
+}
+
+func TestNetDisconnectBothRacing(t *testing.T) {
+	w := newWorld(t, worldOpts{agent: FastOptions(), seed: 13})
+	client, server, l := netPair(t, w, 1234, nil, nil)
+	defer l.Close()
+	var wg sync.WaitGroup
+	for _, c := range []*Conn{client, server} {
+		wg.Go(func() { require.NoError(t, c.Disconnect(ctxT(t))) })
+	}
+	wg.Wait()
+	<-client.Done()
+	<-server.Done()
+	require.Equal(t, qp.Err, client.QP().State())
+	require.Equal(t, qp.Err, server.QP().State())
+	waitClean(t, w, 1)
+}
+
+func TestNetSIDR(t *testing.T) {
+	w := newWorld(t, worldOpts{agent: FastOptions(), seed: 14})
+	a, b := w.nodes[0], w.nodes[1]
+	ctx := ctxT(t)
+	l, err := Listen(b.dev, netip.AddrPortFrom(b.ip, 7174), &ListenOptions{PortSpace: PSUDP})
+	require.NoError(t, err)
+	defer l.Close()
+	ub := b.newQP(t, qp.UD)
+	require.NoError(t, PrepareUD(ub, PSUDP))
+	go func() {
+		r, err := l.Accept(ctx)
+		if err == nil {
+			_ = r.AcceptUD(ub, []byte("ud here"))
+		}
+	}()
+	peer, err := ResolveUD(ctx, a.dev, a.pd, netip.AddrPortFrom(b.ip, 7174), nil)
+	require.NoError(t, err)
+	require.Equal(t, ub.Num(), peer.QPN)
+	require.Equal(t, uint32(UDPQKey), peer.QKey)
+	require.Equal(t, "ud here", string(peer.PrivateData[:7]))
+
+	// A datagram to the resolved QP arrives byte-exact.
+	ua := a.newQP(t, qp.UD)
+	require.NoError(t, PrepareUD(ua, PSUDP))
+	msg := []byte("datagram over SIDR")
+	dst := make([]byte, 40+len(msg))
+	rmr, err := b.pd.Reg(dst, keys.LocalWrite)
+	require.NoError(t, err)
+	require.NoError(t, ub.PostRecv(rvt.RecvWR{WRID: 1, SGL: []rvt.SGE{{Addr: rmr.IOVA, Length: uint32(len(dst)), Lkey: rmr.Lkey}}}))
+	require.NoError(t, ua.PostSend(rvt.SendWR{Opcode: qp.OpSend, Flags: qp.Inline, InlineData: msg,
+		AH: peer.AH, RemoteQPN: peer.QPN, RemoteQKey: peer.QKey}))
+	wc := make([]rvt.WC, 1)
+	deadline := time.Now().Add(5 * time.Second)
+	for b.cq.Poll(wc) == 0 {
+		require.True(t, time.Now().Before(deadline))
+		time.Sleep(100 * time.Microsecond)
+	}
+	require.Equal(t, msg, dst[40:])
+}
