@@ -260,6 +260,9 @@ func (c Config) normalize() (*params, error) {
 			p.RxDepth = min(p.Iters, ucMaxRx)
 		}
 	}
+	if v == Send && p.RxDepth%2 == 1 && !p.All {
+		p.RxDepth++ // perftest keeps a SEND test's receive queue even
+	}
 	if p.Size > msgSizeCQModLimit && p.Conn != "UD" && !p.All && !p.Events && !p.cqModGive {
 		p.CQMod = 1
 	}

@@ -217,6 +217,10 @@ func TestConfigRefuses(t *testing.T) {
 	p, err = c.normalize()
 	require.NoError(t, err)
 	require.Equal(t, []int{2, 1, 20, 1}, []int{p.Size, p.TxDepth, p.RxDepth, p.CQMod})
+	c = DefaultConfig(SendBW)
+	c.Iters = 5
+	p, _ = c.normalize()
+	require.Equal(t, 6, p.RxDepth, "an odd SEND receive queue is made even")
 	c = DefaultConfig(WriteBW)
 	c.Size, c.CQMod = 65536, 10
 	p, _ = c.normalize()
