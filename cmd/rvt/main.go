@@ -111,7 +111,7 @@ func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 // booleans ("-ce"), flags before, between and after the positional
 // argument, and "--" to end the flags.
 func run(args []string, stdout, stderr io.Writer) int {
-	cmds := commands()
+	cmds := append(commands(), perftestCommands()...)
 	if len(args) == 0 {
 		usage(stderr, cmds)
 		return 2
