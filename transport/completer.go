@@ -72,6 +72,12 @@ func (c *Conn) progressLocked(psn PSN) {
 	c.comp.psn = psn
 	c.req.retriedValid = false
 	c.req.limitOn = false
+	if c.req.rnrWait && c.req.retryPSN.Less(psn) {
+		// The RNR-NAKed packet was accepted after all (the NAK answered
+		// an older copy, reordered or delayed): the wait is over, and a
+		// retry from the NAKed PSN would resend what is acknowledged.
+		c.req.rnrWait = false
+	}
 	c.req.progressed = true
 	a := c.qp.AttrLocked()
 	c.req.retryLeft = a.RetryCnt

@@ -568,7 +568,10 @@ func (c *Conn) retryLocked(rnr bool) {
 		k := resumePacket(c.req.retryPSN, first, w.Length, mtu)
 		w.Sent, psn = k*mtu, first.Add(k)
 	}
-	if rnr {
+	if rnr && !psn.Less(c.comp.psn) {
+		// Only the NAKed packet until it is acknowledged. The limit is
+		// never behind the acknowledged point: progress clears it, and
+		// nothing else would.
 		c.req.limitOn, c.req.limitPSN = true, psn
 	}
 	w.State = qp.WQEPosted

@@ -56,7 +56,7 @@ func newTestConn(t *testing.T, e *Engine) *Conn {
 	require.NoError(t, err)
 	q, err := qp.New(0x11, qp.Config{
 		Type: qp.RC, PD: keys.NewPD(1), SendCQ: scq, RecvCQ: scq, Keys: e.keys,
-		Cap:    qp.Cap{MaxSendWR: 16, MaxRecvWR: 1, MaxInlineData: 64},
+		Cap:    qp.Cap{MaxSendWR: 16, MaxRecvWR: 1, MaxSendSGE: 1, MaxInlineData: 64},
 		Limits: &qp.Limits{MaxMTU: qp.MTU4096, MaxRdAtomic: 1, MaxDestRdAtomic: 1, PkeyTableLen: 1, GIDTableLen: 1, Ports: 1},
 	})
 	require.NoError(t, err)
@@ -117,4 +117,32 @@ func TestRNRRetryWithNothingToSendDoesNotLimitLaterRetry(t *testing.T) {
 	}
 	require.EqualValues(t, 1, c.Counters().Get(Retransmits))
 	require.EqualValues(t, 5, sent(), "the timeout retry resends both messages")
+}
+
+// An RNR NAK can answer an older copy of a packet that the responder then
+// accepts (the copies crossed on the link). The ACK that passes the NAKed
+// PSN ends the RNR wait: the requester goes on at once, and when the RNR
+// timer fires it resends nothing that was acknowledged. Before, the timer
+// restarted the message at the NAKed PSN, behind the acknowledged point,
+// and the one-packet limit after an RNR NAK then stopped the requester for
+// good (simulation seed 81547, delay and jitter, no loss: RETRY_EXC_ERR).
+func TestLateRNRNakAfterTheAckEndsTheWait(t *testing.T) {
+	h := newRCHarness(t)
+	c := h.c
+	buf := make([]byte, 3000) // three packets at MTU 1024: PSNs 0x100-0x102
+	mr, err := h.e.keys.RegMR(c.qp.PD(), buf, 0x1000, keys.LocalWrite)
+	require.NoError(t, err)
+	require.NoError(t, c.PostSend([]qp.SendWR{{WRID: 1, Opcode: qp.OpSend, Flags: qp.Signaled,
+		SGL: []qp.SGE{{Addr: 0x1000, Length: 3000, Lkey: mr.Lkey}}}}))
+	require.EqualValues(t, 3, c.Counters().Get(SentPkts))
+
+	h.respond(t, 0x100, RNRNAKSyndrome(1))          // for an older copy of the first packet
+	h.respond(t, 0x100, ACKSyndrome(CreditInvalid)) // the responder took the first packet after all
+	h.clk.Advance(RNRTimerCode(1).Duration())       // the RNR timer fires
+	h.respond(t, 0x102, ACKSyndrome(CreditInvalid)) // and the rest arrived
+	wcs := make([]cq.WC, 4)
+	require.Equal(t, 1, h.cq.Poll(wcs), "the SEND completes")
+	require.Equal(t, cq.Success, wcs[0].Status)
+	require.Zero(t, c.Counters().Get(Retransmits), "nothing acknowledged is resent")
+	require.Equal(t, qp.RTS, c.qp.State())
 }
