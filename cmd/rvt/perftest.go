@@ -130,8 +130,6 @@ func (r refused) IsBoolFlag() bool { return r.isBool }
 
 // refusedWhy says why each refused flag is refused.
 var refusedWhy = map[string]string{
-	"rdma_cm":       "connecting through rdma_cm needs the connection manager (cm/), which rvt does not have yet",
-	"comm_rdma_cm":  "exchanging data through rdma_cm needs the connection manager (cm/), which rvt does not have yet",
 	"use_cuda":      "softverbs registers host memory only (no GPU memory)",
 	"use_rocm":      "softverbs registers host memory only (no GPU memory)",
 	"odp":           "softverbs devices have no on-demand paging",
@@ -175,6 +173,8 @@ func perftestFlags(fs *pflag.FlagSet, cfg *perftestConfig) {
 	if v == perftest.Read || v == perftest.Atomic {
 		fs.IntVarP(&c.OutReads, "outs", "o", c.OutReads, "`number` of outstanding reads/atomics (default the device's maximum)")
 	}
+	fs.BoolVarP(&c.RDMACM, "rdma_cm", "R", c.RDMACM, "connect QPs with rdma_cm and run the test on those QPs (the exchange too goes over rdma_cm)")
+	fs.BoolVarP(&c.CommRDMACM, "comm_rdma_cm", "z", c.CommRDMACM, "exchange the test's data over rdma_cm instead of TCP; regular QPs")
 	fs.BoolVar(&c.Gbits, "report_gbits", c.Gbits, "report bandwidth in Gb/s instead of MB/s")
 	fs.StringVar(&cfg.output, "output", "", "print only one figure: `bandwidth`, message_rate or latency")
 	fs.BoolP("version", "V", false, "print perftest's version and exit")
@@ -182,7 +182,7 @@ func perftestFlags(fs *pflag.FlagSet, cfg *perftestConfig) {
 		name, short string
 		isBool      bool
 	}{
-		{"rdma_cm", "R", true}, {"comm_rdma_cm", "z", true}, {"dualport", "O", true}, {"mcg", "g", true},
+		{"dualport", "O", true}, {"mcg", "g", true},
 		{"use_cuda", "", false}, {"use_rocm", "", false}, {"odp", "", true}, {"mmap", "", false},
 		{"use-srq", "", true}, {"use_hugepages", "", true},
 	} {
