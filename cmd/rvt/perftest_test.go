@@ -2,8 +2,12 @@ package main
 
 import (
 	"bytes"
+	"encoding/xml"
 	"fmt"
+	"image/png"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -164,4 +168,42 @@ func TestPerftestUDPRDMACM(t *testing.T) {
 		require.Equal(t, []string{"8192", "200"}, row[:2], who)
 		require.Contains(t, out, " rdma_cm QPs\t : ON\n Data ex. method : rdma_cm\n", who)
 	}
+}
+
+// TestPerftestPlot draws a run of each kind on the in-memory pair, with
+// its baseline: the files are written and well-formed, with the series
+// named in the legend.
+func TestPerftestPlot(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		file string
+		want []string
+	}{
+		{[]string{"ib_write_bw", "-n", "20", "-s", "4096"}, "bw.svg", []string{"ib_write_bw: bandwidth", "ib_write_bw: message rate", "memcpy (same run)"}},
+		{[]string{"ib_send_lat", "-n", "20", "-s", "64"}, "lat.svg", []string{"ib_send_lat t_typical", "ib_send_lat 99.9%", "Go channel ping-pong (same run) t_typical"}},
+		{[]string{"ib_read_bw", "-n", "20", "-s", "64"}, "bw.png", nil},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			path := filepath.Join(dir, tc.file)
+			var out, errOut bytes.Buffer
+			require.Equal(t, 0, run(append(tc.args, "--plot", path), &out, &errOut), errOut.String())
+			b, err := os.ReadFile(path)
+			require.NoError(t, err)
+			if strings.HasSuffix(tc.file, ".png") {
+				_, err := png.Decode(bytes.NewReader(b))
+				require.NoError(t, err)
+				return
+			}
+			require.NoError(t, xml.Unmarshal(b, new(struct {
+				XMLName xml.Name `xml:"svg"`
+			})))
+			for _, w := range tc.want {
+				require.Contains(t, string(b), ">"+w+"<")
+			}
+		})
+	}
+	var out, errOut bytes.Buffer
+	require.Equal(t, 2, run([]string{"ib_write_bw", "--plot", filepath.Join(dir, "x.pdf")}, &out, &errOut))
+	require.Contains(t, errOut.String(), "must end in .svg or .png")
 }

@@ -21,8 +21,22 @@ import (
 // server to serverOut (nil: nowhere). It returns the first error of
 // either side.
 func RunPair(cfg Config, client, server *rvt.Device, port int, stdout, stderr, serverOut io.Writer) error {
+	return RunPairWith(cfg, client, server, PairOptions{Port: port, Stdout: stdout, Stderr: stderr, ServerOut: serverOut})
+}
+
+// PairOptions are RunPairWith's: RunPair's arguments, and where the
+// client's rows go.
+type PairOptions struct {
+	Port                      int
+	Stdout, Stderr, ServerOut io.Writer
+	Results                   *Results // the client's rows, if not nil
+}
+
+// RunPairWith is RunPair with the client's results recorded.
+func RunPairWith(cfg Config, client, server *rvt.Device, o PairOptions) error {
+	port, stdout, stderr, serverOut := o.Port, o.Stdout, o.Stderr, o.ServerOut
 	if cfg.RDMACM || cfg.CommRDMACM {
-		return runPairCM(cfg, client, server, port, stdout, stderr, serverOut)
+		return runPairCM(cfg, client, server, port, stdout, stderr, serverOut, o.Results)
 	}
 	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 	if err != nil {
@@ -41,7 +55,7 @@ func RunPair(cfg Config, client, server *rvt.Device, port int, stdout, stderr, s
 	ccfg := cfg
 	ccfg.Server = "127.0.0.1"
 	ccfg.Port = ln.Addr().(*net.TCPAddr).Port
-	cerr := Run(ccfg, Env{Dev: client, Stdout: stdout, Stderr: stderr})
+	cerr := Run(ccfg, Env{Dev: client, Stdout: stdout, Stderr: stderr, Results: o.Results})
 	if cerr != nil {
 		// The server may wait for a client that gave up: stop it.
 		ln.Close()
@@ -58,7 +72,7 @@ func RunPair(cfg Config, client, server *rvt.Device, port int, stdout, stderr, s
 
 // runPairCM is RunPair over rdma_cm: the server's listener is up before
 // the client dials, as a perftest server is started first.
-func runPairCM(cfg Config, client, server *rvt.Device, port int, stdout, stderr, serverOut io.Writer) error {
+func runPairCM(cfg Config, client, server *rvt.Device, port int, stdout, stderr, serverOut io.Writer, res *Results) error {
 	if port != 0 {
 		cfg.Port = port
 	}
@@ -86,7 +100,7 @@ func runPairCM(cfg Config, client, server *rvt.Device, port int, stdout, stderr,
 	}()
 	ccfg := cfg
 	ccfg.Server = ip.String()
-	cerr := Run(ccfg, Env{Dev: client, Stdout: stdout, Stderr: stderr})
+	cerr := Run(ccfg, Env{Dev: client, Stdout: stdout, Stderr: stderr, Results: res})
 	if cerr != nil {
 		ln.Close()
 	}

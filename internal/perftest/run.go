@@ -32,6 +32,23 @@ type Env struct {
 	// every address in port space TCP, as perftest does). It is closed
 	// once the client is in.
 	CMListener *cm.Listener
+	// Results, if not nil, receives every row this side prints (not the
+	// -D rows), for plots and tables.
+	Results *Results
+}
+
+// Results are the rows a tool printed.
+type Results struct {
+	BW  []BWReport
+	Lat []LatRow
+}
+
+// LatRow is one latency row: the message size, the iterations and the
+// figures.
+type LatRow struct {
+	Size  int
+	Iters int
+	LatResult
 }
 
 // side is one run of a tool: its parameters, device objects and exchange.
