@@ -7,7 +7,7 @@ PKGS := ./...
 FUZZTIME ?= 20000x
 SIM_SEEDS ?= 300
 
-.PHONY: all build deps test race bench fuzz lint demo interop interop-quick
+.PHONY: all build deps test race bench fuzz lint demo interop interop-quick perftest-table
 
 all: lint build test
 
@@ -55,3 +55,10 @@ interop:
 # The short subset .ci/run runs: RC pingpong in each role over TAP.
 interop-quick:
 	GO=$(GO) scripts/interop.sh --quick
+
+# The perftest tools on the in-memory pair beside their same-run baselines:
+# rewrites the table in docs/performance.md and the plots under
+# docs/perftest/ (about 10 s on 2 cores), and the README's -a plot.
+perftest-table:
+	$(GO) run ./cmd/perftest-table -doc docs/performance.md -plots docs/perftest
+	$(GO) run ./cmd/rvt ib_write_bw -a -n 200 --plot docs/perftest/ib_write_bw_all.png >/dev/null

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -25,6 +26,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/softverbs/softverbs/internal/devopen"
+	"github.com/softverbs/softverbs/internal/perfplot"
 	"github.com/softverbs/softverbs/internal/perftest"
 	"github.com/softverbs/softverbs/rvt"
 )
@@ -33,6 +35,7 @@ import (
 type perftestConfig struct {
 	perftest.Config
 	output string
+	plot   string // --plot FILE.svg or FILE.png
 
 	// Flags softverbs refuses: their names, when given.
 	unsupported []string
@@ -130,8 +133,6 @@ func (r refused) IsBoolFlag() bool { return r.isBool }
 
 // refusedWhy says why each refused flag is refused.
 var refusedWhy = map[string]string{
-	"rdma_cm":       "connecting through rdma_cm needs the connection manager (cm/), which rvt does not have yet",
-	"comm_rdma_cm":  "exchanging data through rdma_cm needs the connection manager (cm/), which rvt does not have yet",
 	"use_cuda":      "softverbs registers host memory only (no GPU memory)",
 	"use_rocm":      "softverbs registers host memory only (no GPU memory)",
 	"odp":           "softverbs devices have no on-demand paging",
@@ -175,14 +176,18 @@ func perftestFlags(fs *pflag.FlagSet, cfg *perftestConfig) {
 	if v == perftest.Read || v == perftest.Atomic {
 		fs.IntVarP(&c.OutReads, "outs", "o", c.OutReads, "`number` of outstanding reads/atomics (default the device's maximum)")
 	}
+	fs.BoolVarP(&c.RDMACM, "rdma_cm", "R", c.RDMACM, "connect QPs with rdma_cm and run the test on those QPs (the exchange too goes over rdma_cm)")
+	fs.BoolVarP(&c.CommRDMACM, "comm_rdma_cm", "z", c.CommRDMACM, "exchange the test's data over rdma_cm instead of TCP; regular QPs")
 	fs.BoolVar(&c.Gbits, "report_gbits", c.Gbits, "report bandwidth in Gb/s instead of MB/s")
 	fs.StringVar(&cfg.output, "output", "", "print only one figure: `bandwidth`, message_rate or latency")
+	fs.StringVar(&cfg.plot, "plot", "", "draw the results against message size into `file` (.svg or .png): bandwidth and message rate, "+
+		"or latency percentiles; on the in-memory pair with a baseline measured in the same run (memcpy, or a Go channel ping-pong)")
 	fs.BoolP("version", "V", false, "print perftest's version and exit")
 	for _, r := range []struct {
 		name, short string
 		isBool      bool
 	}{
-		{"rdma_cm", "R", true}, {"comm_rdma_cm", "z", true}, {"dualport", "O", true}, {"mcg", "g", true},
+		{"dualport", "O", true}, {"mcg", "g", true},
 		{"use_cuda", "", false}, {"use_rocm", "", false}, {"odp", "", true}, {"mmap", "", false},
 		{"use-srq", "", true}, {"use_hugepages", "", true},
 	} {
@@ -219,6 +224,14 @@ func runPerftest(w io.Writer, fs *pflag.FlagSet, cfg *perftestConfig) error {
 		}
 		cfg.Output = o
 	}
+	if cfg.plot != "" {
+		if ext := strings.ToLower(filepath.Ext(cfg.plot)); ext != ".svg" && ext != ".png" {
+			return usagef("--plot %s: %v", cfg.plot, perfplot.ErrFormat)
+		}
+		if cfg.Duration > 0 {
+			return usagef("--plot draws -n runs, not -D ones")
+		}
+	}
 	l := &cfg.link
 	if l.TAP == "" && l.XDP == "" && l.UDP == "" && l.IP == "" {
 		return runPerftestPair(w, fs, cfg)
@@ -237,7 +250,11 @@ func runPerftest(w io.Writer, fs *pflag.FlagSet, cfg *perftestConfig) error {
 		return fmt.Errorf(" Couldn't get context for the device: %w", err)
 	}
 	defer dev.Close()
-	err = perftest.Run(cfg.Config, perftest.Env{Dev: dev, Stdout: w, Stderr: fs.Output(), Warm: link.Warm})
+	var res perftest.Results
+	err = perftest.Run(cfg.Config, perftest.Env{Dev: dev, Stdout: w, Stderr: fs.Output(), Warm: link.Warm, Results: &res})
+	if err == nil && cfg.plot != "" {
+		err = perfplot.Write(cfg.plot, perfplot.Panels(cfg.Test.String(), res, perfplot.Baselines{}, cfg.Gbits))
+	}
 	return perftestError(err)
 }
 
@@ -264,9 +281,26 @@ func runPerftestPair(w io.Writer, fs *pflag.FlagSet, cfg *perftestConfig) error 
 		// Both sides are ours: a stuck run is a bug, not a slow peer.
 		cfg.Timeout = time.Minute + time.Duration(cfg.Duration)*time.Second
 	}
-	err = perftest.RunPair(cfg.Config, p.N[0].Dev, p.N[1].Dev, port, w, fs.Output(), nil)
+	var res perftest.Results
+	err = perftest.RunPairWith(cfg.Config, p.N[0].Dev, p.N[1].Dev, perftest.PairOptions{Port: port, Stdout: w, Stderr: fs.Output(), Results: &res})
+	if err == nil && cfg.plot != "" {
+		err = plotPair(cfg, res)
+	}
 	return perftestError(err)
 }
+
+// plotPair draws an in-memory run with its baseline, measured now, in the
+// same process.
+func plotPair(cfg *perftestConfig, res perftest.Results) error {
+	base, err := perfplot.MeasureBaselines(cfg.Test, res, cfg.Iters, pairMemcpyTime, cfg.Gbits)
+	if err != nil {
+		return fmt.Errorf("baseline: %w", err)
+	}
+	return perfplot.Write(cfg.plot, perfplot.Panels(cfg.Test.String(), res, base, cfg.Gbits))
+}
+
+// pairMemcpyTime is how long the memcpy baseline runs at each size.
+const pairMemcpyTime = 20 * time.Millisecond
 
 // perftestError maps the package's usage errors to the CLI's.
 func perftestError(err error) error {

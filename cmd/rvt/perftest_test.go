@@ -2,8 +2,12 @@ package main
 
 import (
 	"bytes"
+	"encoding/xml"
 	"fmt"
+	"image/png"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -73,8 +77,8 @@ func TestPerftestRefusals(t *testing.T) {
 	}{
 		{[]string{"ib_write_bw", "--use_cuda=0"}, 1, "--use_cuda: not supported: softverbs registers host memory only"},
 		{[]string{"ib_read_bw", "--odp"}, 1, "--odp: not supported"},
-		{[]string{"ib_send_bw", "-R"}, 1, "--rdma_cm: not supported: connecting through rdma_cm needs the connection manager"},
-		{[]string{"ib_write_lat", "-z"}, 1, "--comm_rdma_cm: not supported"},
+		{[]string{"ib_send_bw", "-R", "-c", "UC"}, 2, "UC is not supported in librdmacm"},
+		{[]string{"ib_send_bw", "-R", "-c", "UD"}, 1, "-R with UD (SIDR and the QPN SEND): not supported yet"},
 		{[]string{"ib_write_bw", "-O"}, 1, "--dualport: not supported: a softverbs device has one port"},
 		{[]string{"ib_write_bw", "-c", "UD"}, 2, "UD connection only possible in SEND Verb"},
 		{[]string{"ib_write_bw", "-n", "3"}, 2, "Iteration num should be between 5"},
@@ -133,4 +137,73 @@ func TestPerftestUDP(t *testing.T) {
 	}
 	require.Contains(t, sout.String(), " RX depth        : 100\n")
 	require.Contains(t, cout.String(), " TX depth        : 100\n")
+}
+
+// TestPerftestUDPRDMACM runs ib_write_bw -R as two rvt commands over
+// UDP-socket links: the exchange and the QPs' connections go through
+// rdma_cm on the devices' CM agents.
+func TestPerftestUDPRDMACM(t *testing.T) {
+	a, b := "127.77.0.3", "127.77.0.4"
+	args := []string{"ib_write_bw", "-R", "-n", "100", "-s", "8192", "-q", "2", "--timeout", "30s"}
+	var sout, serr bytes.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(append(append([]string{}, args...), "--udp", b), &sout, &serr)
+	}()
+	var cout, cerr bytes.Buffer
+	code := 1
+	for range 100 { // until the server listens
+		cout.Reset()
+		cerr.Reset()
+		code = run(append(append([]string{}, args...), "--udp", a, b), &cout, &cerr)
+		if code == 0 || !strings.Contains(cerr.String(), "invalid service ID") {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	require.Equal(t, 0, code, "client:\n%s%s", cout.String(), cerr.String())
+	require.Equal(t, 0, <-done, "server:\n%s%s", sout.String(), serr.String())
+	for who, out := range map[string]string{"client": cout.String(), "server": sout.String()} {
+		row := resultRow(t, out)
+		require.Equal(t, []string{"8192", "200"}, row[:2], who)
+		require.Contains(t, out, " rdma_cm QPs\t : ON\n Data ex. method : rdma_cm\n", who)
+	}
+}
+
+// TestPerftestPlot draws a run of each kind on the in-memory pair, with
+// its baseline: the files are written and well-formed, with the series
+// named in the legend.
+func TestPerftestPlot(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		file string
+		want []string
+	}{
+		{[]string{"ib_write_bw", "-n", "20", "-s", "4096"}, "bw.svg", []string{"ib_write_bw: bandwidth", "ib_write_bw: message rate", "memcpy (same run)"}},
+		{[]string{"ib_send_lat", "-n", "20", "-s", "64"}, "lat.svg", []string{"ib_send_lat t_typical", "ib_send_lat 99.9%", "Go channel ping-pong (same run) t_typical"}},
+		{[]string{"ib_read_bw", "-n", "20", "-s", "64"}, "bw.png", nil},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			path := filepath.Join(dir, tc.file)
+			var out, errOut bytes.Buffer
+			require.Equal(t, 0, run(append(tc.args, "--plot", path), &out, &errOut), errOut.String())
+			b, err := os.ReadFile(path)
+			require.NoError(t, err)
+			if strings.HasSuffix(tc.file, ".png") {
+				_, err := png.Decode(bytes.NewReader(b))
+				require.NoError(t, err)
+				return
+			}
+			require.NoError(t, xml.Unmarshal(b, new(struct {
+				XMLName xml.Name `xml:"svg"`
+			})))
+			for _, w := range tc.want {
+				require.Contains(t, string(b), ">"+w+"<")
+			}
+		})
+	}
+	var out, errOut bytes.Buffer
+	require.Equal(t, 2, run([]string{"ib_write_bw", "--plot", filepath.Join(dir, "x.pdf")}, &out, &errOut))
+	require.Contains(t, errOut.String(), "must end in .svg or .png")
 }

@@ -114,6 +114,10 @@ type Config struct {
 	Atomic   string // -A CMP_AND_SWAP or FETCH_AND_ADD
 	OutReads int    // -o; 0: the device's maximum
 	SL       int    // -S
+	// RDMACM (-R) connects the test's QPs through rdma_cm; it implies
+	// CommRDMACM (-z), the exchange over rdma_cm instead of TCP.
+	RDMACM     bool
+	CommRDMACM bool
 	// Timeout bounds each wait for the peer (0: wait forever, as
 	// perftest does).
 	Timeout time.Duration
@@ -246,6 +250,13 @@ func (c Config) normalize() (*params, error) {
 		return nil, usagef(" Post list is for the bandwidth tests")
 	case p.Duration > 0 && p.Duplex:
 		return nil, fmt.Errorf("-D with -b: %w yet", ErrNotSupported)
+	case p.RDMACM && p.Conn == "UC":
+		return nil, usagef(" UC is not supported in librdmacm")
+	case p.RDMACM && p.Conn == "UD":
+		return nil, fmt.Errorf("-R with UD (SIDR and the QPN SEND): %w yet", ErrNotSupported)
+	}
+	if p.RDMACM {
+		p.CommRDMACM = true
 	}
 	if p.PostList > 1 && !p.cqModGive {
 		p.CQMod = p.PostList

@@ -36,6 +36,12 @@
 //  6. closing: one more handshake, then each side writes "done" and its
 //     NUL (5 bytes) that nobody reads, and closes.
 //
+// With -z or -R the same messages, in the same order, travel as SENDs on
+// an RC QP connected through rdma_cm (package cm) to the same port in port
+// space TCP; handshakes then carry struct pingpong_dest in binary
+// (DestBinarySize bytes, big-endian) and closing sends no "done". -R also
+// connects the test's QPs through rdma_cm. See rdmacm.go.
+//
 // Facts and constants are taken from perftest's sources
 // (perftest_communication.c, perftest_parameters.c); no code or text is.
 package perftest
@@ -173,6 +179,42 @@ func DecodeDest(msg []byte, withGID bool) (Dest, error) {
 	return d, nil
 }
 
+// DestBinarySize is the size of struct pingpong_dest on x86-64 (and every
+// LP64 ABI): what a handshake carries over rdma_cm.
+const DestBinarySize = 56
+
+// EncodeBinary returns d as perftest sends it over rdma_cm (rdma_write_keys
+// built with HAVE_ENDIAN, as Debian's is): struct pingpong_dest with each
+// integer big-endian: lid, out_reads, qpn, psn and rkey as 4-byte ints at
+// 0-19, 4 bytes of padding, vaddr (8 bytes) at 24, the GID at 32, srqn at 48
+// and gid_index at 52 (left 0 here: the receiver keeps its own).
+func (d Dest) EncodeBinary() []byte {
+	b := make([]byte, DestBinarySize)
+	be := binary.BigEndian
+	be.PutUint32(b[0:], uint32(d.LID))
+	be.PutUint32(b[4:], uint32(d.OutReads))
+	be.PutUint32(b[8:], d.QPN)
+	be.PutUint32(b[12:], d.PSN)
+	be.PutUint32(b[16:], d.RKey)
+	be.PutUint64(b[24:], d.VAddr)
+	copy(b[32:48], d.GID[:])
+	be.PutUint32(b[48:], d.SRQN)
+	return b
+}
+
+// DecodeDestBinary parses a handshake received over rdma_cm. Like
+// rdma_read_keys it reads every field but srqn and gid_index.
+func DecodeDestBinary(msg []byte) (Dest, error) {
+	if len(msg) != DestBinarySize {
+		return Dest{}, fmt.Errorf("%w: %d bytes, want %d", ErrMalformed, len(msg), DestBinarySize)
+	}
+	be := binary.BigEndian
+	d := Dest{LID: uint16(be.Uint32(msg[0:])), OutReads: uint16(be.Uint32(msg[4:])), QPN: be.Uint32(msg[8:]) & 0xffffff,
+		PSN: be.Uint32(msg[12:]) & 0xffffff, RKey: be.Uint32(msg[16:]), VAddr: be.Uint64(msg[24:])}
+	copy(d.GID[:], msg[32:48])
+	return d, nil
+}
+
 // EncodeVersion returns the version message for v: v's bytes, NUL-padded
 // to VersionMsgSize (at most VersionMsgSize-1 of them are kept).
 func EncodeVersion(v string) []byte {
@@ -262,10 +304,39 @@ func decodeReportFields(f [][]byte) BWReport {
 	return BWReport{Size: binary.BigEndian.Uint64(f[0]), Iters: it, Peak: d(f[2]), Avg: d(f[3]), MsgRate: d(f[4])}
 }
 
+// Transport carries the exchange's messages. Over TCP a message is its
+// bytes on the stream; over rdma_cm (-R, -z) it is one SEND on an RC QP.
+type Transport interface {
+	// Send sends one message.
+	Send(msg []byte) error
+	// Recv returns the next message, n bytes long.
+	Recv(n int) ([]byte, error)
+}
+
+// stream is the TCP transport.
+type stream struct{ rw io.ReadWriter }
+
+func (s stream) Send(msg []byte) error {
+	_, err := s.rw.Write(msg)
+	return err
+}
+
+func (s stream) Recv(n int) ([]byte, error) {
+	b := make([]byte, n)
+	if _, err := io.ReadFull(s.rw, b); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
 // Conn is one side of the exchange on an established connection.
 type Conn struct {
-	rw     io.ReadWriter
+	t      Transport
 	client bool
+	// RDMACM is set when the exchange runs over rdma_cm: handshakes then
+	// carry struct pingpong_dest in binary (DestBinarySize bytes) instead
+	// of text, and closing sends no "done".
+	RDMACM bool
 	// WithGID says which address format handshakes use: true when the
 	// sides address each other by GID, as RoCE always does.
 	WithGID bool
@@ -275,26 +346,32 @@ type Conn struct {
 
 // NewConn returns the exchange on rw; client says which side this is.
 func NewConn(rw io.ReadWriter, client bool) *Conn {
-	return &Conn{rw: rw, client: client, WithGID: true}
+	return &Conn{t: stream{rw}, client: client, WithGID: true}
+}
+
+// NewRDMACMConn returns the exchange over rdma_cm SENDs on t.
+func NewRDMACMConn(t Transport, client bool) *Conn {
+	return &Conn{t: t, client: client, WithGID: true, RDMACM: true}
 }
 
 // Swap is ctx_xchg_data: it sends mine and returns the peer's message of
 // n bytes, the client writing first and the server reading first.
 func (c *Conn) Swap(mine []byte, n int) ([]byte, error) {
-	theirs := make([]byte, n)
 	if c.client {
-		if _, err := c.rw.Write(mine); err != nil {
+		if err := c.t.Send(mine); err != nil {
 			return nil, fmt.Errorf("couldn't send to the server: %w", err)
 		}
-		if _, err := io.ReadFull(c.rw, theirs); err != nil {
+		theirs, err := c.t.Recv(n)
+		if err != nil {
 			return nil, fmt.Errorf("couldn't read from the server: %w", err)
 		}
 		return theirs, nil
 	}
-	if _, err := io.ReadFull(c.rw, theirs); err != nil {
+	theirs, err := c.t.Recv(n)
+	if err != nil {
 		return nil, fmt.Errorf("couldn't read from the client: %w", err)
 	}
-	if _, err := c.rw.Write(mine); err != nil {
+	if err := c.t.Send(mine); err != nil {
 		return nil, fmt.Errorf("couldn't send to the client: %w", err)
 	}
 	return theirs, nil
@@ -349,6 +426,13 @@ func (c *Conn) MTU(mine qp.MTU) (qp.MTU, error) {
 
 // HandShake is ctx_hand_shake: it swaps addresses and returns the peer's.
 func (c *Conn) HandShake(my Dest) (Dest, error) {
+	if c.RDMACM {
+		msg, err := c.Swap(my.EncodeBinary(), DestBinarySize)
+		if err != nil {
+			return Dest{}, err
+		}
+		return DecodeDestBinary(msg)
+	}
 	n := KeyMsgSize
 	if c.WithGID {
 		n = KeyMsgSizeGID
@@ -375,12 +459,15 @@ func (c *Conn) Reports(my BWReport) (BWReport, error) {
 }
 
 // Close is ctx_close_connection without the socket's close: a handshake,
-// then "done".
+// then "done" (over TCP only).
 func (c *Conn) Close(my Dest) error {
 	if _, err := c.HandShake(my); err != nil {
 		return err
 	}
-	if _, err := c.rw.Write([]byte(doneMsg)); err != nil {
+	if c.RDMACM {
+		return nil
+	}
+	if err := c.t.Send([]byte(doneMsg)); err != nil {
 		return fmt.Errorf("Couldn't write to socket: %w", err)
 	}
 	return nil

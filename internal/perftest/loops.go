@@ -351,7 +351,7 @@ func (s *side) runRDMABW() error {
 		if err != nil {
 			return err
 		}
-		WriteBWRow(s.out, rem, p.Output, p.Gbits)
+		s.bwRow(rem)
 		if err := s.finish(); err != nil {
 			return err
 		}
@@ -370,7 +370,7 @@ func (s *side) runRDMABW() error {
 			return fmt.Errorf(" Failed to complete run_iter_bw function successfully: %w", err)
 		}
 		if !p.Duplex {
-			WriteBWRow(s.out, rep, p.Output, p.Gbits)
+			s.bwRow(rep)
 			continue
 		}
 		if p.All {
@@ -382,7 +382,7 @@ func (s *side) runRDMABW() error {
 		if err != nil {
 			return err
 		}
-		WriteBWRow(s.out, rep.Sum(rem), p.Output, p.Gbits)
+		s.bwRow(rep.Sum(rem))
 	}
 	s.resultLine()
 	if s.client && !p.Duplex {
@@ -445,7 +445,7 @@ func (s *side) runSendBW() error {
 			}
 			rep = rep.Sum(rem)
 		}
-		WriteBWRow(s.out, rep, p.Output, p.Gbits)
+		s.bwRow(rep)
 		if p.All {
 			if err := s.hs(); err != nil {
 				return err
@@ -467,7 +467,18 @@ func (s *side) writeLatRow(size int, tposted []Cycles, timed *LatDurResult) erro
 		return err
 	}
 	WriteLatRow(s.out, uint64(size), uint64(len(tposted)), r, s.p.Output)
+	if s.env.Results != nil {
+		s.env.Results.Lat = append(s.env.Results.Lat, LatRow{Size: size, Iters: len(tposted), LatResult: r})
+	}
 	return nil
+}
+
+// bwRow prints a bandwidth row and records it.
+func (s *side) bwRow(r BWReport) {
+	WriteBWRow(s.out, r, s.p.Output, s.p.Gbits)
+	if s.env.Results != nil {
+		s.env.Results.BW = append(s.env.Results.BW, r)
+	}
 }
 
 // latDone turns a timed run's count into its row.

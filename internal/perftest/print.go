@@ -60,10 +60,12 @@ type Header struct {
 	CQMod     int
 	MTU       int // bytes
 	LinkType  string
-	GIDIndex  int // -1: none, and no line
-	Inline    int // max inline data (SEND and WRITE tests)
-	OutReads  int // outstanding reads (READ and atomic tests)
-	ViaRDMACM bool
+	GIDIndex  int  // -1: none, and no line
+	Inline    int  // max inline data (SEND and WRITE tests)
+	OutReads  int  // outstanding reads (READ and atomic tests)
+	ViaRDMACM bool // -R: "rdma_cm QPs : ON", and the server's notice
+	// DataExRDMACM (-z, -R): the exchange runs over rdma_cm.
+	DataExRDMACM bool
 }
 
 // Write prints the header block, from the first ResultLine to the last.
@@ -124,8 +126,17 @@ func (h Header) Write(w io.Writer) {
 		fmt.Fprintf(&b, " Outstand reads  : %d\n", h.OutReads)
 	}
 	fmt.Fprintf(&b, " rdma_cm QPs\t : %s\n", onOff(h.ViaRDMACM))
-	b.WriteString(" Data ex. method : Ethernet\n")
-	b.WriteString(ResultLine)
+	if h.DataExRDMACM {
+		b.WriteString(" Data ex. method : rdma_cm")
+	} else {
+		b.WriteString(" Data ex. method : Ethernet")
+	}
+	if h.ViaRDMACM && h.Server {
+		b.WriteString("\n" + ResultLine)
+		b.WriteString(" Waiting for client rdma_cm QP to connect\n")
+		b.WriteString(" Please run the same command with the IB/RoCE interface IP")
+	}
+	b.WriteString("\n" + ResultLine)
 	io.WriteString(w, b.String())
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/softverbs/softverbs/clock"
+	"github.com/softverbs/softverbs/cm"
 	"github.com/softverbs/softverbs/keys"
 	"github.com/softverbs/softverbs/qp"
 	"github.com/softverbs/softverbs/rvt"
@@ -26,6 +27,28 @@ type Env struct {
 	// Warm, if not nil, is called with the peer's GID once it is known,
 	// to resolve its MAC before the first packet.
 	Warm func(rvt.GID)
+	// CMListener, for a server with -R or -z, is where it accepts the
+	// client's rdma_cm connection (nil: listen on the configured port of
+	// every address in port space TCP, as perftest does). It is closed
+	// once the client is in.
+	CMListener *cm.Listener
+	// Results, if not nil, receives every row this side prints (not the
+	// -D rows), for plots and tables.
+	Results *Results
+}
+
+// Results are the rows a tool printed.
+type Results struct {
+	BW  []BWReport
+	Lat []LatRow
+}
+
+// LatRow is one latency row: the message size, the iterations and the
+// figures.
+type LatRow struct {
+	Size  int
+	Iters int
+	LatResult
 }
 
 // side is one run of a tool: its parameters, device objects and exchange.
@@ -54,6 +77,9 @@ type side struct {
 	conn     *Conn
 	my, rem  []Dest
 	deadline time.Time
+
+	comm    *cmComm    // -z, -R: the exchange's rdma_cm connection
+	cmConns []*cm.Conn // -R: the test QPs' connections
 }
 
 // full reports whether the tool prints its whole output (no --output).
@@ -80,7 +106,11 @@ func Run(cfg Config, env Env) error {
 	}
 	s.base = s.clk.Now().Add(-time.Second)
 	defer s.close()
-	return s.run()
+	err = s.run()
+	if s.cmConns != nil && err == nil {
+		err = s.disconnectCM()
+	}
+	return err
 }
 
 func (s *side) run() error {
@@ -102,16 +132,25 @@ func (s *side) run() error {
 	if p.Timeout > 0 {
 		s.deadline = s.clk.Now().Add(p.Timeout)
 	}
-	c, err := s.establish()
-	if err != nil {
-		return err
+	var err error
+	if p.CommRDMACM {
+		if s.comm, err = s.establishCM(); err != nil {
+			return err
+		}
+		s.conn = NewRDMACMConn(s.comm, s.client)
+	} else {
+		c, err := s.establish()
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		s.conn = NewConn(c, s.client)
 	}
-	defer c.Close()
-	s.conn = NewConn(c, s.client)
 	if err := s.conn.Versions(); err != nil {
 		return err
 	}
-	cycle, _, err := s.conn.SysData(pageSize, cacheLine)
+	var cycle int
+	cycle, _, err = s.conn.SysData(pageSize, cacheLine)
 	if err != nil {
 		return fmt.Errorf(" Failed to exchange Page Size data between server and client: %w", err)
 	}
@@ -129,6 +168,11 @@ func (s *side) run() error {
 	s.bufSize = alignUp(max(s.recvLen(p.Size), cycle), pageSize)
 	if err := s.setup(); err != nil {
 		return fmt.Errorf(" Couldn't create IB resources: %w", err)
+	}
+	if p.RDMACM {
+		if err := s.connectCM(); err != nil {
+			return fmt.Errorf("Failed to create RDMA CM connection with resources: %w", err)
+		}
 	}
 	if s.full() {
 		s.header().Write(s.out)
@@ -235,7 +279,7 @@ func (s *side) header() Header {
 		Verb: p.Test.Verb(), Atomic: p.Atomic, Latency: p.Test.Latency(), Duplex: p.Duplex, PostList: p.PostList,
 		Events: p.Events, Device: s.env.Dev.Name(), QPs: p.QPs, Conn: p.Conn, Server: !s.client,
 		TxDepth: p.TxDepth, RxDepth: p.RxDepth, CQMod: p.CQMod, MTU: s.mtu.Bytes(), LinkType: pa.LinkLayer,
-		GIDIndex: s.gidIndex, OutReads: s.outReads,
+		GIDIndex: s.gidIndex, OutReads: s.outReads, ViaRDMACM: p.RDMACM, DataExRDMACM: p.CommRDMACM,
 	}
 }
 
@@ -308,6 +352,9 @@ func (s *side) setup() error {
 // address handles).
 func (s *side) connect() error {
 	p := s.p
+	if p.RDMACM {
+		return nil // rdma_cm moved the QPs to RTS
+	}
 	typ := s.qpType()
 	for i, q := range s.qps {
 		rem := s.rem[i]
@@ -339,6 +386,12 @@ func (s *side) connect() error {
 }
 
 func (s *side) close() {
+	for _, c := range s.cmConns {
+		_ = c.Close()
+	}
+	if s.comm != nil {
+		s.comm.close()
+	}
 	for _, q := range s.qps {
 		_ = q.Destroy()
 	}
