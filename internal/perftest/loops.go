@@ -323,20 +323,41 @@ func (s *side) bwServer(size int) (BWReport, error) {
 		QPs: nq, Timed: timed, NoPeak: true, Gbits: s.p.Gbits, CyclesPerSec: CyclesPerSec}), nil
 }
 
-// runRDMABW is ib_write_bw, ib_read_bw and ib_atomic_bw after the header.
-func (s *side) runRDMABW() error {
-	p := s.p
+// connectAll exchanges the QPs' addresses, connects them and prints ours, with
+// the barrier handshakes where the tool has them (perftest's tools differ):
+// one before the first exchange (lead), one between connecting and
+// printing our address (mid), one after the second exchange (tail).
+func (s *side) connectAll(lead, mid, tail bool) error {
+	if lead {
+		if err := s.hs(); err != nil {
+			return err
+		}
+	}
 	if err := s.hsEach(false); err != nil {
 		return err
 	}
 	if err := s.connect(); err != nil {
 		return fmt.Errorf(" Unable to Connect the HCA's through the link: %w", err)
 	}
+	if mid {
+		if err := s.hs(); err != nil {
+			return err
+		}
+	}
 	s.printMy()
 	if err := s.hsEach(true); err != nil {
 		return err
 	}
-	if err := s.hs(); err != nil {
+	if tail {
+		return s.hs()
+	}
+	return nil
+}
+
+// runRDMABW is ib_write_bw, ib_read_bw and ib_atomic_bw after the header.
+func (s *side) runRDMABW() error {
+	p := s.p
+	if err := s.connectAll(false, false, true); err != nil {
 		return err
 	}
 	if s.full() {
@@ -399,17 +420,7 @@ func (s *side) runRDMABW() error {
 // runSendBW is ib_send_bw after the header.
 func (s *side) runSendBW() error {
 	p := s.p
-	if err := s.hsEach(false); err != nil {
-		return err
-	}
-	if err := s.connect(); err != nil {
-		return fmt.Errorf(" Unable to Connect the HCA's through the link: %w", err)
-	}
-	if err := s.hs(); err != nil {
-		return err
-	}
-	s.printMy()
-	if err := s.hsEach(true); err != nil {
+	if err := s.connectAll(false, true, false); err != nil {
 		return err
 	}
 	if s.full() {
@@ -493,17 +504,7 @@ func (s *side) latDone(start Cycles, iters uint64) *LatDurResult {
 // runSendLat is ib_send_lat after the header.
 func (s *side) runSendLat() error {
 	p := s.p
-	if err := s.hsEach(false); err != nil {
-		return err
-	}
-	if err := s.connect(); err != nil {
-		return fmt.Errorf(" Unable to Connect the HCA's through the link: %w", err)
-	}
-	if err := s.hs(); err != nil {
-		return err
-	}
-	s.printMy()
-	if err := s.hsEach(true); err != nil {
+	if err := s.connectAll(false, true, false); err != nil {
 		return err
 	}
 	if s.full() {
@@ -592,20 +593,7 @@ func (s *side) latSend(size int) error {
 // exchange).
 func (s *side) runWriteLat() error {
 	p := s.p
-	if err := s.hs(); err != nil {
-		return err
-	}
-	if err := s.hsEach(false); err != nil {
-		return err
-	}
-	if err := s.connect(); err != nil {
-		return fmt.Errorf(" Unable to Connect the HCA's through the link: %w", err)
-	}
-	s.printMy()
-	if err := s.hsEach(true); err != nil {
-		return err
-	}
-	if err := s.hs(); err != nil {
+	if err := s.connectAll(true, false, true); err != nil {
 		return err
 	}
 	if s.full() {
@@ -683,20 +671,7 @@ loop:
 // the server waits in the closing exchange.
 func (s *side) runReadLat() error {
 	p := s.p
-	if err := s.hs(); err != nil {
-		return err
-	}
-	if err := s.hsEach(false); err != nil {
-		return err
-	}
-	if err := s.connect(); err != nil {
-		return fmt.Errorf(" Unable to Connect the HCA's through the link: %w", err)
-	}
-	s.printMy()
-	if err := s.hsEach(true); err != nil {
-		return err
-	}
-	if err := s.hs(); err != nil {
+	if err := s.connectAll(true, false, true); err != nil {
 		return err
 	}
 	if !s.client {
