@@ -371,7 +371,7 @@ func (id *ID) Connect(q *rvt.QP, p *ConnParam) error {
 	a.mu.Unlock()
 
 	if q != nil && !sidr && q.State() == qp.Reset {
-		if err := modifyQP(q, a.initAttr(q, 0), qp.Init); err != nil {
+		if err := modifyQP(q, connInitAttr(q), qp.Init); err != nil {
 			a.mu.Lock()
 			a.releaseQPLocked(id)
 			a.mu.Unlock()
@@ -707,7 +707,7 @@ func (id *ID) InitQPAttr(state qp.State) (rvt.QPAttr, rvt.QPAttrMask, error) {
 	}
 	switch state {
 	case qp.Init:
-		return a.initAttr(id.q, 0), qp.AttrState | qp.RequiredAttrs(typ, qp.Reset, qp.Init), nil
+		return connInitAttr(id.q), qp.AttrState | qp.RequiredAttrs(typ, qp.Reset, qp.Init), nil
 	case qp.RTR:
 		if id.remoteQPN == 0 && id.state < StateREQRcvd {
 			return rvt.QPAttr{}, 0, fmt.Errorf("init qp attr: %w: no peer yet", ErrInvalidState)
@@ -719,12 +719,28 @@ func (id *ID) InitQPAttr(state qp.State) (rvt.QPAttr, rvt.QPAttrMask, error) {
 	return rvt.QPAttr{}, 0, fmt.Errorf("init qp attr: %w: state %v", ErrInvalidArgument, state)
 }
 
-func (a *Agent) initAttr(q *rvt.QP, qkey uint32) rvt.QPAttr {
+// connInitAttr are the INIT attributes of a connected (RC or UC) QP.
+func connInitAttr(q *rvt.QP) rvt.QPAttr {
 	acc := keys.LocalWrite | keys.RemoteWrite | keys.RemoteRead | keys.RemoteAtomic
 	if q != nil && q.Type() == qp.UC {
 		acc = keys.LocalWrite | keys.RemoteWrite
 	}
-	return rvt.QPAttr{State: qp.Init, Port: 1, AccessFlags: acc, QKey: qkey}
+	return rvt.QPAttr{State: qp.Init, Port: 1, AccessFlags: acc}
+}
+
+// PrepareConn moves an RC or UC QP from RESET to INIT with the attributes
+// Connect and Accept would give it, as rdma_create_qp does for a connected
+// ID, so that receives can be posted before the connection is made (the
+// peer may SEND as soon as it is established). Connect and Accept then
+// take the QP on from INIT.
+func PrepareConn(q *rvt.QP) error {
+	if t := q.Type(); t != qp.RC && t != qp.UC {
+		return fmt.Errorf("prepare QP %#x: %w: not RC or UC", q.Num(), ErrInvalidArgument)
+	}
+	if err := modifyQP(q, connInitAttr(q), qp.Init); err != nil {
+		return fmt.Errorf("prepare QP %#x: %w", q.Num(), err)
+	}
+	return nil
 }
 
 func (id *ID) rtrAttr() rvt.QPAttr {
@@ -751,7 +767,7 @@ func (a *Agent) connectQP(id *ID, q *rvt.QP) error {
 	rtr, rts := id.rtrAttr(), id.rtsAttr()
 	a.mu.Unlock()
 	if q.State() == qp.Reset {
-		if err := modifyQP(q, a.initAttr(q, 0), qp.Init); err != nil {
+		if err := modifyQP(q, connInitAttr(q), qp.Init); err != nil {
 			return err
 		}
 	}

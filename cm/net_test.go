@@ -213,3 +213,60 @@ func TestNetSIDR(t *testing.T) {
 	}
 	require.Equal(t, msg, dst[40:])
 }
+
+// PrepareConn puts the QPs in INIT with the CM's attributes, so both sides
+// post receives before the connection exists; Dial and Accept take the QPs
+// on from INIT, and a SEND right after ESTABLISHED finds its receive.
+func TestPrepareConnRecvBeforeConnect(t *testing.T) {
+	w := newWorld(t, worldOpts{agent: FastOptions(), seed: 13})
+	a, b := w.nodes[0], w.nodes[1]
+	ctx := ctxT(t)
+	qa, qb := a.newQP(t, qp.RC), b.newQP(t, qp.RC)
+	for _, q := range []*rvt.QP{qa, qb} {
+		require.NoError(t, PrepareConn(q))
+		require.Equal(t, qp.Init, q.State())
+	}
+	dst := make([]byte, 64)
+	rmr, err := a.pd.Reg(dst, keys.LocalWrite)
+	require.NoError(t, err)
+	require.NoError(t, qa.PostRecv(rvt.RecvWR{WRID: 1, SGL: []rvt.SGE{{Addr: rmr.IOVA, Length: 64, Lkey: rmr.Lkey}}}))
+
+	l, err := Listen(b.dev, netip.AddrPortFrom(b.ip, 7174), nil)
+	require.NoError(t, err)
+	defer l.Close()
+	errc := make(chan error, 1)
+	go func() {
+		r, err := l.Accept(ctx)
+		if err != nil {
+			errc <- err
+			return
+		}
+		if _, err = r.Accept(ctx, qb, nil); err != nil {
+			errc <- err
+			return
+		}
+		// The server SENDs at once: the client's receive is there.
+		msg := []byte("first")
+		smr, err := b.pd.Reg(msg, 0)
+		if err == nil {
+			err = qb.PostSend(rvt.SendWR{Opcode: qp.OpSend, Flags: qp.Signaled,
+				SGL: []rvt.SGE{{Addr: smr.IOVA, Length: uint32(len(msg)), Lkey: smr.Lkey}}})
+		}
+		errc <- err
+	}()
+	c, err := Dial(ctx, a.dev, netip.AddrPortFrom(b.ip, 7174), qa, nil)
+	require.NoError(t, err)
+	require.NoError(t, <-errc)
+	wc := make([]rvt.WC, 1)
+	deadline := time.Now().Add(5 * time.Second)
+	for a.cq.Poll(wc) == 0 {
+		require.True(t, time.Now().Before(deadline), "no receive completion")
+		time.Sleep(100 * time.Microsecond)
+	}
+	require.Equal(t, rvt.WC{}.Status, wc[0].Status)
+	require.Equal(t, "first", string(dst[:5]))
+	require.NoError(t, c.Disconnect(ctx))
+
+	ud := a.newQP(t, qp.UD)
+	require.ErrorIs(t, PrepareConn(ud), ErrInvalidArgument)
+}
