@@ -31,6 +31,7 @@ type ID struct {
 	route         Route
 	addrOK        bool
 	tc            uint8
+	ackTimeout    uint8 // SetAckTimeout (0: the negotiated one)
 
 	q    *rvt.QP
 	qpn  uint32
@@ -153,6 +154,16 @@ func (id *ID) QP() *rvt.QP {
 func (id *ID) SetTOS(tos uint8) {
 	id.a.mu.Lock()
 	id.tc = tos
+	id.a.mu.Unlock()
+}
+
+// SetAckTimeout sets the local ACK timeout exponent (4.096 µs × 2^t) the
+// ID gives its QP on the way to RTS, instead of packet lifetime + 1
+// (rdma_set_option ACK_TIMEOUT: it changes our QP only, not the wire);
+// 0 restores the default.
+func (id *ID) SetAckTimeout(t uint8) {
+	id.a.mu.Lock()
+	id.ackTimeout = t
 	id.a.mu.Unlock()
 }
 
@@ -749,7 +760,11 @@ func (id *ID) rtrAttr() rvt.QPAttr {
 }
 
 func (id *ID) rtsAttr() rvt.QPAttr {
-	return rvt.QPAttr{State: qp.RTS, SQPSN: id.localPSN, Timeout: id.neg.ackTimeout,
+	t := id.neg.ackTimeout
+	if id.ackTimeout != 0 {
+		t = id.ackTimeout
+	}
+	return rvt.QPAttr{State: qp.RTS, SQPSN: id.localPSN, Timeout: t,
 		RetryCnt: id.neg.retry, RNRRetry: id.neg.rnr, MaxRdAtomic: id.neg.initDepth}
 }
 

@@ -270,3 +270,29 @@ func TestPrepareConnRecvBeforeConnect(t *testing.T) {
 	ud := a.newQP(t, qp.UD)
 	require.ErrorIs(t, PrepareConn(ud), ErrInvalidArgument)
 }
+
+// DialOptions.AckTimeout sets our QP's local ACK timeout (rdma_set_option
+// ACK_TIMEOUT); the passive side keeps the one the REQ carries.
+func TestDialAckTimeout(t *testing.T) {
+	w := newWorld(t, worldOpts{agent: FastOptions(), seed: 14})
+	a, b := w.nodes[0], w.nodes[1]
+	ctx := ctxT(t)
+	qa, qb := a.newQP(t, qp.RC), b.newQP(t, qp.RC)
+	l, err := Listen(b.dev, netip.AddrPortFrom(b.ip, 7471), nil)
+	require.NoError(t, err)
+	defer l.Close()
+	errc := make(chan error, 1)
+	go func() {
+		r, err := l.Accept(ctx)
+		if err == nil {
+			_, err = r.Accept(ctx, qb, nil)
+		}
+		errc <- err
+	}()
+	c, err := Dial(ctx, a.dev, netip.AddrPortFrom(b.ip, 7471), qa, &DialOptions{AckTimeout: 14})
+	require.NoError(t, err)
+	require.NoError(t, <-errc)
+	require.Equal(t, uint8(14), qa.Query().Timeout)
+	require.Equal(t, FastOptions().PacketLifetime+1, qb.Query().Timeout)
+	require.NoError(t, c.Disconnect(ctx))
+}
