@@ -754,9 +754,15 @@ func PrepareConn(q *rvt.QP) error {
 	return nil
 }
 
+// The PSNs as Linux's cm.c sets them: the Starting PSN a side puts in its
+// REQ or REP is the PSN it receives from (its rq_psn), and the peer's is
+// the PSN it sends from (sq_psn). The active side of rping.pcap sends its
+// first SEND with the REP's Starting PSN, the passive side its first READ
+// with the REQ's; a peer that does it the other way gets PSN sequence
+// error NAKs from Linux.
 func (id *ID) rtrAttr() rvt.QPAttr {
 	return rvt.QPAttr{State: qp.RTR, AV: id.route.AV(), PathMTU: id.neg.mtu, DestQPN: id.remoteQPN,
-		RQPSN: id.remotePSN, MaxDestRdAtomic: id.neg.respRes, MinRNRTimer: id.neg.minRNR}
+		RQPSN: id.localPSN, MaxDestRdAtomic: id.neg.respRes, MinRNRTimer: id.neg.minRNR}
 }
 
 func (id *ID) rtsAttr() rvt.QPAttr {
@@ -764,7 +770,7 @@ func (id *ID) rtsAttr() rvt.QPAttr {
 	if id.ackTimeout != 0 {
 		t = id.ackTimeout
 	}
-	return rvt.QPAttr{State: qp.RTS, SQPSN: id.localPSN, Timeout: t,
+	return rvt.QPAttr{State: qp.RTS, SQPSN: id.remotePSN, Timeout: t,
 		RetryCnt: id.neg.retry, RNRRetry: id.neg.rnr, MaxRdAtomic: id.neg.initDepth}
 }
 

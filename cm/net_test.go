@@ -3,12 +3,19 @@ package cm
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
+	"io"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
+	"github.com/google/gopacket/pcapgo"
 	"github.com/stretchr/testify/require"
 
 	"github.com/softverbs/softverbs/keys"
@@ -295,4 +302,47 @@ func TestDialAckTimeout(t *testing.T) {
 	require.Equal(t, uint8(14), qa.Query().Timeout)
 	require.Equal(t, FastOptions().PacketLifetime+1, qb.Query().Timeout)
 	require.NoError(t, c.Disconnect(ctx))
+}
+
+// The PSNs as Linux sets them (cm.c): each side receives from the
+// Starting PSN of the message it sent (REQ, REP) and sends from the
+// peer's. rping.pcap shows it: the active side's first SEND carries the
+// REP's Starting PSN, the passive side's first READ the REQ's.
+func TestPSNsAsLinux(t *testing.T) {
+	ms := loadCMMADs(t, "rping.pcap")
+	reqPSN, repPSN := REQ(ms[0].mad).StartingPSN(), REP(ms[1].mad).StartingPSN()
+	fh, err := os.Open(filepath.Join(capturesDir, "rping.pcap"))
+	require.NoError(t, err)
+	defer fh.Close()
+	r, err := pcapgo.NewReader(fh)
+	require.NoError(t, err)
+	first := map[[4]byte]uint32{} // first RC request PSN by source
+	for {
+		data, _, err := r.ReadPacketData()
+		if err == io.EOF {
+			break
+		}
+		require.NoError(t, err)
+		pkt := gopacket.NewPacket(data, layers.LayerTypeEthernet, gopacket.Default)
+		udp, ok := pkt.Layer(layers.LayerTypeUDP).(*layers.UDP)
+		v4, ok4 := pkt.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
+		if !ok || !ok4 || udp.DstPort != 4791 || udp.Payload[0]>>5 != 0 || udp.Payload[0] == 0x11 {
+			continue // not an RC request (ACKs are opcode 0x11)
+		}
+		if _, seen := first[[4]byte(v4.SrcIP.To4())]; !seen {
+			first[[4]byte(v4.SrcIP.To4())] = binary.BigEndian.Uint32(udp.Payload[8:]) & 0xFFFFFF
+		}
+	}
+	require.Equal(t, repPSN, first[[4]byte{10, 50, 0, 2}], "the active side sends from the REP's PSN")
+	require.Equal(t, reqPSN, first[[4]byte{10, 50, 0, 1}], "the passive side sends from the REQ's PSN")
+
+	w := newWorld(t, worldOpts{agent: FastOptions(), seed: 15})
+	client, server, l := netPair(t, w, 7174, nil, nil)
+	defer l.Close()
+	ca, sa := client.QP().Query(), server.QP().Query()
+	require.Equal(t, client.ID().localPSN, ca.RQPSN, "active: receives from its REQ's PSN")
+	require.Equal(t, server.ID().localPSN, ca.SQPSN, "active: sends from the REP's PSN")
+	require.Equal(t, server.ID().localPSN, sa.RQPSN, "passive: receives from its REP's PSN")
+	require.Equal(t, client.ID().localPSN, sa.SQPSN, "passive: sends from the REQ's PSN")
+	require.NoError(t, client.Disconnect(ctxT(t)))
 }
