@@ -482,7 +482,7 @@ func connParam() *cm.ConnParam {
 // librdmacm reports as an event.
 func cmaError(out cmtool.Out, err error) {
 	if t, st, ok := cmtool.EventOf(err); ok {
-		out.Errorf("cma event %s, error %d\n", t, st)
+		out.Errorf("cma event RDMA_CM_EVENT_%s, error %d\n", t, st)
 	}
 }
 

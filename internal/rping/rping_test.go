@@ -125,5 +125,5 @@ func TestRpingNoListener(t *testing.T) {
 	server, client := sides(srv, cli)
 	_, c := cmtooltest.Run(t, d, 30*time.Second, server, client)
 	require.Error(t, c.Err)
-	require.Equal(t, []string{"cma event REJECTED, error 8", "connect error -1"}, cmtooltest.Lines(c.Stderr))
+	require.Equal(t, []string{"cma event RDMA_CM_EVENT_REJECTED, error 8", "connect error -1"}, cmtooltest.Lines(c.Stderr))
 }

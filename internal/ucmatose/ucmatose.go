@@ -153,7 +153,7 @@ func Run(ctx context.Context, dev *rvt.Device, cfg Config, out cmtool.Out) error
 // the status the tool returns.
 func (t *test) eventStatus(err error) int {
 	if typ, st, ok := cmtool.EventOf(err); ok {
-		t.out.Printf("cmatose: event: %s, error: %d\n", typ, st)
+		t.out.Printf("cmatose: event: RDMA_CM_EVENT_%s, error: %d\n", typ, st)
 		return st
 	}
 	t.out.Printf("cmatose: %v\n", err)

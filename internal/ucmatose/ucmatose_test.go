@@ -67,6 +67,6 @@ func TestUcmatoseRejected(t *testing.T) {
 	server, client := sides(srv, cli)
 	_, c := cmtooltest.Run(t, d, 30*time.Second, server, client)
 	require.Error(t, c.Err)
-	require.Equal(t, []string{"cmatose: starting client", "cmatose: connecting", "cmatose: event: REJECTED, error: 8",
+	require.Equal(t, []string{"cmatose: starting client", "cmatose: connecting", "cmatose: event: RDMA_CM_EVENT_REJECTED, error: 8",
 		"test complete", "return status 8"}, cmtooltest.Lines(c.Stdout))
 }

@@ -252,7 +252,7 @@ func (t *test) runClient(ctx context.Context, dev *rvt.Device) (int, error) {
 				return -1, ctx.Err()
 			}
 			if typ, st, ok := cmtool.EventOf(err); ok {
-				t.out.Printf("udaddy: event: %s, error: %d\n", typ, st)
+				t.out.Printf("udaddy: event: RDMA_CM_EVENT_%s, error: %d\n", typ, st)
 				return st, nil
 			}
 			t.out.Printf("udaddy: %v\n", err)

@@ -78,6 +78,6 @@ func TestUdaddyNoListener(t *testing.T) {
 	server, client := sides(srv, cli)
 	_, c := cmtooltest.Run(t, d, 30*time.Second, server, client)
 	require.Error(t, c.Err)
-	require.Equal(t, []string{"udaddy: starting client", "udaddy: connecting", "udaddy: event: UNREACHABLE, error: 1",
+	require.Equal(t, []string{"udaddy: starting client", "udaddy: connecting", "udaddy: event: RDMA_CM_EVENT_UNREACHABLE, error: 1",
 		"test complete", "return status 1"}, cmtooltest.Lines(c.Stdout))
 }
