@@ -48,13 +48,16 @@ demo:
 	$(GO) run ./cmd/rvt demo
 
 # rvt pingpong against Linux rxe and rdma-core's ibv_{rc,uc,ud}_pingpong in
-# the ../shared/rxe-peer guests, both roles, over TAP (root; boots a guest).
+# the ../shared/rxe-peer guests, both roles, over TAP (root; boots a guest);
+# then rvt rping, ucmatose and udaddy against rdma-core's (the CM).
 interop:
 	GO=$(GO) scripts/interop.sh
+	GO=$(GO) scripts/interop-cm.sh
 
-# The short subset .ci/run runs: RC pingpong in each role over TAP.
+# The short subset .ci/run runs: RC pingpong and rping in each role over TAP.
 interop-quick:
 	GO=$(GO) scripts/interop.sh --quick
+	GO=$(GO) scripts/interop-cm.sh --quick
 
 # The perftest tools on the in-memory pair beside their same-run baselines:
 # rewrites the table in docs/performance.md and the plots under

@@ -31,6 +31,7 @@ type ID struct {
 	route         Route
 	addrOK        bool
 	tc            uint8
+	ackTimeout    uint8 // SetAckTimeout (0: the negotiated one)
 
 	q    *rvt.QP
 	qpn  uint32
@@ -153,6 +154,16 @@ func (id *ID) QP() *rvt.QP {
 func (id *ID) SetTOS(tos uint8) {
 	id.a.mu.Lock()
 	id.tc = tos
+	id.a.mu.Unlock()
+}
+
+// SetAckTimeout sets the local ACK timeout exponent (4.096 µs × 2^t) the
+// ID gives its QP on the way to RTS, instead of packet lifetime + 1
+// (rdma_set_option ACK_TIMEOUT: it changes our QP only, not the wire);
+// 0 restores the default.
+func (id *ID) SetAckTimeout(t uint8) {
+	id.a.mu.Lock()
+	id.ackTimeout = t
 	id.a.mu.Unlock()
 }
 
@@ -371,7 +382,7 @@ func (id *ID) Connect(q *rvt.QP, p *ConnParam) error {
 	a.mu.Unlock()
 
 	if q != nil && !sidr && q.State() == qp.Reset {
-		if err := modifyQP(q, a.initAttr(q, 0), qp.Init); err != nil {
+		if err := modifyQP(q, connInitAttr(q), qp.Init); err != nil {
 			a.mu.Lock()
 			a.releaseQPLocked(id)
 			a.mu.Unlock()
@@ -707,7 +718,7 @@ func (id *ID) InitQPAttr(state qp.State) (rvt.QPAttr, rvt.QPAttrMask, error) {
 	}
 	switch state {
 	case qp.Init:
-		return a.initAttr(id.q, 0), qp.AttrState | qp.RequiredAttrs(typ, qp.Reset, qp.Init), nil
+		return connInitAttr(id.q), qp.AttrState | qp.RequiredAttrs(typ, qp.Reset, qp.Init), nil
 	case qp.RTR:
 		if id.remoteQPN == 0 && id.state < StateREQRcvd {
 			return rvt.QPAttr{}, 0, fmt.Errorf("init qp attr: %w: no peer yet", ErrInvalidState)
@@ -719,21 +730,47 @@ func (id *ID) InitQPAttr(state qp.State) (rvt.QPAttr, rvt.QPAttrMask, error) {
 	return rvt.QPAttr{}, 0, fmt.Errorf("init qp attr: %w: state %v", ErrInvalidArgument, state)
 }
 
-func (a *Agent) initAttr(q *rvt.QP, qkey uint32) rvt.QPAttr {
+// connInitAttr are the INIT attributes of a connected (RC or UC) QP.
+func connInitAttr(q *rvt.QP) rvt.QPAttr {
 	acc := keys.LocalWrite | keys.RemoteWrite | keys.RemoteRead | keys.RemoteAtomic
 	if q != nil && q.Type() == qp.UC {
 		acc = keys.LocalWrite | keys.RemoteWrite
 	}
-	return rvt.QPAttr{State: qp.Init, Port: 1, AccessFlags: acc, QKey: qkey}
+	return rvt.QPAttr{State: qp.Init, Port: 1, AccessFlags: acc}
 }
 
+// PrepareConn moves an RC or UC QP from RESET to INIT with the attributes
+// Connect and Accept would give it, as rdma_create_qp does for a connected
+// ID, so that receives can be posted before the connection is made (the
+// peer may SEND as soon as it is established). Connect and Accept then
+// take the QP on from INIT.
+func PrepareConn(q *rvt.QP) error {
+	if t := q.Type(); t != qp.RC && t != qp.UC {
+		return fmt.Errorf("prepare QP %#x: %w: not RC or UC", q.Num(), ErrInvalidArgument)
+	}
+	if err := modifyQP(q, connInitAttr(q), qp.Init); err != nil {
+		return fmt.Errorf("prepare QP %#x: %w", q.Num(), err)
+	}
+	return nil
+}
+
+// The PSNs as Linux's cm.c sets them: the Starting PSN a side puts in its
+// REQ or REP is the PSN it receives from (its rq_psn), and the peer's is
+// the PSN it sends from (sq_psn). The active side of rping.pcap sends its
+// first SEND with the REP's Starting PSN, the passive side its first READ
+// with the REQ's; a peer that does it the other way gets PSN sequence
+// error NAKs from Linux.
 func (id *ID) rtrAttr() rvt.QPAttr {
 	return rvt.QPAttr{State: qp.RTR, AV: id.route.AV(), PathMTU: id.neg.mtu, DestQPN: id.remoteQPN,
-		RQPSN: id.remotePSN, MaxDestRdAtomic: id.neg.respRes, MinRNRTimer: id.neg.minRNR}
+		RQPSN: id.localPSN, MaxDestRdAtomic: id.neg.respRes, MinRNRTimer: id.neg.minRNR}
 }
 
 func (id *ID) rtsAttr() rvt.QPAttr {
-	return rvt.QPAttr{State: qp.RTS, SQPSN: id.localPSN, Timeout: id.neg.ackTimeout,
+	t := id.neg.ackTimeout
+	if id.ackTimeout != 0 {
+		t = id.ackTimeout
+	}
+	return rvt.QPAttr{State: qp.RTS, SQPSN: id.remotePSN, Timeout: t,
 		RetryCnt: id.neg.retry, RNRRetry: id.neg.rnr, MaxRdAtomic: id.neg.initDepth}
 }
 
@@ -751,7 +788,7 @@ func (a *Agent) connectQP(id *ID, q *rvt.QP) error {
 	rtr, rts := id.rtrAttr(), id.rtsAttr()
 	a.mu.Unlock()
 	if q.State() == qp.Reset {
-		if err := modifyQP(q, a.initAttr(q, 0), qp.Init); err != nil {
+		if err := modifyQP(q, connInitAttr(q), qp.Init); err != nil {
 			return err
 		}
 	}

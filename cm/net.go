@@ -234,9 +234,12 @@ func eventErr(ev Event) error {
 
 // DialOptions configure Dial and ResolveUD.
 type DialOptions struct {
-	PortSpace   PortSpace  // default PSTCP (ResolveUD: PSUDP)
-	Src         netip.Addr // source address; zero: chosen by the route
-	TOS         uint8
+	PortSpace PortSpace  // default PSTCP (ResolveUD: PSUDP)
+	Src       netip.Addr // source address; zero: chosen by the route
+	TOS       uint8
+	// AckTimeout is the local ACK timeout exponent of the QP
+	// (rdma_set_option ACK_TIMEOUT); 0: packet lifetime + 1.
+	AckTimeout  uint8
 	PrivateData []byte
 	// Param overrides the offered parameters (default: responder
 	// resources and initiator depth 1, retry 7, RNR retry 7, as rping).
@@ -319,6 +322,7 @@ func (a *Agent) Dial(ctx context.Context, raddr netip.AddrPort, q *rvt.QP, o *Di
 		return nil, fmt.Errorf("dial %v: %w", raddr, err)
 	}
 	id.SetTOS(do.TOS)
+	id.SetAckTimeout(do.AckTimeout)
 	if err := id.ResolveAddr(do.Src, raddr); err != nil {
 		return fail(err)
 	}

@@ -3,12 +3,19 @@ package cm
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
+	"io"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
+	"github.com/google/gopacket/pcapgo"
 	"github.com/stretchr/testify/require"
 
 	"github.com/softverbs/softverbs/keys"
@@ -212,4 +219,130 @@ func TestNetSIDR(t *testing.T) {
 		time.Sleep(100 * time.Microsecond)
 	}
 	require.Equal(t, msg, dst[40:])
+}
+
+// PrepareConn puts the QPs in INIT with the CM's attributes, so both sides
+// post receives before the connection exists; Dial and Accept take the QPs
+// on from INIT, and a SEND right after ESTABLISHED finds its receive.
+func TestPrepareConnRecvBeforeConnect(t *testing.T) {
+	w := newWorld(t, worldOpts{agent: FastOptions(), seed: 13})
+	a, b := w.nodes[0], w.nodes[1]
+	ctx := ctxT(t)
+	qa, qb := a.newQP(t, qp.RC), b.newQP(t, qp.RC)
+	for _, q := range []*rvt.QP{qa, qb} {
+		require.NoError(t, PrepareConn(q))
+		require.Equal(t, qp.Init, q.State())
+	}
+	dst := make([]byte, 64)
+	rmr, err := a.pd.Reg(dst, keys.LocalWrite)
+	require.NoError(t, err)
+	require.NoError(t, qa.PostRecv(rvt.RecvWR{WRID: 1, SGL: []rvt.SGE{{Addr: rmr.IOVA, Length: 64, Lkey: rmr.Lkey}}}))
+
+	l, err := Listen(b.dev, netip.AddrPortFrom(b.ip, 7174), nil)
+	require.NoError(t, err)
+	defer l.Close()
+	errc := make(chan error, 1)
+	go func() {
+		r, err := l.Accept(ctx)
+		if err != nil {
+			errc <- err
+			return
+		}
+		if _, err = r.Accept(ctx, qb, nil); err != nil {
+			errc <- err
+			return
+		}
+		// The server SENDs at once: the client's receive is there.
+		msg := []byte("first")
+		smr, err := b.pd.Reg(msg, 0)
+		if err == nil {
+			err = qb.PostSend(rvt.SendWR{Opcode: qp.OpSend, Flags: qp.Signaled,
+				SGL: []rvt.SGE{{Addr: smr.IOVA, Length: uint32(len(msg)), Lkey: smr.Lkey}}})
+		}
+		errc <- err
+	}()
+	c, err := Dial(ctx, a.dev, netip.AddrPortFrom(b.ip, 7174), qa, nil)
+	require.NoError(t, err)
+	require.NoError(t, <-errc)
+	wc := make([]rvt.WC, 1)
+	deadline := time.Now().Add(5 * time.Second)
+	for a.cq.Poll(wc) == 0 {
+		require.True(t, time.Now().Before(deadline), "no receive completion")
+		time.Sleep(100 * time.Microsecond)
+	}
+	require.Equal(t, rvt.WC{}.Status, wc[0].Status)
+	require.Equal(t, "first", string(dst[:5]))
+	require.NoError(t, c.Disconnect(ctx))
+
+	ud := a.newQP(t, qp.UD)
+	require.ErrorIs(t, PrepareConn(ud), ErrInvalidArgument)
+}
+
+// DialOptions.AckTimeout sets our QP's local ACK timeout (rdma_set_option
+// ACK_TIMEOUT); the passive side keeps the one the REQ carries.
+func TestDialAckTimeout(t *testing.T) {
+	w := newWorld(t, worldOpts{agent: FastOptions(), seed: 14})
+	a, b := w.nodes[0], w.nodes[1]
+	ctx := ctxT(t)
+	qa, qb := a.newQP(t, qp.RC), b.newQP(t, qp.RC)
+	l, err := Listen(b.dev, netip.AddrPortFrom(b.ip, 7471), nil)
+	require.NoError(t, err)
+	defer l.Close()
+	errc := make(chan error, 1)
+	go func() {
+		r, err := l.Accept(ctx)
+		if err == nil {
+			_, err = r.Accept(ctx, qb, nil)
+		}
+		errc <- err
+	}()
+	c, err := Dial(ctx, a.dev, netip.AddrPortFrom(b.ip, 7471), qa, &DialOptions{AckTimeout: 14})
+	require.NoError(t, err)
+	require.NoError(t, <-errc)
+	require.Equal(t, uint8(14), qa.Query().Timeout)
+	require.Equal(t, FastOptions().PacketLifetime+1, qb.Query().Timeout)
+	require.NoError(t, c.Disconnect(ctx))
+}
+
+// The PSNs as Linux sets them (cm.c): each side receives from the
+// Starting PSN of the message it sent (REQ, REP) and sends from the
+// peer's. rping.pcap shows it: the active side's first SEND carries the
+// REP's Starting PSN, the passive side's first READ the REQ's.
+func TestPSNsAsLinux(t *testing.T) {
+	ms := loadCMMADs(t, "rping.pcap")
+	reqPSN, repPSN := REQ(ms[0].mad).StartingPSN(), REP(ms[1].mad).StartingPSN()
+	fh, err := os.Open(filepath.Join(capturesDir, "rping.pcap"))
+	require.NoError(t, err)
+	defer fh.Close()
+	r, err := pcapgo.NewReader(fh)
+	require.NoError(t, err)
+	first := map[[4]byte]uint32{} // first RC request PSN by source
+	for {
+		data, _, err := r.ReadPacketData()
+		if err == io.EOF {
+			break
+		}
+		require.NoError(t, err)
+		pkt := gopacket.NewPacket(data, layers.LayerTypeEthernet, gopacket.Default)
+		udp, ok := pkt.Layer(layers.LayerTypeUDP).(*layers.UDP)
+		v4, ok4 := pkt.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
+		if !ok || !ok4 || udp.DstPort != 4791 || udp.Payload[0]>>5 != 0 || udp.Payload[0] == 0x11 {
+			continue // not an RC request (ACKs are opcode 0x11)
+		}
+		if _, seen := first[[4]byte(v4.SrcIP.To4())]; !seen {
+			first[[4]byte(v4.SrcIP.To4())] = binary.BigEndian.Uint32(udp.Payload[8:]) & 0xFFFFFF
+		}
+	}
+	require.Equal(t, repPSN, first[[4]byte{10, 50, 0, 2}], "the active side sends from the REP's PSN")
+	require.Equal(t, reqPSN, first[[4]byte{10, 50, 0, 1}], "the passive side sends from the REQ's PSN")
+
+	w := newWorld(t, worldOpts{agent: FastOptions(), seed: 15})
+	client, server, l := netPair(t, w, 7174, nil, nil)
+	defer l.Close()
+	ca, sa := client.QP().Query(), server.QP().Query()
+	require.Equal(t, client.ID().localPSN, ca.RQPSN, "active: receives from its REQ's PSN")
+	require.Equal(t, server.ID().localPSN, ca.SQPSN, "active: sends from the REP's PSN")
+	require.Equal(t, server.ID().localPSN, sa.RQPSN, "passive: receives from its REP's PSN")
+	require.Equal(t, client.ID().localPSN, sa.SQPSN, "passive: sends from the REQ's PSN")
+	require.NoError(t, client.Disconnect(ctxT(t)))
 }

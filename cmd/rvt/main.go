@@ -95,6 +95,7 @@ func commands() []command {
 				}
 			}, "[server]"},
 		perfCommand(),
+		rpingCommand(), ucmatoseCommand(), udaddyCommand(),
 	}
 }
 

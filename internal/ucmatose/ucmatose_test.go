@@ -1,0 +1,72 @@
+package ucmatose
+
+import (
+	"context"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/softverbs/softverbs/internal/cmtool"
+	"github.com/softverbs/softverbs/internal/cmtool/cmtooltest"
+	"github.com/softverbs/softverbs/rvt"
+)
+
+// The lines of the real tools (testdata/captures/ucmatose.txt).
+var (
+	serverLines = []string{"cmatose: starting server", "initiating data transfers", "completing sends",
+		"receiving data transfers", "data transfers complete", "cmatose: disconnecting", "disconnected",
+		"test complete", "return status 0"}
+	clientLines = []string{"cmatose: starting client", "cmatose: connecting", "receiving data transfers",
+		"sending replies", "data transfers complete", "test complete", "return status 0"}
+)
+
+func sides(srv, cli Config) (cmtool.Side, func(context.Context, *rvt.Device, cmtool.Out) error) {
+	server := func(ctx context.Context, dev *rvt.Device, out cmtool.Out, listening func()) error {
+		srv.OnListen = func(netip.AddrPort) { listening() }
+		return Run(ctx, dev, srv, out)
+	}
+	client := func(ctx context.Context, dev *rvt.Device, out cmtool.Out) error {
+		return Run(ctx, dev, cli, out)
+	}
+	return server, client
+}
+
+func TestUcmatose(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		devs        func(*testing.T) cmtooltest.Devices
+		conns, size int
+	}{
+		{"fabric-1", cmtooltest.Fabric, 1, 100},
+		{"fabric-8", cmtooltest.Fabric, 8, 4000},
+		{"udp-4", cmtooltest.UDP, 4, 100},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := tc.devs(t)
+			srv, cli := DefaultConfig(), DefaultConfig()
+			srv.Connections, srv.Size = tc.conns, tc.size
+			cli.Dst, cli.Connections, cli.Size, cli.AckTimeout = d.ServerAddr, tc.conns, tc.size, 16
+			server, client := sides(srv, cli)
+			s, c := cmtooltest.Run(t, d, 30*time.Second, server, client)
+			require.NoError(t, s.Err)
+			require.NoError(t, c.Err)
+			require.Equal(t, serverLines, cmtooltest.Lines(s.Stdout))
+			require.Equal(t, clientLines, cmtooltest.Lines(c.Stdout))
+		})
+	}
+}
+
+// Nobody listens: the client prints the REJECTED event and returns its
+// status, as cmatose does.
+func TestUcmatoseRejected(t *testing.T) {
+	d := cmtooltest.Fabric(t)
+	srv, cli := DefaultConfig(), DefaultConfig()
+	cli.Dst, cli.Port = d.ServerAddr, 7472
+	server, client := sides(srv, cli)
+	_, c := cmtooltest.Run(t, d, 30*time.Second, server, client)
+	require.Error(t, c.Err)
+	require.Equal(t, []string{"cmatose: starting client", "cmatose: connecting", "cmatose: event: RDMA_CM_EVENT_REJECTED, error: 8",
+		"test complete", "return status 8"}, cmtooltest.Lines(c.Stdout))
+}
