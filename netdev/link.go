@@ -127,6 +127,23 @@ type OwnReceiver interface {
 	ReceivesOnOwnGoroutine() bool
 }
 
+// NeighbourQueuer is implemented by links that resolve neighbours
+// themselves (netdev/host) and can hold frames for a neighbour they are
+// still resolving, as Linux queues packets on an unresolved neighbour
+// (unres_qlen). When QueuesUnresolved reports true, the link's Send
+// accepts a frame whose destination MAC is zero (never a valid
+// destination): it takes the next hop from the frame's IP destination
+// (softverbs' hosts have no routes: every peer is on the segment), writes
+// the neighbour's MAC in and sends the frame, or keeps a copy in a
+// bounded queue until the neighbour answers, dropping it (counted) if the
+// queue overflows or resolution fails. A sender that cannot resolve a
+// neighbour itself (its resolver answers false) sends such a frame
+// instead of dropping it. The frame travels the ordinary Send path, so
+// wrappers above the host (capture, faults) see it like any other.
+type NeighbourQueuer interface {
+	QueuesUnresolved() bool
+}
+
 // Poller is implemented by links whose receive ring a spinning goroutine
 // can drain itself: PollReceive hands waiting frames to the handler on the
 // calling goroutine and reports whether there were any.
@@ -137,7 +154,7 @@ type Poller interface {
 // Wrapper is implemented by links that wrap another link (capture.Link,
 // faults.Link, host.Host): Unwrap returns the wrapped link. A wrapper forwards
 // the basic Link methods; the optional interfaces above (Holder, Poller,
-// OwnReceiver, GroupJoiner) are found through the chain with As.
+// OwnReceiver, NeighbourQueuer, GroupJoiner) are found through the chain with As.
 type Wrapper interface {
 	Unwrap() Link
 }

@@ -638,10 +638,10 @@ func (c *Conn) pathLocked(a *qp.Attr) *path {
 	}
 	if !c.qp.Type().Datagram() {
 		p.r = ps.routeTo(&a.AV, c.srcPort, false)
-		if p.r.bad {
-			// A failed route is not kept: the next packet tries again (a
-			// neighbour may have been learned meanwhile without a port
-			// change).
+		if p.r.bad || p.r.unresolved {
+			// A failed or unresolved route is not kept: the next packet
+			// tries again (a neighbour may have been learned meanwhile
+			// without a port change).
 			p.port = nil
 		}
 	}

@@ -29,6 +29,10 @@ const (
 	GhostAcks
 	RecvWQEMissing
 	CreditWaits
+	// SentUnresolved counts packets handed to the link before their
+	// neighbour was resolved, for the link to hold until it is
+	// (netdev.NeighbourQueuer).
+	SentUnresolved
 	NumCounters
 )
 
@@ -38,6 +42,7 @@ var counterNames = [NumCounters]string{
 	"retry_exceeded_err", "retry_rnr_exceeded_err", "completer_retry_err",
 	"send_err", "link_downed", "rdma_sends", "rdma_recvs", "retransmits",
 	"timeouts", "ghost_acks", "recv_wqe_missing", "credit_waits",
+	"sent_unresolved",
 }
 
 func (c Counter) String() string {

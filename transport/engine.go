@@ -106,6 +106,9 @@ type PortConfig struct {
 	MAC   netdev.MAC
 	Addrs []netip.Addr // GID table sources, in GID index order
 	// Resolve maps a peer IP to its MAC (the fabric's table, or ARP/ND).
+	// When it answers false and the link holds frames for resolution
+	// (netdev.NeighbourQueuer), the packet is sent with a zero destination
+	// MAC for the link to complete; otherwise it is dropped (SendErr).
 	Resolve func(netip.Addr) (netdev.MAC, bool)
 	// MTU is the Ethernet MTU of the link (default 1500; 4096+headers for
 	// loopback only).
@@ -177,6 +180,7 @@ type portState struct {
 	hold    netdev.Holder   // the link batches transmits, if it can
 	poll    netdev.Poller   // the link's receive ring can be polled, if it can
 	here    bool            // the link's handler runs on its own goroutine
+	queue   bool            // the link holds frames for unresolved neighbours
 	mac     netdev.MAC
 	gids    []netdev.GID
 	resolve func(netip.Addr) (netdev.MAC, bool)
@@ -238,6 +242,9 @@ func (e *Engine) SetPort(pc PortConfig) error {
 	ps.poll, _ = netdev.As[netdev.Poller](pc.Link)
 	if o, ok := netdev.As[netdev.OwnReceiver](pc.Link); ok {
 		ps.here = o.ReceivesOnOwnGoroutine()
+	}
+	if q, ok := netdev.As[netdev.NeighbourQueuer](pc.Link); ok {
+		ps.queue = q.QueuesUnresolved()
 	}
 	e.port.Store(ps)
 	e.mu.Unlock()
@@ -617,6 +624,10 @@ type route struct {
 	src, dst netdev.Endpoint
 	ttl, tos uint8
 	bad      bool // no route (bad GID index, no link, MAC unresolved)
+	// The MAC is not resolved yet and the link resolves it: dst.MAC is
+	// zero, and the link fills it in or holds the frame until it can
+	// (netdev.NeighbourQueuer).
+	unresolved bool
 
 	// On the loopback path: the destination QP's conn (Engine.peerOf).
 	peer *Conn
@@ -657,11 +668,14 @@ func (ps *portState) routeTo(av *qp.AddressVector, srcPort uint16, datagram bool
 		if ps.resolve != nil {
 			mac, ok = ps.resolve(r.dst.IP)
 		}
-		if !ok {
+		switch {
+		case ok:
+			r.dst.MAC = mac
+		case ps.queue:
+			r.unresolved = true
+		default:
 			r.bad = true
-			break
 		}
-		r.dst.MAC = mac
 	}
 	return r
 }
@@ -748,6 +762,8 @@ func (e *Engine) xmitSpan(c *Conn, r *route, t txPkt, ib int, ext []byte, span u
 		if l := e.port.Load().link; l != nil {
 			if err := l.Send(frame); err != nil {
 				e.counters.c[SendErr].Add(1)
+			} else if r.unresolved {
+				e.counters.c[SentUnresolved].Add(1)
 			}
 		}
 	}

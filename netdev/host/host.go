@@ -5,8 +5,8 @@
 package host
 
 // Lock order: Host.mu only. It is never held while the host calls the
-// wrapped link or the upper handler, so a synchronous link (the fabric) may
-// deliver a reply inside Send.
+// wrapped link, the upper handler or a clock method that runs timers, so a
+// synchronous link (the fabric) may deliver a reply inside Send.
 
 import (
 	"encoding/binary"
@@ -36,6 +36,25 @@ const (
 	// MaxNeighbours bounds the cache; when it is full, expired entries are
 	// dropped first and new unresolved addresses are not tracked.
 	MaxNeighbours = 4096
+)
+
+// The queue of frames waiting for a neighbour being resolved (Linux's
+// arp_queue; see NeighbourQueuer in netdev).
+const (
+	// UnresQLen bounds the frames held for one unresolved neighbour
+	// (Linux's unres_qlen as it was before it became a byte count: 3).
+	// The oldest is dropped to make room, as Linux does.
+	UnresQLen = 3
+	// UnresQLenBytes bounds the bytes held for one unresolved neighbour.
+	UnresQLenBytes = 64 << 10
+	// RetransTime is the time between requests for a neighbour that has
+	// frames waiting (Linux's retrans_time).
+	RetransTime = time.Second
+	// MaxSolicit is how many requests (one each RetransTime) a neighbour
+	// with frames waiting gets: MaxSolicit×RetransTime after the first
+	// frame was queued with no answer, resolution has failed and the
+	// frames are dropped (Linux's mcast_solicit).
+	MaxSolicit = 3
 )
 
 // ARP (RFC 826) over Ethernet for IPv4: the 28-byte packet after the
@@ -86,6 +105,12 @@ type Stats struct {
 	Malformed                       uint64 // ARP/ND frames too short or with a bad checksum
 	RxFrames, RxBytes               uint64 // frames passed to the handler
 	RxDropped                       uint64 // frames to pass up that found no handler set
+
+	// Frames sent for a neighbour not resolved yet (NeighbourQueuer).
+	UnresQueued   uint64 // queued to wait for the neighbour's MAC
+	UnresSent     uint64 // sent once the neighbour answered
+	UnresOverflow uint64 // dropped to make room (UnresQLen, UnresQLenBytes)
+	UnresFailed   uint64 // dropped: no answer in time, no IP destination, cache full, host closed
 }
 
 type neighState uint8
@@ -100,6 +125,22 @@ type neighbour struct {
 	state     neighState
 	confirmed time.Time // last confirmation (reachable)
 	probed    time.Time // last request sent
+
+	// Frames waiting for the MAC (copies, destination MAC zero); while
+	// there are any, the neighbour is in Host.waiting.
+	queue  [][]byte
+	qbytes int
+	qsince time.Time // when the first of them was queued
+}
+
+// dueLocked returns when the host's timer must next look at a neighbour
+// with frames waiting: its next request, or the end of its resolution.
+func (n *neighbour) dueLocked() time.Time {
+	next := n.probed.Add(RetransTime)
+	if fail := n.qsince.Add(MaxSolicit * RetransTime); fail.Before(next) {
+		return fail
+	}
+	return next
 }
 
 // Host makes softverbs a host on an Ethernet segment: it wraps a Link,
@@ -112,11 +153,18 @@ type neighbour struct {
 //
 // Host is itself a Link (sending through the wrapped one, reporting its own
 // MAC) and a Releaser when the wrapped link is one. Time comes only from
-// the clock: entries age by clock.Now, and nothing runs on timers; Resolve
-// sends requests as it is asked, at most one per ProbeInterval per address.
-// Unwrap returns the wrapped link, so As finds its Holder and Poller: Send
-// goes straight to the wrapped link, and a poll runs the host's receive
-// path. Host answers GroupJoiner and OwnReceiver itself.
+// the clock: entries age by clock.Now; Resolve sends requests as it is
+// asked, at most one per ProbeInterval per address. Unwrap returns the
+// wrapped link, so As finds its Holder and Poller: Send goes straight to
+// the wrapped link, and a poll runs the host's receive path. Host answers
+// GroupJoiner and OwnReceiver itself.
+//
+// Host is a NeighbourQueuer: a frame sent with a zero destination MAC goes
+// to the neighbour of its IP destination, at once if it is resolved, else
+// after the neighbour answers (see Send). One clock timer per host, armed
+// only while frames wait, repeats the requests for them (RetransTime) and
+// drops them when resolution fails (MaxSolicit); nothing else runs on
+// timers.
 type Host struct {
 	l   netdev.Link
 	mac netdev.MAC
@@ -125,19 +173,26 @@ type Host struct {
 
 	netdev.Receiver // frames passed up (or dropped with no handler set)
 
-	mu     sync.RWMutex
-	addrs  []netip.Addr // unmapped, in the caller's order
-	groups netdev.GroupRefs
-	neigh  map[netip.Addr]*neighbour
+	mu      sync.RWMutex
+	closed  bool
+	addrs   []netip.Addr // unmapped, in the caller's order
+	groups  netdev.GroupRefs
+	neigh   map[netip.Addr]*neighbour
+	waiting map[netip.Addr]*neighbour // the neighbours with frames queued
+	timer   clock.Timer               // armed while waiting is not empty
+	timerAt time.Time                 // when timer fires
+	timerID uint64                    // the armed timer's; a superseded one does nothing
 
-	arpReqSent, arpRepSent, nsSent, naSent atomic.Uint64
-	learned, consumed, filtered, malformed atomic.Uint64
+	arpReqSent, arpRepSent, nsSent, naSent         atomic.Uint64
+	learned, consumed, filtered, malformed         atomic.Uint64
+	unresQueued, unresSent, unresOver, unresFailed atomic.Uint64
 }
 
 var (
-	_ netdev.Link     = (*Host)(nil)
-	_ netdev.Releaser = (*Host)(nil)
-	_ netdev.Wrapper  = (*Host)(nil)
+	_ netdev.Link            = (*Host)(nil)
+	_ netdev.Releaser        = (*Host)(nil)
+	_ netdev.Wrapper         = (*Host)(nil)
+	_ netdev.NeighbourQueuer = (*Host)(nil)
 )
 
 // New wraps l as a host with the given MAC and IP addresses (IPv4,
@@ -145,7 +200,8 @@ var (
 // solicitations too). clk (nil: the real clock) ages the neighbour cache.
 // The host takes over l's handler.
 func New(l netdev.Link, mac netdev.MAC, addrs []netip.Addr, clk clock.Clock) *Host {
-	h := &Host{l: l, mac: mac, clk: clock.OrReal(clk), neigh: make(map[netip.Addr]*neighbour)}
+	h := &Host{l: l, mac: mac, clk: clock.OrReal(clk), neigh: make(map[netip.Addr]*neighbour),
+		waiting: make(map[netip.Addr]*neighbour)}
 	h.rel, _ = l.(netdev.Releaser)
 	h.addrs = unmapAll(addrs)
 	l.SetHandler(h.receive)
@@ -162,8 +218,148 @@ func unmapAll(addrs []netip.Addr) []netip.Addr {
 	return out
 }
 
-// Send transmits frame on the wrapped link.
-func (h *Host) Send(frame []byte) error { return h.l.Send(frame) }
+// Send transmits frame on the wrapped link. A frame whose destination MAC
+// is zero goes to the neighbour of its IP destination (NeighbourQueuer):
+// Send resolves it as Resolve does and writes its MAC into the frame, or,
+// while the neighbour is unresolved, keeps a copy in the neighbour's queue
+// (at most UnresQLen frames and UnresQLenBytes bytes, the oldest dropped to
+// make room). The queue goes out, in order, as soon as an ARP reply or a
+// neighbour advertisement gives the MAC; with no answer after MaxSolicit
+// requests RetransTime apart, it is dropped. Each outcome is counted
+// (Stats.Unres*); none is an error.
+func (h *Host) Send(frame []byte) error {
+	if len(frame) >= netdev.EthernetHeaderLen && netdev.Ethernet(frame).Dst().IsZero() {
+		return h.sendResolving(frame)
+	}
+	return h.l.Send(frame)
+}
+
+// QueuesUnresolved reports true: Send holds frames for a neighbour being
+// resolved (netdev.NeighbourQueuer).
+func (h *Host) QueuesUnresolved() bool { return true }
+
+// nextHop returns the IP destination of an IPv4 or IPv6 frame (unmapped).
+func nextHop(frame []byte) (netip.Addr, bool) {
+	p := frame[netdev.EthernetHeaderLen:]
+	switch netdev.Ethernet(frame).EtherType() {
+	case netdev.EtherTypeIPv4:
+		if len(p) >= netdev.IPv4HeaderLen {
+			return netdev.IPv4(p).Dst(), true
+		}
+	case netdev.EtherTypeIPv6:
+		if len(p) >= netdev.IPv6HeaderLen {
+			return netdev.IPv6(p).Dst().Unmap(), true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+// sendResolving sends a frame with no destination MAC to the neighbour of
+// its IP destination, or queues it until the neighbour is resolved.
+func (h *Host) sendResolving(frame []byte) error {
+	ip, ok := nextHop(frame)
+	if !ok || !ip.IsValid() || ip.IsUnspecified() {
+		h.unresFailed.Add(1)
+		return nil
+	}
+	if mac, ok := h.Resolve(ip); ok {
+		netdev.Ethernet(frame).SetDst(mac)
+		return h.l.Send(frame)
+	}
+	now := h.clk.Now()
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		h.unresFailed.Add(1)
+		return netdev.ErrClosed
+	}
+	n := h.neigh[ip]
+	if n == nil {
+		// Resolve could not track it: the cache is full of live entries.
+		h.mu.Unlock()
+		h.unresFailed.Add(1)
+		return nil
+	}
+	if n.state == neighReachable && now.Sub(n.confirmed) < ReachableTime+StaleTime {
+		// The answer came in since Resolve asked.
+		mac := n.mac
+		h.mu.Unlock()
+		netdev.Ethernet(frame).SetDst(mac)
+		return h.l.Send(frame)
+	}
+	if len(n.queue) == 0 {
+		n.qsince = now
+		h.waiting[ip] = n
+	}
+	for len(n.queue) > 0 && (len(n.queue) >= UnresQLen || n.qbytes+len(frame) > UnresQLenBytes) {
+		n.qbytes -= len(n.queue[0])
+		n.queue[0] = nil
+		n.queue = n.queue[1:]
+		h.unresOver.Add(1)
+	}
+	n.queue = append(n.queue, slices.Clone(frame))
+	n.qbytes += len(frame)
+	h.unresQueued.Add(1)
+	h.armLocked(now)
+	h.mu.Unlock()
+	return nil
+}
+
+// armLocked makes the host's timer fire when the earliest waiting
+// neighbour is due (dueLocked), and stops it when none is waiting.
+func (h *Host) armLocked(now time.Time) {
+	var due time.Time
+	for _, n := range h.waiting {
+		if d := n.dueLocked(); due.IsZero() || d.Before(due) {
+			due = d
+		}
+	}
+	if h.timer != nil && !due.IsZero() && !h.timerAt.After(due) {
+		return // fires in time; it re-arms for what is left
+	}
+	if h.timer != nil {
+		h.timer.Stop()
+		h.timer = nil
+	}
+	h.timerID++
+	if due.IsZero() {
+		return
+	}
+	id := h.timerID
+	h.timerAt = due
+	h.timer = h.clk.AfterFunc(due.Sub(now), func() { h.onTimer(id) })
+}
+
+// onTimer repeats the request for each waiting neighbour whose
+// RetransTime has passed and drops the frames of those whose resolution
+// has failed.
+func (h *Host) onTimer(id uint64) {
+	now := h.clk.Now()
+	var ask []netip.Addr
+	h.mu.Lock()
+	if h.closed || id != h.timerID {
+		h.mu.Unlock()
+		return
+	}
+	h.timer = nil
+	for ip, n := range h.waiting {
+		switch {
+		case !now.Before(n.qsince.Add(MaxSolicit * RetransTime)):
+			h.unresFailed.Add(uint64(len(n.queue)))
+			n.queue, n.qbytes = nil, 0
+			delete(h.waiting, ip)
+		case !now.Before(n.probed.Add(RetransTime)):
+			n.probed = now
+			ask = append(ask, ip)
+		}
+	}
+	h.armLocked(now)
+	h.mu.Unlock()
+	slices.SortFunc(ask, netip.Addr.Compare) // a reproducible order
+	for _, ip := range ask {
+		h.solicit(ip, netdev.MAC{})
+	}
+}
 
 // ReceivesOnOwnGoroutine reports whether the wrapped link calls the handler
 // from its own goroutine (see OwnReceiver).
@@ -178,8 +374,23 @@ func (h *Host) HardwareAddr() netdev.MAC { return h.mac }
 // MTU returns the wrapped link's MTU.
 func (h *Host) MTU() int { return h.l.MTU() }
 
-// Close closes the wrapped link.
-func (h *Host) Close() error { return h.l.Close() }
+// Close drops the frames waiting for neighbours (counted as failed) and
+// closes the wrapped link.
+func (h *Host) Close() error {
+	h.mu.Lock()
+	h.closed = true
+	for ip, n := range h.waiting {
+		h.unresFailed.Add(uint64(len(n.queue)))
+		n.queue, n.qbytes = nil, 0
+		delete(h.waiting, ip)
+	}
+	if h.timer != nil {
+		h.timer.Stop()
+		h.timer = nil
+	}
+	h.mu.Unlock()
+	return h.l.Close()
+}
 
 // Release gives a received frame back to the wrapped link's pool.
 func (h *Host) Release(frame []byte) {
@@ -240,9 +451,10 @@ func (h *Host) isOurs(ip netip.Addr) bool {
 // than that is still returned (for up to StaleTime more) while a fresh
 // request goes out. Otherwise Resolve sends an ARP request or a neighbour
 // solicitation (at most one per ProbeInterval per address) and returns
-// false: the caller drops the packet and retries later. On a synchronous
-// link the answer may arrive inside that send, and then Resolve succeeds at
-// once.
+// false: the caller sends its frame with a zero destination MAC, which
+// Send holds until the answer (see Send), or drops it and retries later.
+// On a synchronous link the answer may arrive inside that send, and then
+// Resolve succeeds at once.
 func (h *Host) Resolve(ip netip.Addr) (netdev.MAC, bool) {
 	ip = ip.Unmap()
 	if m, ok := netdev.MulticastMAC(ip); ok {
@@ -335,40 +547,55 @@ func (h *Host) Neighbour(ip netip.Addr) (netdev.MAC, bool) {
 // learned one).
 func (h *Host) AddNeighbour(ip netip.Addr, mac netdev.MAC) { h.learn(ip.Unmap(), mac, true) }
 
-func (h *Host) expireLocked(now time.Time) {
+// expireLocked forgets the entries that are neither live nor waited for,
+// and returns how many are left.
+func (h *Host) expireLocked(now time.Time) int {
 	for ip, n := range h.neigh {
+		if len(n.queue) > 0 {
+			continue // resolution ends within MaxSolicit×RetransTime
+		}
 		if n.state != neighReachable || now.Sub(n.confirmed) >= ReachableTime+StaleTime {
 			delete(h.neigh, ip)
 		}
 	}
+	return len(h.neigh)
 }
 
 // learn records ip at mac. create says whether an entry may be created
 // (a reply or a request aimed at us) or only updated (gratuitous traffic
-// about others, which we do not track unless asked).
+// about others, which we do not track unless asked). Frames waiting for
+// ip go out.
 func (h *Host) learn(ip netip.Addr, mac netdev.MAC, create bool) {
 	if !ip.IsValid() || ip.IsUnspecified() || ip.IsMulticast() || mac.IsMulticast() || mac.IsZero() {
 		return
 	}
 	now := h.clk.Now()
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	n := h.neigh[ip]
 	if n == nil {
-		if !create {
+		if !create || len(h.neigh) >= MaxNeighbours && h.expireLocked(now) >= MaxNeighbours {
+			h.mu.Unlock()
 			return
-		}
-		if len(h.neigh) >= MaxNeighbours {
-			h.expireLocked(now)
-			if len(h.neigh) >= MaxNeighbours {
-				return
-			}
 		}
 		n = &neighbour{}
 		h.neigh[ip] = n
 	}
 	n.mac, n.state, n.confirmed = mac, neighReachable, now
 	h.learned.Add(1)
+	q := n.queue
+	if q != nil {
+		n.queue, n.qbytes = nil, 0
+		delete(h.waiting, ip) // the timer finds nothing to do for it
+	}
+	h.mu.Unlock()
+	for _, f := range q {
+		netdev.Ethernet(f).SetDst(mac)
+		if h.l.Send(f) == nil {
+			h.unresSent.Add(1)
+		} else {
+			h.unresFailed.Add(1)
+		}
+	}
 }
 
 // solicit asks for ip's MAC: an ARP request or a neighbour solicitation,
@@ -765,5 +992,7 @@ func (h *Host) Stats() Stats {
 		NSSent: h.nsSent.Load(), NASent: h.naSent.Load(), Learned: h.learned.Load(),
 		Consumed: h.consumed.Load(), Filtered: h.filtered.Load(), Malformed: h.malformed.Load(),
 		RxFrames: rxFrames, RxBytes: rxBytes, RxDropped: rxDropped,
+		UnresQueued: h.unresQueued.Load(), UnresSent: h.unresSent.Load(),
+		UnresOverflow: h.unresOver.Load(), UnresFailed: h.unresFailed.Load(),
 	}
 }
