@@ -152,6 +152,8 @@ type Device struct {
 	nPD     atomic.Int32
 
 	stopWatch func() // stops following Options.Interface; nil if not
+
+	svc services // the services of higher layers (Service)
 }
 
 // Open creates a device.
@@ -254,9 +256,16 @@ func (d *Device) SetAddrs(addrs []netip.Addr) error {
 	return nil
 }
 
-// Close stops the device: its QPs stop and its worker pool ends. The link
-// is not closed (the caller owns it).
+// Close stops the device: its services close (Service), then its QPs stop
+// and its worker pool ends. The link is not closed (the caller owns it).
 func (d *Device) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.mu.Unlock()
+	d.closeServices()
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
