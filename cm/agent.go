@@ -12,7 +12,8 @@
 // form (Listen, Dial, Listener.Accept, Request.Accept/Reject, Conn) is
 // built on it for Go programs.
 //
-// Each device has one Agent: it owns the GSI QP, posts its receives,
+// Each device has one Agent, which the device keeps (rvt.Device.Service)
+// and closes when it closes: it owns the GSI QP, posts its receives,
 // answers from the address of each received MAD, and runs every protocol
 // step in one run-to-completion task. Timers run on the device's clock and
 // only flag work for that task. See docs/cm.md.
@@ -20,6 +21,7 @@ package cm
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/netip"
@@ -44,9 +46,6 @@ import (
 // Options configure an Agent. The zero value gives Linux's defaults.
 type Options struct {
 	Logger *slog.Logger // nil: discard
-	// Resolve maps a neighbour's IP to its MAC (the function given to
-	// rvt.Open). Nil: route resolution leaves the MAC to the transport.
-	Resolve func(netip.Addr) (netdev.MAC, bool)
 	// Seed seeds comm IDs, PSNs and ephemeral ports. 0: derived from the
 	// clock and the device GUID.
 	Seed uint64
@@ -189,38 +188,41 @@ type pendingEvent struct {
 	ev Event
 }
 
-// registry maps devices to their agents for Listen and Dial, the way the
-// kernel keeps one ib_cm client per device. It is the package's only
-// state; Close removes an agent from it.
-var registry struct {
-	sync.Mutex
-	m map[*rvt.Device]*Agent
-}
+// agentKey is the key of a device's agent among its services
+// (rvt.Device.Service), the way the kernel keeps one ib_cm client per
+// device.
+type agentKey struct{}
 
 // AgentFor returns the device's agent, opening one with default options
-// if it has none.
+// if it has none. The device closes it when it closes.
 func AgentFor(dev *rvt.Device) (*Agent, error) {
-	registry.Lock()
-	defer registry.Unlock()
-	if a := registry.m[dev]; a != nil {
-		return a, nil
+	v, err := dev.Service(agentKey{}, func() (io.Closer, error) { return newAgent(dev, Options{}) })
+	if err != nil {
+		return nil, err
 	}
-	return newAgentLocked(dev, Options{})
+	return v.(*Agent), nil
 }
 
 // NewAgent opens the connection manager of dev: it creates the GSI QP (QP
-// 1), which must not exist yet, and registers the agent as the device's
-// (AgentFor, Listen and Dial then use it). A device has at most one.
+// 1), which must not exist yet, and keeps the agent as the device's
+// service (AgentFor, Listen and Dial then use it; the device closes it
+// when it closes). A device has at most one.
 func NewAgent(dev *rvt.Device, o Options) (*Agent, error) {
-	registry.Lock()
-	defer registry.Unlock()
-	if registry.m[dev] != nil {
+	opened := false
+	v, err := dev.Service(agentKey{}, func() (io.Closer, error) {
+		opened = true
+		return newAgent(dev, o)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !opened {
 		return nil, fmt.Errorf("cm agent for %s: %w: the device has one", dev.Name(), ErrInvalidState)
 	}
-	return newAgentLocked(dev, o)
+	return v.(*Agent), nil
 }
 
-func newAgentLocked(dev *rvt.Device, o Options) (*Agent, error) {
+func newAgent(dev *rvt.Device, o Options) (*Agent, error) {
 	o.defaults()
 	a := &Agent{
 		dev: dev, opts: o, clk: dev.Clock(), log: o.Logger,
@@ -291,10 +293,6 @@ func newAgentLocked(dev *rvt.Device, o Options) (*Agent, error) {
 		a.cleanup()
 		return nil, fmt.Errorf("cm agent: %w", err)
 	}
-	if registry.m == nil {
-		registry.m = map[*rvt.Device]*Agent{}
-	}
-	registry.m[dev] = a
 	return a, nil
 }
 
@@ -345,11 +343,7 @@ func (a *Agent) Close() error {
 		_ = a.dev.DestroyAH(ah)
 	}
 	a.cleanup()
-	registry.Lock()
-	if registry.m[a.dev] == a {
-		delete(registry.m, a.dev)
-	}
-	registry.Unlock()
+	a.dev.DropService(agentKey{}, a)
 	return nil
 }
 

@@ -70,7 +70,6 @@ func newWorld(tb testing.TB, o worldOpts) *world {
 			Addrs: []netip.Addr{ip}, Resolve: w.fab.Resolve, Clock: w.clk, Inline: o.manual, Workers: o.workers})
 		require.NoError(tb, err)
 		ao := o.agent
-		ao.Resolve = w.fab.Resolve
 		if ao.Seed == 0 {
 			ao.Seed = uint64(o.seed)*7919 + uint64(i) + 1
 		}

@@ -11,13 +11,18 @@ import (
 )
 
 // Route is a resolved path on RoCE (rdma_cm's addr and route resolution:
-// no SA query): our source GID, the peer's GID, its MAC when a resolver
-// knows it, the path MTU of the link, hop limit and traffic class.
+// no SA query): our source GID, the peer's GID, its MAC when the device's
+// resolver knows it, the path MTU of the link, hop limit and traffic
+// class.
 type Route struct {
-	Src, Dst     netip.Addr
-	SGIDIndex    uint8
-	SGID, DGID   netdev.GID
-	DstMAC       netdev.MAC // zero when no resolver was given
+	Src, Dst   netip.Addr
+	SGIDIndex  uint8
+	SGID, DGID netdev.GID
+	// DstMAC is the peer's MAC when the device's resolver knows it
+	// (rvt.Device.ResolveNeighbour), zero otherwise: the transport
+	// resolves it again for each packet, and a host link holds packets
+	// until the neighbour answers.
+	DstMAC       netdev.MAC
 	PathMTU      qp.MTU
 	HopLimit     uint8
 	TrafficClass uint8
@@ -91,12 +96,11 @@ func (a *Agent) resolveLocked(src, dst netip.Addr, tc uint8) (Route, error) {
 	if r.Src == dst {
 		r.HopLimit = 1 // loopback
 	}
-	if a.opts.Resolve != nil && r.Src != dst {
-		mac, ok := a.opts.Resolve(dst)
-		if !ok {
-			return Route{}, fmt.Errorf("resolve %v: %w: no neighbour entry", dst, ErrNoRoute)
-		}
-		r.DstMAC = mac
+	if r.Src != dst {
+		// Asking starts resolution on the wire (an ARP request) if the
+		// neighbour is unknown, as rdma_resolve_addr does; the route does
+		// not wait for the answer.
+		r.DstMAC, _ = a.dev.ResolveNeighbour(dst)
 	}
 	a.routes[k] = routeEntry{r, now.Add(a.opts.RouteTTL)}
 	a.countLocked("route_resolved")
