@@ -2,13 +2,14 @@
 # Interop of rvt's perftest tools (`rvt ib_write_bw` ..., internal/perftest)
 # with Debian's perftest 4.5 on Linux Soft-RoCE (rxe), in both roles, over
 # TAP, using the reference guest of ../shared/rxe-peer (root only). `make
-# interop` runs it after scripts/interop.sh and scripts/interop-cm.sh.
+# interop` runs it after scripts/interop.sh and scripts/interop-cm.sh, `make
+# interop-quick` its --quick subset (about 7 s with the guest up).
 #
 #   scripts/interop-perftest.sh           every case (see --list): the seven
 #                                         tools, RC at path MTU 1024 and
 #                                         4096, sizes 2 B .. 1 MiB for
 #                                         ib_write_bw, -q 4, UD ib_send_bw,
-#                                         -R (rdma_cm) for ib_send_bw
+#                                         -R (rdma_cm), UC, -b, -D, CMP_AND_SWAP
 #   scripts/interop-perftest.sh --quick   ib_write_bw and ib_send_lat in
 #                                         each role at MTU 1024
 #   scripts/interop-perftest.sh --list    print the cases and exit
@@ -96,6 +97,15 @@ else
 	add ib_send_bw 1024 -c UD -s 1024 -n 20
 	add ib_send_bw 4096 -c UD -s 4096 -n 20
 	add ib_send_bw 1024 -R -s 4096 -n 20
+	# Beyond the list, cheap: rdma_cm for a WRITE and a latency
+	# test, UC, -b, -D, CMP_AND_SWAP, -q 4 with READ.
+	add ib_write_bw 1024 -R -s 65536 -n 20
+	add ib_read_lat 1024 -R -s 64 -n 20
+	add ib_write_bw 1024 -c UC -s 4096 -n 20
+	add ib_send_bw 1024 -b -s 4096 -n 20
+	add ib_send_bw 1024 -D 2 -s 4096
+	add ib_atomic_bw 1024 -A CMP_AND_SWAP -n 20
+	add ib_read_bw 1024 -q 4 -s 4096 -n 20
 fi
 if [ -n "$list" ]; then
 	printf '%s\n' "${cases[@]}"
