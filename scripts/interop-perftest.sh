@@ -33,7 +33,7 @@
 # A case passes when both sides exit 0 and both print perftest's table:
 # the remote address, the title line and the result row for the size (the
 # server of ib_read_lat, as perftest's, prints no table: the client alone
-# measures).
+# measures), and the address lines of both sides have the same fields.
 #
 # Environment: PEER, GUEST (1), SVTAP (svtap0), SVIP (10.50.0.200/24),
 # CASE_TIMEOUT (120), QLEN (4096), GO, KEEP=1, KEEP_GUEST=1, as for
@@ -208,6 +208,16 @@ check_out() {
 	grep -Eq "^ *$size +[0-9]+ +[0-9]" "$f" || { log "$who: no result row for $size B"; return 1; }
 }
 
+# same_addr_format RVTFILE RXEFILE WHO: both sides print their address lines
+# with the same fields (OUT, RKey, VAddr or none), as perftest's two sides
+# of one run do.
+same_addr_format() {
+	local a b
+	a=$(grep -E '^ (local|remote) address: ' "$1" | sed -E 's/0x[0-9a-f]+/X/g' | sort -u)
+	b=$(grep -E '^ (local|remote) address: ' "$2" | sed -E 's/0x[0-9a-f]+/X/g' | sort -u)
+	[ "$a" = "$b" ] || { log "$3: address lines differ: rvt [$a] perftest [$b]"; return 1; }
+}
+
 # run_one NAME ROLE TOOL FLAGS...: one pair of processes; sets ok.
 run_one() {
 	local name=$1 role=$2 tool=$3
@@ -262,6 +272,7 @@ run_one() {
 		[ $ok = 1 ] && check_out "$sout" "$tool" client "$size" "$name rvt" || ok=0
 		[ $ok = 1 ] && check_out "$gout" "$tool" server "$size" "$name rxe" || ok=0
 	fi
+	[ $ok = 1 ] && same_addr_format "$sout" "$gout" "$name" || ok=0
 	if [ $ok = 0 ]; then
 		sed 's/^/    rvt| /' "$sout" | head -60
 		sed 's/^/    rxe| /' "$gout" | head -60
