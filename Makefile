@@ -49,15 +49,19 @@ demo:
 
 # rvt pingpong against Linux rxe and rdma-core's ibv_{rc,uc,ud}_pingpong in
 # the ../shared/rxe-peer guests, both roles, over TAP (root; boots a guest);
-# then rvt rping, ucmatose and udaddy against rdma-core's (the CM).
+# then rvt rping, ucmatose and udaddy against rdma-core's (the CM); then
+# rvt's perftest tools against Debian's perftest 4.5.
 interop:
 	GO=$(GO) scripts/interop.sh
 	GO=$(GO) scripts/interop-cm.sh
+	GO=$(GO) scripts/interop-perftest.sh
 
-# The short subset .ci/run runs: RC pingpong and rping in each role over TAP.
+# The short subset .ci/run runs: RC pingpong, rping, ib_write_bw and
+# ib_send_lat in each role over TAP.
 interop-quick:
 	GO=$(GO) scripts/interop.sh --quick
 	GO=$(GO) scripts/interop-cm.sh --quick
+	GO=$(GO) scripts/interop-perftest.sh --quick
 
 # The perftest tools on the in-memory pair beside their same-run baselines:
 # rewrites the table in docs/performance.md and the plots under

@@ -3,6 +3,7 @@ package perftest
 import (
 	"bytes"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -49,6 +50,20 @@ func TestToolsRDMACM(t *testing.T) {
 			require.Contains(t, cout.String(), " Data ex. method : rdma_cm\n")
 			if cfg.RDMACM {
 				require.Contains(t, sout.String(), " Waiting for client rdma_cm QP to connect\n")
+			}
+			// perftest 4.5 prints the addresses with the rdma_cm
+			// exchange's verb, SEND: no OUT, RKey or VAddr even for READ
+			// and WRITE tests, as ib_write_bw -z on the rxe guest prints
+			// " local address: LID 0000 QPN 0x00e6 PSN 0xce9ac1".
+			for _, out := range []string{cout.String(), sout.String()} {
+				n := 0
+				for _, l := range strings.Split(out, "\n") {
+					if strings.HasPrefix(l, " local address: ") || strings.HasPrefix(l, " remote address: ") {
+						n++
+						require.Regexp(t, `^ (local|remote) address: LID 0000 QPN 0x[0-9a-f]{4,6} PSN 0x[0-9a-f]{4,6}$`, l)
+					}
+				}
+				require.Equal(t, 2*cfg.QPs, n, out)
 			}
 		})
 	}

@@ -431,7 +431,7 @@ func (s *side) hsEach(print bool) error {
 		}
 		s.rem[i] = rem
 		if print && s.full() {
-			WriteDest(s.out, "remote", rem, s.p.Test.Verb(), true)
+			WriteDest(s.out, "remote", rem, s.destVerb(), true)
 		}
 	}
 	return nil
@@ -443,8 +443,20 @@ func (s *side) printMy() {
 		return
 	}
 	for _, d := range s.my {
-		WriteDest(s.out, "local", d, s.p.Test.Verb(), true)
+		WriteDest(s.out, "local", d, s.destVerb(), true)
 	}
+}
+
+// destVerb is the verb the address lines are printed for. perftest 4.5
+// prints them with its exchange's verb: the test's over TCP, SEND when the
+// exchange runs over rdma_cm (-R, -z), so that a READ or WRITE test's lines
+// then carry no OUT, RKey and VAddr (seen against ib_write_bw -R and -z,
+// ib_read_lat -R on the rxe guest).
+func (s *side) destVerb() Verb {
+	if s.p.RDMACM || s.p.CommRDMACM {
+		return Send
+	}
+	return s.p.Test.Verb()
 }
 
 // finish is ctx_close_connection.
