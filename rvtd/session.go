@@ -173,7 +173,19 @@ func (ss *session) reply(h proto.Header, st proto.Errno, body proto.Body, closeA
 	if st != 0 {
 		body = nil
 	}
-	err := ss.conn.Send(proto.Header{Op: h.Op, Flags: proto.FlagReply, ReqID: h.ReqID, Handle: h.Handle, Status: st}, body)
+	rh := proto.Header{Op: h.Op, Flags: proto.FlagReply, ReqID: h.ReqID, Handle: h.Handle, Status: st}
+	var err error
+	if st == 0 {
+		err = ss.conn.Send(rh, body)
+	} else {
+		// An error reply is the bare header. Written raw, because the
+		// encoder refuses a reply to an opcode the table does not have
+		// in this direction (EOPNOTSUPP for an unknown or event opcode).
+		var b [proto.HeaderSize]byte
+		rh.Length = proto.HeaderSize
+		proto.PutHeader(b[:], rh)
+		err = ss.conn.WriteRaw(b[:], nil)
+	}
 	if err != nil {
 		ss.log.Debug("reply", "err", err)
 		return false
