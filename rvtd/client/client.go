@@ -120,7 +120,9 @@ func (d *Device) ReadAsyncEvent() (proto.AsyncEvent, error) {
 	return proto.AsyncEvent{Cookie: le64(b[0:]), Element: le32(b[8:]), Type: le32(b[12:])}, nil
 }
 
-func le32(b []byte) uint32 { return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24 }
+func le32(b []byte) uint32 {
+	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
+}
 func le64(b []byte) uint64 { return uint64(le32(b)) | uint64(le32(b[4:]))<<32 }
 
 // QueryGID returns GID index of port 1.
