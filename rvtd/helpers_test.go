@@ -158,6 +158,7 @@ type node struct {
 	shm *client.Shm
 	mr  *client.MR
 	cq  *client.CQ
+	ch  *client.Channel
 	qp  *client.QP
 }
 
@@ -166,7 +167,10 @@ const shmSize = 4 << 20
 // IBV_ACCESS_LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ
 const accessAll = 1 | 2 | 4
 
-func newNode(sock, dev string) (*node, error) {
+func newNode(sock, dev string) (*node, error) { return newNodeCh(sock, dev, false) }
+
+// newNodeCh is newNode, with the CQ on a completion channel if ch.
+func newNodeCh(sock, dev string, ch bool) (*node, error) {
 	c, err := client.Dial(sock, "rvtd-test")
 	if err != nil {
 		return nil, err
@@ -185,7 +189,14 @@ func newNode(sock, dev string) (*node, error) {
 	if n.mr, err = n.dev.RegMR(pd, n.shm, 0, shmSize, accessAll); err != nil {
 		return nil, err
 	}
-	if n.cq, err = n.dev.CreateCQ(256, 0); err != nil {
+	var chh uint32
+	if ch {
+		if n.ch, err = n.dev.CreateCompChannel(); err != nil {
+			return nil, err
+		}
+		chh = n.ch.Handle
+	}
+	if n.cq, err = n.dev.CreateCQ(256, chh); err != nil {
 		return nil, err
 	}
 	n.qp, err = n.dev.CreateQP(pd, 2, n.cq, n.cq, proto.Cap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 2, MaxRecvSGE: 2})

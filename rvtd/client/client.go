@@ -399,3 +399,35 @@ func (q *QP) PostRecv(wrid uint64, sgl ...SGE) error {
 	_, err = q.rq.Publish(1)
 	return err
 }
+
+// Channel is a completion channel: a socket of 16-byte comp_event records.
+type Channel struct {
+	Handle uint32
+	File   *os.File
+}
+
+// CreateCompChannel is ibv_create_comp_channel.
+func (d *Device) CreateCompChannel() (*Channel, error) {
+	r, err := d.c.Call(proto.OpCreateCompChannel, d.Handle, nil)
+	if err != nil {
+		return nil, err
+	}
+	o := r.(*proto.ChannelReply)
+	return &Channel{Handle: o.Channel, File: os.NewFile(uintptr(o.FD), "rvtd-channel")}, nil
+}
+
+// GetEvent reads one completion event (ibv_get_cq_event): the CQ's handle.
+func (ch *Channel) GetEvent() (uint32, error) {
+	var b [16]byte
+	n, err := ch.File.Read(b[:])
+	if err != nil {
+		return 0, err
+	}
+	if n != 16 {
+		return 0, fmt.Errorf("completion event of %d bytes", n)
+	}
+	return le32(b[8:]), nil
+}
+
+// Arm is ibv_req_notify_cq: two words in the ring, no system call.
+func (c *CQ) Arm(solicitedOnly bool) { c.ring.Arm(solicitedOnly) }

@@ -1,0 +1,243 @@
+package rvtd_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/softverbs/softverbs/rvtd"
+	"github.com/softverbs/softverbs/rvtd/client"
+	"github.com/softverbs/softverbs/rvtd/proto"
+)
+
+// pair connects two in-process client sessions, a on rvt0 and b on rvt1.
+func pair(t *testing.T, sock string, chA, chB bool) (a, b *node) {
+	t.Helper()
+	var err error
+	if a, err = newNodeCh(sock, "rvt0", chA); err != nil {
+		t.Fatal(err)
+	}
+	if b, err = newNodeCh(sock, "rvt1", chB); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.c.Close(); b.c.Close() })
+	ea, err := a.endpoint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	eb, err := b.endpoint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.connect(eb); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.connect(ea); err != nil {
+		t.Fatal(err)
+	}
+	return a, b
+}
+
+// sendOne sends n bytes from a to b and checks both completions and the
+// bytes.
+func sendOne(t *testing.T, a, b *node, n int, seed int) {
+	t.Helper()
+	if err := b.qp.PostRecv(77, client.SGE{Addr: b.mr.Addr, Length: 8192, LKey: b.mr.LKey}); err != nil {
+		t.Fatal(err)
+	}
+	for j := 0; j < n; j++ {
+		a.shm.Mem[j] = pattern(seed, j)
+	}
+	if err := a.qp.PostSend(client.SendWR{WRID: 78, Opcode: 2, Flags: 2,
+		SGL: []client.SGE{{Addr: a.mr.Addr, Length: uint32(n), LKey: a.mr.LKey}}}); err != nil {
+		t.Fatal(err)
+	}
+	wa, err := a.poll(1)
+	if err != nil || wa[0].Status != 0 || wa[0].WRID != 78 {
+		t.Fatalf("send completion %+v: %v", wa, err)
+	}
+	wb, err := b.poll(1)
+	if err != nil || wb[0].Status != 0 || wb[0].WRID != 77 || int(wb[0].ByteLen) != n {
+		t.Fatalf("receive completion %+v: %v", wb, err)
+	}
+	for j := 0; j < n; j++ {
+		if b.shm.Mem[j] != pattern(seed, j) {
+			t.Fatalf("byte %d", j)
+		}
+	}
+}
+
+func TestCompletionChannel(t *testing.T) {
+	_, sock := startDaemon(t)
+	a, b := pair(t, sock, false, true)
+	b.cq.Arm(false)
+	got := make(chan uint32, 1)
+	go func() {
+		h, err := b.ch.GetEvent()
+		if err != nil {
+			t.Error(err)
+		}
+		got <- h
+	}()
+	sendOne(t, a, b, 100, 1)
+	select {
+	case h := <-got:
+		if h != b.cq.Handle {
+			t.Fatalf("event for CQ %d, want %d", h, b.cq.Handle)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no completion event")
+	}
+}
+
+func TestBadWQE(t *testing.T) {
+	_, sock := startDaemon(t)
+	a, b := pair(t, sock, false, false)
+	// An SGE that leaves the MR, then a good WQE: LOC_PROT_ERR, then a
+	// flush, and the QP is in ERR.
+	_ = a.qp.PostSend(client.SendWR{WRID: 7, Opcode: 2, Flags: 2,
+		SGL: []client.SGE{{Addr: a.mr.Addr + shmSize - 10, Length: 100, LKey: a.mr.LKey}}})
+	_ = a.qp.PostSend(client.SendWR{WRID: 8, Opcode: 2, Flags: 2,
+		SGL: []client.SGE{{Addr: a.mr.Addr, Length: 100, LKey: a.mr.LKey}}})
+	wcs, err := a.poll(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wcs[0].WRID != 7 || wcs[0].Status != 4 || wcs[1].WRID != 8 || wcs[1].Status != 5 {
+		t.Fatalf("completions %+v: want LOC_PROT_ERR then WR_FLUSH_ERR", wcs)
+	}
+	if at, err := a.qp.Query(); err != nil || at.State != 6 {
+		t.Fatalf("QP state %d (%v), want ERR", at.State, err)
+	}
+	// Another session's lkey is not this QP's: LOC_PROT_ERR.
+	c, d := pair(t, sock, false, false)
+	_ = c.qp.PostSend(client.SendWR{WRID: 9, Opcode: 2, Flags: 2,
+		SGL: []client.SGE{{Addr: b.mr.Addr, Length: 100, LKey: b.mr.LKey}}})
+	if wcs, err := c.poll(1); err != nil || wcs[0].Status != 4 {
+		t.Fatalf("foreign lkey: %+v %v", wcs, err)
+	}
+	// An unknown opcode: LOC_QP_OP_ERR.
+	_ = d.qp.PostSend(client.SendWR{WRID: 10, Opcode: 200, Flags: 2})
+	if wcs, err := d.poll(1); err != nil || wcs[0].Status != 2 {
+		t.Fatalf("bad opcode: %+v %v", wcs, err)
+	}
+}
+
+func TestRingIndexOutOfRange(t *testing.T) {
+	srv, sock := startDaemon(t)
+	a, _ := pair(t, sock, false, false)
+	c, d := pair(t, sock, false, false)
+	// a's client writes a producer index far ahead of the consumer's.
+	hdr := a.qp.SendRingHeader()
+	atomic.StoreUint32((*uint32)(unsafe.Pointer(&hdr[0])), 1<<20)
+	if err := a.qp.RingDoorbell(); err != nil {
+		t.Fatal(err)
+	}
+	ev, err := a.dev.ReadAsyncEvent()
+	if err != nil || ev.Type != 1 || ev.Element != a.qp.Handle {
+		t.Fatalf("async event %+v (%v), want QP_FATAL for QP %d", ev, err, a.qp.Handle)
+	}
+	waitFor(t, "ring status EPROTO", func() bool {
+		return binary.LittleEndian.Uint32(hdr[208:]) == uint32(proto.EPROTO)
+	})
+	if at, err := a.qp.Query(); err != nil || at.State != 6 {
+		t.Fatalf("QP state %d (%v), want ERR", at.State, err)
+	}
+	// Everyone else goes on.
+	sendOne(t, c, d, 1000, 3)
+	if st := srv.Stats(); st.Sessions != 4 {
+		t.Fatalf("%+v", st)
+	}
+}
+
+func TestHandlesArePerSession(t *testing.T) {
+	_, sock := startDaemon(t)
+	a, err := newNode(sock, "rvt0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.c.Close()
+	other, err := client.Dial(sock, "other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if _, err := other.OpenDevice("rvt0"); err != nil {
+		t.Fatal(err)
+	}
+	// a's handles: 1 device, 2 PD, 3 shm, 4 MR, 5 CQ, 6 QP. Named by
+	// another session they are nothing.
+	for _, tc := range []struct {
+		op proto.Op
+		h  uint32
+	}{
+		{proto.OpDeallocPD, 2}, {proto.OpDeregMR, 4}, {proto.OpDestroyCQ, 5}, {proto.OpDestroyQP, 6},
+		{proto.OpQueryQP, 6}, {proto.OpShmFree, 3}, {proto.OpDeallocPD, 1}, {proto.OpDeallocPD, 0},
+	} {
+		var body proto.Body
+		if tc.op == proto.OpQueryQP {
+			body = &proto.QueryQP{}
+		}
+		if _, err := other.Call(tc.op, tc.h, body); !errors.Is(err, proto.EINVAL) {
+			t.Errorf("op %#x handle %d from another session: %v, want EINVAL", uint16(tc.op), tc.h, err)
+		}
+	}
+	// Wrong kinds in a's own session.
+	if _, err := a.c.Call(proto.OpDeallocPD, a.dev.Handle, nil); !errors.Is(err, proto.EINVAL) {
+		t.Errorf("dealloc_pd of a device handle: %v", err)
+	}
+	if _, err := a.c.Call(proto.OpDeallocPD, 2, nil); !errors.Is(err, proto.EBUSY) {
+		t.Errorf("dealloc_pd with MRs and QPs: %v, want EBUSY", err)
+	}
+	if _, err := a.c.Call(proto.OpRegMR, 2, &proto.RegMR{Kind: proto.MRVM, Length: 4096, Addr: 4096, IOVA: 4096}); !errors.Is(err, proto.EOPNOTSUPP) {
+		t.Errorf("process_vm MR: %v, want EOPNOTSUPP", err)
+	}
+	if _, err := a.c.OpenDevice("nosuch"); !errors.Is(err, proto.ENOENT) {
+		t.Errorf("open_device nosuch: %v", err)
+	}
+	if at, err := a.qp.Query(); err != nil || at.State != 0 {
+		t.Errorf("a's QP after all that: %+v %v", at, err)
+	}
+}
+
+func TestShutdownTellsClients(t *testing.T) {
+	srv, err := rvtd.New(nil, rvtd.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := t.TempDir() + "/rvtd.sock"
+	if err := srv.Listen(sock); err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve() }()
+	a, err := newNode(sock, "rvt0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-served; err != nil {
+		t.Fatal(err)
+	}
+	ev, err := a.dev.ReadAsyncEvent()
+	if err != nil || ev.Type != 8 {
+		t.Fatalf("async event %+v (%v), want DEVICE_FATAL", ev, err)
+	}
+	if _, err := a.dev.AllocPD(); err == nil {
+		t.Fatal("the session outlived the daemon")
+	}
+	if st := srv.Stats(); st.Sessions != 0 || st.QPs != 0 || st.CQs != 0 {
+		t.Fatalf("after shutdown: %+v", st)
+	}
+	if _, err := client.Dial(sock, "late"); err == nil {
+		t.Fatal("socket still accepting")
+	}
+}
