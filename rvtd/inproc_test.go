@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -239,5 +240,44 @@ func TestShutdownTellsClients(t *testing.T) {
 	}
 	if _, err := client.Dial(sock, "late"); err == nil {
 		t.Fatal("socket still accepting")
+	}
+}
+
+func TestListQPs(t *testing.T) {
+	_, sock := startDaemon(t)
+	a, b := pair(t, sock, false, false)
+	r, err := a.c.Call(proto.OpListQPs, a.dev.Handle, &proto.ListQPs{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mine *proto.QPEntry
+	for i, e := range r.(*proto.ListQPsReply).QPs {
+		if e.QPN == a.qp.QPN {
+			mine = &r.(*proto.ListQPsReply).QPs[i]
+		}
+	}
+	if mine == nil || mine.Handle != a.qp.Handle || mine.PID != uint32(os.Getpid()) || mine.State != 3 || mine.Type != 2 {
+		t.Fatalf("a's QP: %+v", mine)
+	}
+	// Another session sees it, without a handle.
+	r, err = b.c.Call(proto.OpListQPs, b.dev.Handle, &proto.ListQPs{StartQPN: b.qp.QPN})
+	if err != nil {
+		t.Fatal(err)
+	}
+	qps := r.(*proto.ListQPsReply).QPs
+	if len(qps) == 0 || qps[0].QPN != b.qp.QPN || qps[0].Handle != b.qp.Handle {
+		t.Fatalf("b's list: %+v", qps)
+	}
+	c, err := newNode(sock, "rvt0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.c.Close()
+	r, err = c.c.Call(proto.OpListQPs, c.dev.Handle, &proto.ListQPs{StartQPN: a.qp.QPN})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if qps := r.(*proto.ListQPsReply).QPs; len(qps) == 0 || qps[0].QPN != a.qp.QPN || qps[0].Handle != 0 {
+		t.Fatalf("a's QP seen from another session: %+v", qps)
 	}
 }

@@ -284,9 +284,11 @@ func (ss *session) dispatch(m proto.Msg) (proto.Body, []int, error) {
 		return ss.destroyQP(h)
 	case proto.OpQueryCounters:
 		return ss.counters(h)
+	case proto.OpListQPs:
+		return ss.listQPs(h, m.Body.(*proto.ListQPs))
 	}
 	// Known messages not served yet: resize_cq, fast-register MRs, memory
-	// windows, SRQs, AHs, multicast, list_qps (docs/rvtd.md).
+	// windows, SRQs, AHs, multicast (docs/rvtd.md).
 	return nil, nil, proto.EOPNOTSUPP
 }
 
@@ -609,6 +611,45 @@ func (ch *chanObj) notify(cookie uint64, cq uint32) {
 	if ch.fd >= 0 {
 		_ = unix.Send(ch.fd, b[:], unix.MSG_DONTWAIT)
 	}
+}
+
+// listQPs answers the device's QPs from a QP number on, with the process
+// that owns each (rdma resource show qp); only the asking session's own
+// QPs carry a handle.
+func (ss *session) listQPs(h uint32, m *proto.ListQPs) (proto.Body, []int, error) {
+	c := lookup[devCtx](ss, h)
+	if c == nil {
+		return nil, nil, proto.EINVAL
+	}
+	const room = (proto.MaxMessage - proto.HeaderSize) / 56
+	r := &proto.ListQPsReply{}
+	for _, qi := range c.d.dev.QPs() {
+		if qi.Num < m.StartQPN {
+			continue
+		}
+		if len(r.QPs) == room {
+			break
+		}
+		e := proto.QPEntry{QPN: qi.Num, NextPSN: uint32(qi.NextPSN), UnackedPSN: uint32(qi.UnackedPSN),
+			ExpectedPSN: uint32(qi.ExpectedPSN), MSN: qi.MSN, SQPosted: u32(qi.SQPosted), RQPosted: u32(qi.RQPosted),
+			Type: uint8(qi.Type), State: uint8(qi.State), Comm: "rvtd"}
+		if v, ok := c.d.qps.Load(qi.Num); ok {
+			q := v.(*qpObj)
+			e.PID, e.Comm = q.sess.pid, truncate(q.sess.comm, 15)
+			if q.sess == ss {
+				e.Handle = q.handle
+			}
+		}
+		r.QPs = append(r.QPs, e)
+	}
+	return r, nil, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
 }
 
 func (ss *session) counters(h uint32) (proto.Body, []int, error) {
