@@ -311,7 +311,7 @@ func (ss *session) createCQ(h uint32, m *proto.CreateCQ) (proto.Body, []int, err
 	o.handle = ss.addLocked(o)
 	o.loop = ss.srv.loopFor(o.handle + ss.id)
 	ss.mu.Unlock()
-	o.cq, err = c.d.dev.CreateCQ(int(entries), func(*rvt.CQ) { o.loop.kickCQ(o) })
+	o.cq, err = c.d.dev.CreateCQ(2*int(entries), func(*rvt.CQ) { o.loop.kickCQ(o) })
 	if err != nil {
 		ss.mu.Lock()
 		delete(ss.objs, o.handle)
@@ -380,7 +380,7 @@ func (o *cqObj) destroy() {
 func (o *cqObj) drain() {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	for !o.dead && !o.failed.Load() {
+	for !o.dead && o.prod.Status() == 0 {
 		free, err := o.prod.Free()
 		if err != nil { // the client's consumer index is out of range
 			o.failed.Store(true)
@@ -391,10 +391,17 @@ func (o *cqObj) drain() {
 			return
 		}
 		if free == 0 {
-			return // the tick comes back; meanwhile the engine CQ holds them
+			if o.cq.Len() > 0 || o.failed.Load() { // a completion and no room: overflow
+				o.overflowLocked()
+			}
+			return
 		}
 		n := o.cq.Poll(o.wcs[:min(free, len(o.wcs))])
 		if n == 0 {
+			if o.failed.Load() { // the engine's CQ overflowed: what it held is delivered
+				o.overflowLocked()
+				return
+			}
 			if queued, _ := o.cq.ArmAndCheck(false); !queued {
 				return
 			}
@@ -424,6 +431,20 @@ func (o *cqObj) drain() {
 			o.ch.notify(o.cookie, o.handle)
 		}
 	}
+}
+
+// overflowLocked puts the CQ in error: the ring is no longer served (EIO
+// in its status word) and the client gets IBV_EVENT_CQ_ERR.
+// The engine's CQ, twice the ring's size, has raised the event already if
+// it overflowed first.
+func (o *cqObj) overflowLocked() {
+	o.prod.Fail(uint32(proto.EIO))
+	o.sess.log.Info("CQ overflow", "cq", o.handle)
+	if o.failed.Swap(true) {
+		return
+	}
+	o.asyncEvents.Add(1)
+	o.sess.asyncEvent(o.ctx, o.cookie, o.handle, uint32(rvt.EventType(0)))
 }
 
 func putCQE(e ring.CQE, wc *cq.WC) {

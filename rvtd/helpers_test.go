@@ -170,7 +170,10 @@ const accessAll = 1 | 2 | 4
 func newNode(sock, dev string) (*node, error) { return newNodeCh(sock, dev, false) }
 
 // newNodeCh is newNode, with the CQ on a completion channel if ch.
-func newNodeCh(sock, dev string, ch bool) (*node, error) {
+func newNodeCh(sock, dev string, ch bool) (*node, error) { return newNodeOpts(sock, dev, ch, 256) }
+
+// newNodeOpts is newNode with a CQ of cqe entries, on a channel if ch.
+func newNodeOpts(sock, dev string, ch bool, cqe uint32) (*node, error) {
 	c, err := client.Dial(sock, "rvtd-test")
 	if err != nil {
 		return nil, err
@@ -196,7 +199,7 @@ func newNodeCh(sock, dev string, ch bool) (*node, error) {
 		}
 		chh = n.ch.Handle
 	}
-	if n.cq, err = n.dev.CreateCQ(256, chh); err != nil {
+	if n.cq, err = n.dev.CreateCQ(cqe, chh); err != nil {
 		return nil, err
 	}
 	n.qp, err = n.dev.CreateQP(pd, 2, n.cq, n.cq, proto.Cap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 2, MaxRecvSGE: 2})

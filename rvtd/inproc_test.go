@@ -281,3 +281,47 @@ func TestListQPs(t *testing.T) {
 		t.Fatalf("a's QP seen from another session: %+v", qps)
 	}
 }
+
+func TestCQOverflow(t *testing.T) {
+	_, sock := startDaemon(t)
+	a, err := newNode(sock, "rvt0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := newNodeOpts(sock, "rvt1", false, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.c.Close()
+	defer b.c.Close()
+	ea, _ := a.endpoint()
+	eb, _ := b.endpoint()
+	if err := a.connect(eb); err != nil {
+		t.Fatal(err)
+	}
+	// b's CQ has 16 entries and its receive queue 64: b does not poll, so
+	// the 17th receive completion overflows the CQ.
+	for i := 0; i < 40; i++ {
+		if err := b.qp.PostRecv(uint64(i), client.SGE{Addr: b.mr.Addr, Length: 64, LKey: b.mr.LKey}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.connect(ea); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 40; i++ {
+		if err := a.qp.PostSend(client.SendWR{WRID: uint64(i), Opcode: 2, Flags: 2,
+			SGL: []client.SGE{{Addr: a.mr.Addr, Length: 8, LKey: a.mr.LKey}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ev, err := b.dev.ReadAsyncEvent()
+	if err != nil || ev.Type != 0 || ev.Element != b.cq.Handle {
+		t.Fatalf("async event %+v (%v), want CQ_ERR for CQ %d", ev, err, b.cq.Handle)
+	}
+	waitFor(t, "ring status EIO", func() bool { return b.cq.Status() == uint32(proto.EIO) })
+	wcs := make([]client.WC, 32)
+	if n, _ := b.cq.Poll(wcs); n != 16 {
+		t.Fatalf("%d completions in the ring, want 16", n)
+	}
+}

@@ -362,7 +362,9 @@ func (d *device) event(e rvt.Event) {
 			c := v.(*cqObj)
 			if e.Type == rvt.EventType(0) { // CQ error: the ring is no longer served
 				c.failed.Store(true)
+				c.loop.kickCQ(c)
 			}
+			c.asyncEvents.Add(1)
 			c.sess.asyncEvent(c.ctx, c.cookie, c.handle, uint32(e.Type))
 		}
 	case e.SRQ != nil:
