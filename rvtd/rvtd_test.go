@@ -160,11 +160,11 @@ func runRole(role, sock, dev string) error {
 		if _, err := line("GO"); err != nil {
 			return err
 		}
-		const chunk = 64 << 10
+		const chunk = 1 << 20
 		outstanding, done := 0, 0
 		buf := make([]client.WC, 16)
 		for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); {
-			for outstanding < 16 {
+			for outstanding < 8 {
 				wr := client.SendWR{WRID: uint64(done + outstanding), Opcode: 0, Flags: 2,
 					SGL:        []client.SGE{{Addr: n.mr.Addr, Length: chunk, LKey: n.mr.LKey}},
 					RemoteAddr: peer.Addr, RKey: peer.RKey}
@@ -316,6 +316,9 @@ func TestKilledClient(t *testing.T) {
 	if st := srv.Stats(); st.Sessions != 2 || st.QPs != 2 {
 		t.Fatalf("before the kill: %+v", st)
 	}
+	if n := memfds(t); n != 6 {
+		t.Fatalf("%d memfds before the kill, want 6 (a segment, a CQ and a QP each)", n)
+	}
 	if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -325,6 +328,9 @@ func TestKilledClient(t *testing.T) {
 		t.Errorf("writer's error completion: status %s", f[1])
 	}
 	waitFor(t, "the victim's objects to go", func() bool { st := srv.Stats(); return st.Sessions == 1 && st.QPs == 1 && st.CQs == 1 })
+	if n := memfds(t); n != 3 {
+		t.Errorf("%d memfds after the kill, want the writer's 3", n)
+	}
 	// rvtd keeps serving.
 	c, err := client.Dial(sock, "after")
 	if err != nil {
@@ -381,4 +387,19 @@ func TestStaleSocketRemoved(t *testing.T) {
 	if _, err := os.Stat(sock); !os.IsNotExist(err) {
 		t.Fatalf("stale socket still there: %v", err)
 	}
+}
+
+// memfds counts the daemon's (this process's) open rvtd memfds.
+func memfds(t *testing.T) int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skip("no /proc/self/fd")
+	}
+	n := 0
+	for _, e := range ents {
+		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && strings.HasPrefix(l, "/memfd:rvtd-") {
+			n++
+		}
+	}
+	return n
 }

@@ -52,6 +52,7 @@ func DefaultSocket() string {
 // Options are how a Server runs, beside what it serves (Config).
 type Options struct {
 	Logger *slog.Logger // nil: discard
+	Clock  clock.Clock  // nil: the real one
 	// Loops is the number of data-path goroutines (each an epoll loop over
 	// its share of the QPs' doorbells); 0: 2.
 	Loops int
@@ -61,6 +62,7 @@ type Options struct {
 type Server struct {
 	cfg     *Config
 	log     *slog.Logger
+	clk     clock.Clock
 	devices []*device
 	byName  map[string]*device
 	loops   []*loop
@@ -104,7 +106,7 @@ func New(cfg *Config, o Options) (_ *Server, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, log: log, byName: map[string]*device{}, sessions: map[uint32]*session{}, done: make(chan struct{})}
+	s := &Server{cfg: cfg, log: log, clk: clock.OrReal(o.Clock), byName: map[string]*device{}, sessions: map[uint32]*session{}, done: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			s.closeDevices()
@@ -116,7 +118,7 @@ func New(cfg *Config, o Options) (_ *Server, err error) {
 		if dc.Fabric != "" {
 			f := fabrics[dc.Fabric]
 			if f == nil {
-				f = fabric.New(clock.Real(), 1)
+				f = fabric.New(s.clk, 1)
 				fabrics[dc.Fabric] = f
 			}
 			lc.Fabric = f

@@ -486,7 +486,8 @@ func (ss *session) shmFree(h uint32) error {
 	delete(ss.objs, h)
 	ss.mem -= sh.size
 	ss.mu.Unlock()
-	return sh.reg.Close()
+	ss.srv.retire(sh.reg)
+	return nil
 }
 
 func (ss *session) regMR(h uint32, m *proto.RegMR) (proto.Body, []int, error) {
@@ -724,7 +725,7 @@ func (ss *session) teardown() {
 		ch.close()
 	}
 	for _, sh := range shms {
-		_ = sh.reg.Close()
+		ss.srv.retire(sh.reg)
 	}
 	for _, c := range ctxs {
 		c.close()
