@@ -1,10 +1,13 @@
 package rvtd
 
 import (
+	"errors"
 	"math/bits"
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -100,6 +103,8 @@ type qpObj struct {
 type loop struct {
 	srv  *Server
 	epfd int
+	ep   *os.File        // epfd, watched by Go's netpoller
+	rc   syscall.RawConn // ep's
 	wake *ring.Doorbell
 	quit atomic.Bool
 	done chan struct{}
@@ -122,10 +127,22 @@ func newLoop(s *Server, _ int) (*loop, error) {
 		unix.Close(epfd)
 		return nil, err
 	}
-	l := &loop{srv: s, epfd: epfd, wake: w, done: make(chan struct{}),
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		unix.Close(epfd)
+		w.Close()
+		return nil, err
+	}
+	ep := os.NewFile(uintptr(epfd), "rvtd-epoll")
+	rc, err := ep.SyscallConn()
+	if err != nil {
+		ep.Close()
+		w.Close()
+		return nil, err
+	}
+	l := &loop{srv: s, epfd: epfd, ep: ep, rc: rc, wake: w, done: make(chan struct{}),
 		qps: map[*qpObj]struct{}{}, cqs: map[*cqObj]struct{}{}, byFD: map[int32]*qpObj{}}
 	if err := l.watch(w.FD()); err != nil {
-		unix.Close(epfd)
+		ep.Close()
 		w.Close()
 		return nil, err
 	}
@@ -195,8 +212,38 @@ func (l *loop) stop() {
 	l.quit.Store(true)
 	_ = l.wake.Ring()
 	<-l.done
-	unix.Close(l.epfd)
+	l.ep.Close()
 	l.wake.Close()
+}
+
+// wait returns the ready doorbells, waiting at most timeout milliseconds
+// (-1: no limit; 0 events: the tick). It sleeps in Go's netpoller, which
+// watches the loop's epoll descriptor, rather than in epoll_wait: a
+// goroutine woken there runs at once, where a thread returning from a
+// blocking system call must first win back a processor.
+func (l *loop) wait(events []unix.EpollEvent, timeout int) (int, error) {
+	n, err := unix.EpollWait(l.epfd, events, 0)
+	if n != 0 || (err != nil && err != unix.EINTR) {
+		return max(n, 0), err
+	}
+	var dl time.Time
+	if timeout >= 0 {
+		dl = l.srv.clk.Now().Add(time.Duration(timeout) * time.Millisecond)
+	}
+	if err := l.ep.SetReadDeadline(dl); err != nil {
+		return 0, err
+	}
+	rerr := l.rc.Read(func(fd uintptr) bool {
+		n, err = unix.EpollWait(int(fd), events, 0)
+		return n != 0 || (err != nil && err != unix.EINTR)
+	})
+	switch {
+	case errors.Is(rerr, os.ErrDeadlineExceeded):
+		return 0, nil
+	case rerr != nil:
+		return 0, rerr
+	}
+	return max(n, 0), err
 }
 
 func (l *loop) run() {
@@ -212,9 +259,11 @@ func (l *loop) run() {
 			timeout = tickMS
 		}
 		l.mu.Unlock()
-		n, err := unix.EpollWait(l.epfd, events, timeout)
-		if err != nil && err != unix.EINTR {
-			l.srv.log.Error("epoll_wait", "err", err)
+		n, err := l.wait(events, timeout)
+		if err != nil {
+			if !l.quit.Load() {
+				l.srv.log.Error("epoll_wait", "err", err)
+			}
 			return
 		}
 		qs, cs = qs[:0], cs[:0]
