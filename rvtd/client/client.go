@@ -23,6 +23,16 @@ type Client struct {
 	mu    sync.Mutex
 	next  uint32
 	Hello proto.HelloReply
+
+	omu    sync.Mutex
+	closer []func() // what Close releases: mappings, doorbells, sockets
+}
+
+// own adds f to what Close runs.
+func (c *Client) own(f func()) {
+	c.omu.Lock()
+	c.closer = append(c.closer, f)
+	c.omu.Unlock()
 }
 
 // Dial connects to the daemon at path and says hello as name.
@@ -45,8 +55,19 @@ func Dial(path, name string) (*Client, error) {
 // Conn is the connection (for tests that send raw messages).
 func (c *Client) Conn() *proto.Conn { return c.conn }
 
-// Close ends the session: the daemon tears down everything it owned.
-func (c *Client) Close() error { return c.conn.Close() }
+// Close ends the session (the daemon tears down everything it owned) and
+// releases this side's mappings and descriptors.
+func (c *Client) Close() error {
+	err := c.conn.Close()
+	c.omu.Lock()
+	fs := c.closer
+	c.closer = nil
+	c.omu.Unlock()
+	for i := len(fs) - 1; i >= 0; i-- {
+		fs[i]()
+	}
+	return err
+}
 
 // ProtocolError is the daemon's protocol_error event, received instead of
 // a reply: the daemon closes the session after it.
@@ -101,7 +122,9 @@ func (c *Client) OpenDevice(name string) (*Device, error) {
 		return nil, err
 	}
 	o := r.(*proto.OpenDeviceReply)
-	return &Device{c: c, Handle: o.Device, Async: os.NewFile(uintptr(o.AsyncFD), "rvtd-async")}, nil
+	d := &Device{c: c, Handle: o.Device, Async: os.NewFile(uintptr(o.AsyncFD), "rvtd-async")}
+	c.own(func() { d.Async.Close() })
+	return d, nil
 }
 
 // Client is the device's session.
@@ -161,6 +184,7 @@ func (d *Device) ShmAlloc(size uint64) (*Shm, error) {
 	if err != nil {
 		return nil, err
 	}
+	d.c.own(func() { reg.Close() })
 	return &Shm{Handle: o.Shm, Mem: reg.Bytes(), reg: reg}, nil
 }
 
@@ -210,6 +234,7 @@ func (d *Device) CreateCQ(cqe uint32, channel uint32) (*CQ, error) {
 		reg.Close()
 		return nil, err
 	}
+	d.c.own(func() { reg.Close() })
 	return &CQ{Handle: o.CQ, ring: cons, reg: reg}, nil
 }
 
@@ -284,6 +309,7 @@ func (d *Device) CreateQP(pd uint32, typ uint8, scq, rcq *CQ, cap proto.Cap) (*Q
 		return nil, err
 	}
 	q.sqRaw = reg.Bytes()[o.SQ.Offset : o.SQ.Offset+q.sqLayout.Size()]
+	d.c.own(q.Close)
 	return q, nil
 }
 
@@ -413,7 +439,9 @@ func (d *Device) CreateCompChannel() (*Channel, error) {
 		return nil, err
 	}
 	o := r.(*proto.ChannelReply)
-	return &Channel{Handle: o.Channel, File: os.NewFile(uintptr(o.FD), "rvtd-channel")}, nil
+	ch := &Channel{Handle: o.Channel, File: os.NewFile(uintptr(o.FD), "rvtd-channel")}
+	d.c.own(func() { ch.File.Close() })
+	return ch, nil
 }
 
 // GetEvent reads one completion event (ibv_get_cq_event): the CQ's handle.
