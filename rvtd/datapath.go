@@ -78,6 +78,8 @@ type qpObj struct {
 	cap    proto.Cap
 	queued atomic.Bool
 
+	asyncEvents atomic.Uint32 // async events sent about the QP
+
 	mu       sync.Mutex // guards the fields below
 	dead     bool
 	reg      *ring.Region

@@ -148,6 +148,11 @@ func TestRingIndexOutOfRange(t *testing.T) {
 	if at, err := a.qp.Query(); err != nil || at.State != 6 {
 		t.Fatalf("QP state %d (%v), want ERR", at.State, err)
 	}
+	// destroy_qp says how many async events were sent about the QP.
+	r, err := a.c.Call(proto.OpDestroyQP, a.qp.Handle, nil)
+	if err != nil || r.(*proto.EventsReply).AsyncEvents != 1 {
+		t.Fatalf("destroy_qp: %+v %v, want 1 async event", r, err)
+	}
 	// Everyone else goes on.
 	sendOne(t, c, d, 1000, 3)
 	if st := srv.Stats(); st.Sessions != 4 {

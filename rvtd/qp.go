@@ -140,7 +140,7 @@ func (ss *session) destroyQP(h uint32) (proto.Body, []int, error) {
 		return nil, nil, proto.EINVAL
 	}
 	q.destroy(false)
-	return &proto.EventsReply{}, nil, nil
+	return &proto.EventsReply{AsyncEvents: q.asyncEvents.Load()}, nil, nil
 }
 
 // destroy takes the QP down: out of the loop, the engine QP (to ERR first
@@ -204,6 +204,7 @@ func (q *qpObj) ringFaultLocked(c *ring.Consumer, err error) {
 	}
 	q.sess.log.Warn("ring corrupt", "qpn", q.qpn, "err", err)
 	q.toErrLocked()
+	q.asyncEvents.Add(1)
 	q.sess.asyncEvent(q.ctx, q.cookie, q.handle, uint32(rvt.EventType(1))) // IBV_EVENT_QP_FATAL
 }
 

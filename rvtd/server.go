@@ -374,6 +374,7 @@ func (d *device) event(e rvt.Event) {
 	case e.QPN != 0:
 		if v, ok := d.qps.Load(e.QPN); ok {
 			q := v.(*qpObj)
+			q.asyncEvents.Add(1)
 			q.sess.asyncEvent(q.ctx, q.cookie, q.handle, uint32(e.Type))
 		}
 	}
