@@ -330,3 +330,81 @@ func TestCQOverflow(t *testing.T) {
 		t.Fatalf("%d completions in the ring, want 16", n)
 	}
 }
+
+func TestUD(t *testing.T) {
+	_, sock := startDaemon(t)
+	mk := func(dev string) (*node, uint32) {
+		n, err := newNode(sock, dev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { n.c.Close() })
+		pd := uint32(2)
+		if n.qp, err = n.dev.CreateQP(pd, 4, n.cq, n.cq, proto.Cap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}); err != nil {
+			t.Fatal(err)
+		}
+		const qkey, maskQKey = 0x11111111, 1 << 6
+		if err := n.qp.Modify(proto.QPAttr{State: 1, Port: 1, QKey: qkey}, maskState|maskPKey|maskPort|maskQKey); err != nil {
+			t.Fatal(err)
+		}
+		if err := n.qp.Modify(proto.QPAttr{State: 2}, maskState); err != nil {
+			t.Fatal(err)
+		}
+		if err := n.qp.Modify(proto.QPAttr{State: 3, SQPSN: 7}, maskState|maskSQPSN); err != nil {
+			t.Fatal(err)
+		}
+		return n, pd
+	}
+	a, pdA := mk("rvt0")
+	b, _ := mk("rvt1")
+	eb, err := b.endpoint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ah, err := a.dev.CreateAH(pdA, proto.AV{DGID: eb.GID, SGIDIndex: 1, HopLimit: 64, Port: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.qp.PostRecv(5, client.SGE{Addr: b.mr.Addr, Length: 40 + 1024, LKey: b.mr.LKey}); err != nil {
+		t.Fatal(err)
+	}
+	// A datagram that finds no receive is dropped (UD has no RNR): wait
+	// until the daemon has taken the receive from the ring.
+	waitFor(t, "the receive to reach the engine", func() bool {
+		r, err := b.c.Call(proto.OpListQPs, b.dev.Handle, &proto.ListQPs{StartQPN: b.qp.QPN})
+		qps := r.(*proto.ListQPsReply).QPs
+		return err == nil && len(qps) > 0 && qps[0].QPN == b.qp.QPN && qps[0].RQPosted == 1
+	})
+	for j := 0; j < 1000; j++ {
+		a.shm.Mem[j] = pattern(4, j)
+	}
+	if err := a.qp.PostSend(client.SendWR{WRID: 6, Opcode: 2, Flags: 2, AH: ah, RemoteQPN: b.qp.QPN, RemoteQKey: 0x11111111,
+		SGL: []client.SGE{{Addr: a.mr.Addr, Length: 1000, LKey: a.mr.LKey}}}); err != nil {
+		t.Fatal(err)
+	}
+	if wcs, err := a.poll(1); err != nil || wcs[0].Status != 0 || wcs[0].WRID != 6 {
+		t.Fatalf("UD send: %+v %v", wcs, err)
+	}
+	wcs, err := b.poll(1)
+	if err != nil {
+		r, _ := b.c.Call(proto.OpQueryCounters, b.dev.Handle, nil)
+		for _, c := range r.(*proto.CountersReply).Counters {
+			if c.Value != 0 {
+				t.Log(c.Name, c.Value)
+			}
+		}
+	}
+	if err != nil || wcs[0].Status != 0 || wcs[0].WRID != 5 || wcs[0].ByteLen != 1040 || wcs[0].SrcQP != a.qp.QPN {
+		t.Fatalf("UD receive: %+v %v", wcs, err)
+	}
+	for j := 0; j < 1000; j++ {
+		if b.shm.Mem[40+j] != pattern(4, j) {
+			t.Fatalf("byte %d", j)
+		}
+	}
+	// An AH handle that is not one: LOC_QP_OP_ERR, and the QP in ERR.
+	_ = a.qp.PostSend(client.SendWR{WRID: 8, Opcode: 2, Flags: 2, AH: 999, RemoteQPN: b.qp.QPN, RemoteQKey: 0x11111111})
+	if wcs, err := a.poll(1); err != nil || wcs[0].Status != 2 || wcs[0].WRID != 8 {
+		t.Fatalf("bad AH: %+v %v", wcs, err)
+	}
+}

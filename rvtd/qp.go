@@ -18,9 +18,7 @@ const (
 
 func (ss *session) createQP(h uint32, m *proto.CreateQP) (proto.Body, []int, error) {
 	switch qp.Type(m.Type) {
-	case qp.RC, qp.UC:
-	case qp.UD:
-		return nil, nil, proto.EOPNOTSUPP // needs AHs, not served yet
+	case qp.RC, qp.UC, qp.UD:
 	default:
 		return nil, nil, proto.EINVAL
 	}
@@ -219,12 +217,32 @@ func (q *qpObj) toErrLocked() {
 }
 
 func (q *qpObj) serviceRecvLocked() {
-	avail, err := q.rq.Available()
-	if err != nil {
-		q.ringFaultLocked(q.rq, err)
-		return
+	for {
+		avail, err := q.rq.Available()
+		if err != nil {
+			q.ringFaultLocked(q.rq, err)
+			return
+		}
+		if q.rqTaken >= uint32(avail) {
+			// Nothing new: ask the client to ring the QP's doorbell for
+			// the next receive (the tick finds it otherwise).
+			ready, err := q.rq.SleepBeyond(int(q.rqTaken))
+			if err != nil {
+				q.ringFaultLocked(q.rq, err)
+				return
+			}
+			if !ready {
+				return
+			}
+			continue
+		}
+		q.takeRecvsLocked(uint32(avail))
 	}
-	for q.rqTaken < uint32(avail) {
+}
+
+// takeRecvsLocked posts the receive records up to avail to the engine.
+func (q *qpObj) takeRecvsLocked(avail uint32) {
+	for q.rqTaken < avail {
 		idx := q.rqCons + q.rqTaken
 		rec := q.buf[:len(q.rq.Slot(int(q.rqTaken)))]
 		copy(rec, q.rq.Slot(int(q.rqTaken)))
@@ -324,7 +342,11 @@ func (q *qpObj) postSendLocked(first uint32) {
 func (q *qpObj) badSendLocked(idx uint32, st cq.Status) {
 	q.sqBad[idx] = st
 	q.toErrLocked()
-	if err := q.qp.PostSend(qp.SendWR{WRID: uint64(idx), Opcode: qp.OpSend, Flags: qp.Signaled}); err != nil {
+	wr := qp.SendWR{WRID: uint64(idx), Opcode: qp.OpSend, Flags: qp.Signaled}
+	if qp.Type(q.typ) == qp.UD {
+		wr.AH = &qp.AH{PD: q.pd.pd.PD} // never sent: the QP is in ERR
+	}
+	if err := q.qp.PostSend(wr); err != nil {
 		q.sess.log.Warn("flush stand-in", "qpn", q.qpn, "err", err)
 	}
 }
@@ -350,6 +372,13 @@ func (q *qpObj) sendWR(k int, idx uint32) (qp.SendWR, uint64, cq.Status) {
 	case qp.OpRDMAWrite, qp.OpSend, qp.OpRDMARead, qp.OpAtomicCmpSwp, qp.OpAtomicFetchAdd:
 	default:
 		return wr, w.WRID(), cq.LocQPOpErr // BIND_MW and unknown opcodes
+	}
+	if qp.Type(q.typ) == qp.UD {
+		ah := lookup[ahObj](q.sess, w.AH())
+		if ah == nil || ah.pd != q.pd {
+			return wr, w.WRID(), cq.LocQPOpErr
+		}
+		wr.AH = ah.ah
 	}
 	if wr.Flags&qp.Inline != 0 {
 		n := int(w.InlineLen())

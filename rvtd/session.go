@@ -72,6 +72,12 @@ type mrObj struct {
 	length uint64
 }
 
+type ahObj struct {
+	handle uint32
+	pd     *pdObj
+	ah     *rvt.AH
+}
+
 type chanObj struct {
 	handle uint32
 	ctx    *devCtx
@@ -286,9 +292,13 @@ func (ss *session) dispatch(m proto.Msg) (proto.Body, []int, error) {
 		return ss.counters(h)
 	case proto.OpListQPs:
 		return ss.listQPs(h, m.Body.(*proto.ListQPs))
+	case proto.OpCreateAH:
+		return ss.createAH(h, m.Body.(*proto.CreateAH))
+	case proto.OpDestroyAH:
+		return nil, nil, ss.destroyAH(h)
 	}
 	// Known messages not served yet: resize_cq, fast-register MRs, memory
-	// windows, SRQs, AHs, multicast (docs/rvtd.md).
+	// windows, SRQs, multicast (docs/rvtd.md).
 	return nil, nil, proto.EOPNOTSUPP
 }
 
@@ -558,6 +568,42 @@ func (ss *session) sgeOK(pd *pdObj, lkey uint32, addr uint64, length uint32) boo
 	return addr >= o.iova && uint64(length) <= o.length && addr-o.iova <= o.length-uint64(length)
 }
 
+func (ss *session) createAH(h uint32, m *proto.CreateAH) (proto.Body, []int, error) {
+	p := lookup[pdObj](ss, h)
+	if p == nil || !m.AV.IsGlobal {
+		return nil, nil, proto.EINVAL
+	}
+	ah, err := p.pd.CreateAH(toAV(m.AV))
+	if err != nil {
+		return nil, nil, err
+	}
+	o := &ahObj{pd: p, ah: ah}
+	ss.mu.Lock()
+	o.handle = ss.addLocked(o)
+	p.refs++
+	ss.mu.Unlock()
+	return &proto.HandleReply{Handle: o.handle}, nil, nil
+}
+
+func (ss *session) destroyAH(h uint32) error {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	o := lookupLocked[ahObj](ss, h)
+	if o == nil {
+		return proto.EINVAL
+	}
+	return ss.destroyAHLocked(o)
+}
+
+func (ss *session) destroyAHLocked(o *ahObj) error {
+	if err := o.pd.ctx.d.dev.DestroyAH(o.ah); err != nil {
+		return err
+	}
+	delete(ss.objs, o.handle)
+	o.pd.refs--
+	return nil
+}
+
 func (ss *session) createChannel(h uint32) (proto.Body, []int, error) {
 	c := lookup[devCtx](ss, h)
 	if c == nil {
@@ -684,6 +730,7 @@ func (ss *session) teardown() {
 	var shms []*shmObj
 	var chans []*chanObj
 	var ctxs []*devCtx
+	var ahs []*ahObj
 	for _, o := range ss.objs {
 		switch o := o.(type) {
 		case *qpObj:
@@ -700,6 +747,8 @@ func (ss *session) teardown() {
 			chans = append(chans, o)
 		case *devCtx:
 			ctxs = append(ctxs, o)
+		case *ahObj:
+			ahs = append(ahs, o)
 		}
 	}
 	ss.mu.Unlock()
@@ -707,6 +756,9 @@ func (ss *session) teardown() {
 		q.destroy(true)
 	}
 	ss.mu.Lock()
+	for _, o := range ahs {
+		_ = ss.destroyAHLocked(o)
+	}
 	for _, o := range mrs {
 		if err := ss.deregLocked(o); err != nil {
 			ss.log.Warn("teardown: dereg MR", "err", err)

@@ -210,6 +210,16 @@ func (d *Device) RegMR(pd uint32, s *Shm, off, length uint64, access uint32) (*M
 	return &MR{Handle: o.MR, LKey: o.LKey, RKey: o.RKey, Addr: addr}, nil
 }
 
+// CreateAH is ibv_create_ah (RoCE: is_global is set).
+func (d *Device) CreateAH(pd uint32, av proto.AV) (uint32, error) {
+	av.IsGlobal = true
+	r, err := d.c.Call(proto.OpCreateAH, pd, &proto.CreateAH{AV: av})
+	if err != nil {
+		return 0, err
+	}
+	return r.(*proto.HandleReply).Handle, nil
+}
+
 // CQ is a completion queue: its ring of CQE records.
 type CQ struct {
 	Handle uint32
@@ -246,6 +256,7 @@ type WC struct {
 	ByteLen uint32
 	ImmData uint32
 	QPNum   uint32
+	SrcQP   uint32
 	Flags   uint32
 }
 
@@ -259,7 +270,7 @@ func (c *CQ) Poll(out []WC) (int, error) {
 	for i := 0; i < n; i++ {
 		e := ring.CQE(c.ring.Slot(i))
 		out[i] = WC{WRID: e.WRID(), Status: e.Status(), Opcode: e.Opcode(), ByteLen: e.ByteLen(),
-			ImmData: e.ImmData(), QPNum: e.QPNum(), Flags: e.WCFlags()}
+			ImmData: e.ImmData(), QPNum: e.QPNum(), SrcQP: e.SrcQP(), Flags: e.WCFlags()}
 	}
 	c.ring.Release(n)
 	return n, nil
@@ -281,7 +292,7 @@ type QP struct {
 	sqLayout ring.Layout
 }
 
-// CreateQP creates an RC or UC QP (typ 2 or 3) in pd.
+// CreateQP creates an RC, UC or UD QP (typ 2, 3 or 4) in pd.
 func (d *Device) CreateQP(pd uint32, typ uint8, scq, rcq *CQ, cap proto.Cap) (*QP, error) {
 	r, err := d.c.Call(proto.OpCreateQP, pd, &proto.CreateQP{Type: typ, SendCQ: scq.Handle, RecvCQ: rcq.Handle, Cap: cap})
 	if err != nil {
@@ -302,7 +313,9 @@ func (d *Device) CreateQP(pd uint32, typ uint8, scq, rcq *CQ, cap proto.Cap) (*Q
 	q.sqLayout = ring.Layout{Offset: o.SQ.Offset, Entries: o.SQ.Entries, Stride: o.SQ.Stride}
 	rl := ring.Layout{Offset: o.RQ.Offset, Entries: o.RQ.Entries, Stride: o.RQ.Stride}
 	if q.sq, err = ring.NewProducer(reg.Bytes(), ring.KindSend, q.sqLayout, bell, true); err == nil {
-		q.rq, err = ring.NewProducer(reg.Bytes(), ring.KindRecv, rl, nil, true)
+		// The receive ring shares the QP's doorbell (protocol 1.0,
+		// section 7): rung when the daemon has set NEED_WAKEUP on it.
+		q.rq, err = ring.NewProducer(reg.Bytes(), ring.KindRecv, rl, bell, true)
 	}
 	if err != nil {
 		q.Close()
@@ -369,6 +382,9 @@ type SendWR struct {
 	ImmData    uint32
 	RemoteAddr uint64
 	RKey       uint32
+	AH         uint32 // UD: the AH handle
+	RemoteQPN  uint32 // UD
+	RemoteQKey uint32 // UD
 }
 
 // ErrFull is a post to a full ring.
@@ -396,6 +412,9 @@ func (q *QP) PostSend(wr SendWR) error {
 	w.SetImmData(wr.ImmData)
 	w.SetRemoteAddr(wr.RemoteAddr)
 	w.SetRKey(wr.RKey)
+	w.SetAH(wr.AH)
+	w.SetRemoteQPN(wr.RemoteQPN)
+	w.SetRemoteQKey(wr.RemoteQKey)
 	for i, s := range wr.SGL {
 		w.SGE(i).Set(s.Addr, s.Length, s.LKey)
 	}
