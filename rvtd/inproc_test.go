@@ -408,3 +408,44 @@ func TestUD(t *testing.T) {
 		t.Fatalf("bad AH: %+v %v", wcs, err)
 	}
 }
+
+func TestAsyncEventsWaitForRoom(t *testing.T) {
+	_, sock := startDaemon(t)
+	a, _ := pair(t, sock, false, false)
+	// The client reads no events while the daemon sends more than its
+	// socket holds: a QP_FATAL from each of 400 QPs in INIT whose receive
+	// ring index it puts out of range.
+	const n = 400
+	pd := uint32(2)
+	var qps []*client.QP
+	for i := 0; i < n; i++ {
+		q, err := a.dev.CreateQP(pd, 2, a.cq, a.cq, proto.Cap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		qps = append(qps, q)
+		if err := q.Modify(proto.QPAttr{State: 1, Port: 1, AccessFlags: accessAll}, maskState|maskPKey|maskPort|maskAccess); err != nil {
+			t.Fatal(err)
+		}
+		hdr := q.RecvRingHeader()
+		atomic.StoreUint32((*uint32)(unsafe.Pointer(&hdr[0])), 1<<20)
+		_ = q.RingDoorbell()
+	}
+	time.Sleep(100 * time.Millisecond)
+	seen := map[uint32]bool{}
+	for len(seen) < n {
+		ev, err := a.dev.ReadAsyncEvent()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Type != 1 {
+			t.Fatalf("event %+v", ev)
+		}
+		seen[ev.Element] = true
+	}
+	for _, q := range qps {
+		if !seen[q.Handle] {
+			t.Fatalf("no event for QP %d", q.Handle)
+		}
+	}
+}

@@ -44,10 +44,17 @@ type session struct {
 type devCtx struct {
 	handle uint32
 	d      *device
-	mu     sync.Mutex // guards asyncFD
-	async  int        // our end of the async event socket; -1 once closed
-	refs   int        // PDs, CQs, channels (session.mu)
+	refs   int // PDs, CQs, channels (session.mu)
+
+	mu       sync.Mutex // guards the fields below
+	async    int        // our end of the async event socket; -1 once closed
+	pending  [][16]byte // records the full socket has not taken yet
+	flushing chan struct{}
 }
+
+// maxPendingEvents bounds the async events kept for a client that does
+// not read them; beyond it they are dropped (and logged).
+const maxPendingEvents = 4096
 
 type pdObj struct {
 	handle uint32
@@ -339,28 +346,89 @@ func (ss *session) closeDevice(h uint32) error {
 
 func (c *devCtx) close() {
 	c.mu.Lock()
-	if c.async >= 0 {
-		unix.Close(c.async)
-		c.async = -1
+	if c.async < 0 {
+		c.mu.Unlock()
+		return
 	}
+	fd := c.async
+	c.async = -1 // the flusher, if any, stops
+	fl := c.flushing
 	c.mu.Unlock()
+	if fl != nil {
+		<-fl
+	}
+	// What is still pending goes if the socket takes it now (DEVICE_FATAL
+	// at shutdown).
+	c.mu.Lock()
+	for _, rec := range c.pending {
+		if unix.Send(fd, rec[:], unix.MSG_DONTWAIT) != nil {
+			break
+		}
+	}
+	c.pending = nil
+	c.mu.Unlock()
+	unix.Close(fd)
 }
 
-// asyncEvent writes one async_event record to the device context's socket,
-// without blocking: a full socket loses the event (docs/rvtd.md).
+// asyncEvent writes one async_event record to the device context's
+// socket without blocking. A full socket keeps the event pending, in
+// order, until the client reads (a goroutine then waits for room).
 func (ss *session) asyncEvent(c *devCtx, cookie uint64, element, typ uint32) {
 	if c == nil {
 		return
 	}
-	var b [16]byte
-	asyncEventRecord(b[:], cookie, element, typ)
+	var rec [16]byte
+	asyncEventRecord(rec[:], cookie, element, typ)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.async < 0 {
 		return
 	}
-	if err := unix.Send(c.async, b[:], unix.MSG_DONTWAIT); err != nil {
-		ss.log.Debug("async event lost", "type", typ, "err", err)
+	if len(c.pending) == 0 {
+		err := unix.Send(c.async, rec[:], unix.MSG_DONTWAIT)
+		if err == nil {
+			return
+		}
+		if err != unix.EAGAIN {
+			ss.log.Debug("async event lost", "type", typ, "err", err)
+			return
+		}
+	}
+	if len(c.pending) >= maxPendingEvents {
+		ss.log.Warn("async event dropped: the client does not read its events", "type", typ)
+		return
+	}
+	c.pending = append(c.pending, rec)
+	if c.flushing == nil {
+		ss.log.Debug("async event socket full: events pending")
+		c.flushing = make(chan struct{})
+		go c.flush(c.async, c.flushing)
+	}
+}
+
+// flush sends the pending events as the socket makes room, and ends when
+// none is left or the context closes.
+func (c *devCtx) flush(fd int, done chan struct{}) {
+	defer close(done)
+	for {
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
+		_, _ = unix.Poll(pfd, 10) // bounded, to notice close
+		c.mu.Lock()
+		if c.async < 0 {
+			c.flushing = nil
+			c.mu.Unlock()
+			return
+		}
+		for len(c.pending) > 0 && unix.Send(fd, c.pending[0][:], unix.MSG_DONTWAIT) == nil {
+			c.pending = c.pending[1:]
+		}
+		if len(c.pending) == 0 {
+			c.pending = nil
+			c.flushing = nil
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
 	}
 }
 

@@ -287,6 +287,7 @@ type QP struct {
 	Cap      proto.Cap
 	sq, rq   *ring.Producer
 	sqRaw    []byte // the send ring, for tests that corrupt it
+	rqRaw    []byte
 	bell     *ring.Doorbell
 	reg      *ring.Region
 	sqLayout ring.Layout
@@ -322,12 +323,16 @@ func (d *Device) CreateQP(pd uint32, typ uint8, scq, rcq *CQ, cap proto.Cap) (*Q
 		return nil, err
 	}
 	q.sqRaw = reg.Bytes()[o.SQ.Offset : o.SQ.Offset+q.sqLayout.Size()]
+	q.rqRaw = reg.Bytes()[o.RQ.Offset : o.RQ.Offset+rl.Size()]
 	d.c.own(q.Close)
 	return q, nil
 }
 
 // SendRingHeader is the send ring's header bytes (tests corrupt it).
 func (q *QP) SendRingHeader() []byte { return q.sqRaw[:ring.HeaderSize] }
+
+// RecvRingHeader is the receive ring's header bytes (tests corrupt it).
+func (q *QP) RecvRingHeader() []byte { return q.rqRaw[:ring.HeaderSize] }
 
 // RingDoorbell rings the QP's doorbell whatever the ring's flags say.
 func (q *QP) RingDoorbell() error { return q.bell.Ring() }
