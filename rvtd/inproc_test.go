@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"net/netip"
 	"os"
 	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
 
+	"github.com/softverbs/softverbs/internal/devopen"
+	"github.com/softverbs/softverbs/netdev"
 	"github.com/softverbs/softverbs/rvtd"
 	"github.com/softverbs/softverbs/rvtd/client"
 	"github.com/softverbs/softverbs/rvtd/proto"
@@ -447,5 +450,31 @@ func TestAsyncEventsWaitForRoom(t *testing.T) {
 		if !seen[q.Handle] {
 			t.Fatalf("no event for QP %d", q.Handle)
 		}
+	}
+}
+
+func TestPortEvent(t *testing.T) {
+	srv, sock := startDaemon(t)
+	c, err := client.Dial(sock, "port")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	d, err := c.OpenDevice("rvt0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mac, addrs := devopen.NodeAddrs(0)
+	extra := netip.MustParseAddr("2001:db8::5")
+	if err := srv.Device("rvt0").SetAddrs(netdev.GIDOrder(mac, append(addrs[1:], extra))); err != nil {
+		t.Fatal(err)
+	}
+	ev, err := d.ReadAsyncEvent()
+	if err != nil || ev.Type != 18 || ev.Element != 1 {
+		t.Fatalf("event %+v (%v), want GID_CHANGE on port 1", ev, err)
+	}
+	g, err := d.QueryGID(2)
+	if err != nil || netip.AddrFrom16(g) != extra {
+		t.Fatalf("GID 2: %v %v", netip.AddrFrom16(g), err)
 	}
 }

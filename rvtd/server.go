@@ -84,6 +84,7 @@ type Server struct {
 // device is one served device and the objects of every session on it that
 // the engine's callbacks must find (by QP number, by engine CQ).
 type device struct {
+	srv   *Server
 	cfg   DeviceConfig
 	dev   *rvt.Device
 	link  *devopen.Link
@@ -134,7 +135,7 @@ func New(cfg *Config, o Options) (_ *Server, err error) {
 			l.Close()
 			return nil, fmt.Errorf("device %s: %w", dc.Name, err)
 		}
-		d := &device{cfg: dc, dev: dev, link: l}
+		d := &device{srv: s, cfg: dc, dev: dev, link: l}
 		d.unsub = dev.Subscribe(d.event)
 		s.devices = append(s.devices, d)
 		s.byName[dc.Name] = d
@@ -377,7 +378,32 @@ func (d *device) event(e rvt.Event) {
 			q.asyncEvents.Add(1)
 			q.sess.asyncEvent(q.ctx, q.cookie, q.handle, uint32(e.Type))
 		}
+	default: // port events: every session that opened the device
+		for _, ss := range d.srv.sessionList() {
+			for _, c := range ss.contexts(d) {
+				ss.asyncEvent(c, 0, uint32(max(e.Port, 1)), uint32(e.Type))
+			}
+		}
 	}
-	// Port events (GID change, port active/error) are not routed to
-	// sessions yet (docs/rvtd.md).
+}
+
+// sessionList is a snapshot of the sessions.
+func (s *Server) sessionList() []*session {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := make([]*session, 0, len(s.sessions))
+	for _, ss := range s.sessions {
+		l = append(l, ss)
+	}
+	return l
+}
+
+// Device returns the embedded device name serves (nil if none), for a
+// program that embeds the daemon and drives a device itself (its
+// addresses, its counters).
+func (s *Server) Device(name string) *rvt.Device {
+	if d := s.byName[name]; d != nil {
+		return d.dev
+	}
+	return nil
 }

@@ -432,18 +432,23 @@ func (c *devCtx) flush(fd int, done chan struct{}) {
 	}
 }
 
+// contexts returns the session's open contexts of d (all devices: nil).
+func (ss *session) contexts(d *device) []*devCtx {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	var l []*devCtx
+	for _, o := range ss.objs {
+		if c, ok := o.(*devCtx); ok && (d == nil || c.d == d) {
+			l = append(l, c)
+		}
+	}
+	return l
+}
+
 // fatal tells the client its devices are gone and closes the connection:
 // serve then returns and tears the session down.
 func (ss *session) fatal() {
-	ss.mu.Lock()
-	var ctxs []*devCtx
-	for _, o := range ss.objs {
-		if c, ok := o.(*devCtx); ok {
-			ctxs = append(ctxs, c)
-		}
-	}
-	ss.mu.Unlock()
-	for _, c := range ctxs {
+	for _, c := range ss.contexts(nil) {
 		ss.asyncEvent(c, 0, 1, uint32(rvt.EventType(8))) // IBV_EVENT_DEVICE_FATAL, element: the port
 	}
 	_ = ss.conn.Close()
