@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -565,3 +566,77 @@ func (q *qpObj) complete(wc *cq.WC) bool {
 // recvTag marks the engine wr_id of a receive WQE (the low 32 bits are
 // the ring index), so a completion names its queue whatever its opcode.
 const recvTag = 1 << 32
+
+// resizeCQ gives the CQ a new ring of at least m.CQE entries: the
+// completions the client has not consumed are copied into it, in order,
+// and the daemon produces only there. The client stopped polling the old
+// ring before asking; arming starts afresh on the new one.
+func (ss *session) resizeCQ(h uint32, m *proto.ResizeCQ) (proto.Body, []int, error) {
+	if m.CQE == 0 || m.CQE > 1<<20 {
+		return nil, nil, proto.EINVAL
+	}
+	entries := pow2(m.CQE)
+	ss.mu.Lock()
+	o := lookupLocked[cqObj](ss, h)
+	if o == nil {
+		ss.mu.Unlock()
+		return nil, nil, proto.EINVAL
+	}
+	grow := int(entries) - o.entries
+	if ss.ncqe+grow > ss.srv.cfg.Limits.CQEntries {
+		ss.mu.Unlock()
+		return nil, nil, proto.ENOMEM
+	}
+	ss.mu.Unlock()
+
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.dead || o.prod.Status() != 0 {
+		return nil, nil, proto.EINVAL
+	}
+	old := o.reg.Bytes()
+	prodIdx := atomic.LoadUint32((*uint32)(unsafe.Pointer(&old[0])))
+	consIdx := atomic.LoadUint32((*uint32)(unsafe.Pointer(&old[64])))
+	used := prodIdx - consIdx
+	if used > uint32(o.entries) {
+		return nil, nil, proto.EINVAL // the client's consumer index is out of range
+	}
+	if used > entries {
+		return nil, nil, proto.EINVAL // the new ring cannot hold what is unread
+	}
+	l := ring.Layout{Offset: 0, Entries: entries, Stride: ring.CQESize}
+	reg, err := ring.Create("rvtd-cq", int(l.Size()))
+	if err != nil {
+		return nil, nil, proto.ENOMEM
+	}
+	var prod *ring.Producer
+	if err = ring.Init(reg.Bytes(), ring.KindCQ, l); err == nil {
+		prod, err = ring.NewProducer(reg.Bytes(), ring.KindCQ, l, nil, false)
+	}
+	if err != nil {
+		reg.Close()
+		return nil, nil, err
+	}
+	if err := o.cq.Resize(2 * int(entries)); err != nil {
+		reg.Close()
+		return nil, nil, err
+	}
+	mask := uint32(o.entries - 1)
+	for k := uint32(0); k < used; k++ {
+		i := (consIdx + k) & mask
+		copy(prod.Slot(int(k)), old[ring.HeaderSize+int(i)*ring.CQESize:][:ring.CQESize])
+	}
+	if _, err := prod.Publish(int(used)); err != nil {
+		reg.Close()
+		return nil, nil, err
+	}
+	_ = o.reg.Close()
+	o.reg, o.prod = reg, prod
+	ss.mu.Lock()
+	ss.ncqe += int(entries) - o.entries
+	o.entries = int(entries)
+	ss.mu.Unlock()
+	o.loop.kickCQ(o)
+	return &proto.CQReply{CQ: o.handle, CQE: entries, MapSize: uint64(len(reg.Bytes())),
+		Ring: proto.RingLayout{Offset: 0, Entries: entries, Stride: ring.CQESize}, FD: reg.FD()}, nil, nil
+}

@@ -478,3 +478,52 @@ func TestPortEvent(t *testing.T) {
 		t.Fatalf("GID 2: %v %v", netip.AddrFrom16(g), err)
 	}
 }
+
+func TestResizeCQ(t *testing.T) {
+	_, sock := startDaemon(t)
+	a, b := pair(t, sock, false, false)
+	for i := 0; i < 40; i++ {
+		if err := b.qp.PostRecv(uint64(i), client.SGE{Addr: b.mr.Addr, Length: 64, LKey: b.mr.LKey}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send := func(from, to int) {
+		for i := from; i < to; i++ {
+			if err := a.qp.PostSend(client.SendWR{WRID: uint64(i), Opcode: 2, Flags: 2,
+				SGL: []client.SGE{{Addr: a.mr.Addr, Length: 8, LKey: a.mr.LKey}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := a.poll(to - from); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(0, 20)
+	// 20 receive completions are in b's ring, unread; resize to 1024 and
+	// to 64: they stay, in order; then 20 more land in the new ring.
+	waitFor(t, "20 receive completions", func() bool {
+		r, _ := b.c.Call(proto.OpListQPs, b.dev.Handle, &proto.ListQPs{StartQPN: b.qp.QPN})
+		qps := r.(*proto.ListQPsReply).QPs
+		return len(qps) > 0 && qps[0].RQPosted == 20
+	})
+	time.Sleep(10 * time.Millisecond)
+	if err := b.cq.Resize(1024); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.cq.Resize(64); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.cq.Resize(8); !errors.Is(err, proto.EINVAL) {
+		t.Fatalf("resize below the unread completions: %v, want EINVAL", err)
+	}
+	send(20, 40)
+	wcs, err := b.poll(40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, wc := range wcs {
+		if wc.WRID != uint64(i) || wc.Status != 0 {
+			t.Fatalf("completion %d: %+v", i, wc)
+		}
+	}
+}

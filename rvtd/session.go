@@ -283,6 +283,8 @@ func (ss *session) dispatch(m proto.Msg) (proto.Body, []int, error) {
 		return ss.createCQ(h, m.Body.(*proto.CreateCQ))
 	case proto.OpDestroyCQ:
 		return ss.destroyCQ(h)
+	case proto.OpResizeCQ:
+		return ss.resizeCQ(h, m.Body.(*proto.ResizeCQ))
 	case proto.OpCreateQP:
 		return ss.createQP(h, m.Body.(*proto.CreateQP))
 	case proto.OpModifyQP:
@@ -304,7 +306,7 @@ func (ss *session) dispatch(m proto.Msg) (proto.Body, []int, error) {
 	case proto.OpDestroyAH:
 		return nil, nil, ss.destroyAH(h)
 	}
-	// Known messages not served yet: resize_cq, fast-register MRs, memory
+	// Known messages not served yet: fast-register MRs, memory
 	// windows, SRQs, multicast (docs/rvtd.md).
 	return nil, nil, proto.EOPNOTSUPP
 }

@@ -222,6 +222,7 @@ func (d *Device) CreateAH(pd uint32, av proto.AV) (uint32, error) {
 
 // CQ is a completion queue: its ring of CQE records.
 type CQ struct {
+	d      *Device
 	Handle uint32
 	ring   *ring.Consumer
 	reg    *ring.Region
@@ -244,8 +245,40 @@ func (d *Device) CreateCQ(cqe uint32, channel uint32) (*CQ, error) {
 		reg.Close()
 		return nil, err
 	}
-	d.c.own(func() { reg.Close() })
-	return &CQ{Handle: o.CQ, ring: cons, reg: reg}, nil
+	c := &CQ{d: d, Handle: o.CQ, ring: cons, reg: reg}
+	d.c.own(c.close)
+	return c, nil
+}
+
+func (c *CQ) close() {
+	if c.reg != nil {
+		c.reg.Close()
+		c.reg = nil
+	}
+}
+
+// Resize is ibv_resize_cq: the daemon passes a new ring holding the
+// completions not yet polled; the old one is unmapped. Do not poll
+// meanwhile.
+func (c *CQ) Resize(cqe uint32) error {
+	r, err := c.d.c.Call(proto.OpResizeCQ, c.Handle, &proto.ResizeCQ{CQE: cqe})
+	if err != nil {
+		return err
+	}
+	o := r.(*proto.CQReply)
+	reg, err := ring.Map(o.FD, int(o.MapSize), false)
+	if err != nil {
+		return err
+	}
+	l := ring.Layout{Offset: o.Ring.Offset, Entries: o.Ring.Entries, Stride: o.Ring.Stride}
+	cons, err := ring.NewConsumer(reg.Bytes(), ring.KindCQ, l, nil, true)
+	if err != nil {
+		reg.Close()
+		return err
+	}
+	c.close()
+	c.ring, c.reg = cons, reg
+	return nil
 }
 
 // WC is a completion, as the CQE record has it.
