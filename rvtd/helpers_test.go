@@ -167,6 +167,9 @@ const shmSize = 4 << 20
 // IBV_ACCESS_LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ
 const accessAll = 1 | 2 | 4
 
+// IBV_ACCESS_MW_BIND
+const accessMWBind = 16
+
 func newNode(sock, dev string) (*node, error) { return newNodeCh(sock, dev, false) }
 
 // newNodeCh is newNode, with the CQ on a completion channel if ch.
@@ -189,7 +192,7 @@ func newNodeOpts(sock, dev string, ch bool, cqe uint32) (*node, error) {
 	if n.shm, err = n.dev.ShmAlloc(shmSize); err != nil {
 		return nil, err
 	}
-	if n.mr, err = n.dev.RegMR(pd, n.shm, 0, shmSize, accessAll); err != nil {
+	if n.mr, err = n.dev.RegMR(pd, n.shm, 0, shmSize, accessAll|accessMWBind); err != nil {
 		return nil, err
 	}
 	var chh uint32

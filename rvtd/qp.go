@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/softverbs/softverbs/cq"
+	"github.com/softverbs/softverbs/keys"
 	"github.com/softverbs/softverbs/qp"
 	"github.com/softverbs/softverbs/rvt"
 	"github.com/softverbs/softverbs/rvtd/proto"
@@ -370,8 +371,21 @@ func (q *qpObj) sendWR(k int, idx uint32) (qp.SendWR, uint64, cq.Status) {
 	case qp.OpSendWithInv, qp.OpLocalInv:
 		wr.InvalidateRkey = w.InvalidateRKey()
 	case qp.OpRDMAWrite, qp.OpSend, qp.OpRDMARead, qp.OpAtomicCmpSwp, qp.OpAtomicFetchAdd:
+	case qp.OpBindMW:
+		// The window and region by handle (ah, remote_qpn); the new rkey's
+		// key byte, the address, length and access as ibv_mw_bind_info.
+		q.sess.mu.Lock()
+		mw := lookupLocked[mwObj](q.sess, w.AH())
+		mr := lookupLocked[mrObj](q.sess, w.RemoteQPN())
+		q.sess.mu.Unlock()
+		if mw == nil || mr == nil || mw.pd != q.pd || mr.pd != q.pd {
+			return wr, w.WRID(), cq.LocQPOpErr
+		}
+		wr.Bind = &qp.BindWR{MW: mw.mw, MR: mr.mr, Addr: w.RemoteAddr(), Length: w.CompareAdd(),
+			Access: keys.Access(uint32(w.Swap())), Key: uint8(w.RKey())}
+		return wr, w.WRID(), 0
 	default:
-		return wr, w.WRID(), cq.LocQPOpErr // BIND_MW and unknown opcodes
+		return wr, w.WRID(), cq.LocQPOpErr // unknown opcodes
 	}
 	if qp.Type(q.typ) == qp.UD {
 		ah := lookup[ahObj](q.sess, w.AH())

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/softverbs/softverbs/keys"
 	"github.com/softverbs/softverbs/rvt"
 	"github.com/softverbs/softverbs/rvtd/proto"
 	"github.com/softverbs/softverbs/rvtd/ring"
@@ -77,6 +78,12 @@ type mrObj struct {
 	mr     *rvt.MR
 	iova   uint64
 	length uint64
+}
+
+type mwObj struct {
+	handle uint32
+	pd     *pdObj
+	mw     *rvt.MW
 }
 
 type ahObj struct {
@@ -301,13 +308,19 @@ func (ss *session) dispatch(m proto.Msg) (proto.Body, []int, error) {
 		return ss.counters(h)
 	case proto.OpListQPs:
 		return ss.listQPs(h, m.Body.(*proto.ListQPs))
+	case proto.OpAllocMW:
+		return ss.allocMW(h, m.Body.(*proto.AllocMW))
+	case proto.OpDeallocMW:
+		return nil, nil, ss.deallocMW(h)
+	case proto.OpBindMW:
+		return ss.bindMW(h, m.Body.(*proto.BindMW))
 	case proto.OpCreateAH:
 		return ss.createAH(h, m.Body.(*proto.CreateAH))
 	case proto.OpDestroyAH:
 		return nil, nil, ss.destroyAH(h)
 	}
-	// Known messages not served yet: fast-register MRs, memory
-	// windows, SRQs, multicast (docs/rvtd.md).
+	// Known messages not served yet: fast-register MRs, SRQs,
+	// multicast (docs/rvtd.md).
 	return nil, nil, proto.EOPNOTSUPP
 }
 
@@ -643,6 +656,58 @@ func (ss *session) sgeOK(pd *pdObj, lkey uint32, addr uint64, length uint32) boo
 	return addr >= o.iova && uint64(length) <= o.length && addr-o.iova <= o.length-uint64(length)
 }
 
+func (ss *session) allocMW(h uint32, m *proto.AllocMW) (proto.Body, []int, error) {
+	p := lookup[pdObj](ss, h)
+	if p == nil || (m.Type != 1 && m.Type != 2) {
+		return nil, nil, proto.EINVAL
+	}
+	mw, err := p.pd.AllocMW(keys.MWType(m.Type))
+	if err != nil {
+		return nil, nil, err
+	}
+	o := &mwObj{pd: p, mw: mw}
+	ss.mu.Lock()
+	o.handle = ss.addLocked(o)
+	p.refs++
+	ss.mu.Unlock()
+	return &proto.MWReply{MW: o.handle, RKey: mw.Rkey}, nil, nil
+}
+
+func (ss *session) deallocMW(h uint32) error {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	o := lookupLocked[mwObj](ss, h)
+	if o == nil {
+		return proto.EINVAL
+	}
+	return ss.deallocMWLocked(o)
+}
+
+func (ss *session) deallocMWLocked(o *mwObj) error {
+	if err := o.pd.ctx.d.dev.DeallocMW(o.mw); err != nil {
+		return err
+	}
+	delete(ss.objs, o.handle)
+	o.pd.refs--
+	return nil
+}
+
+// bindMW binds a type-1 window at once (ibv_bind_mw for Go clients).
+func (ss *session) bindMW(h uint32, m *proto.BindMW) (proto.Body, []int, error) {
+	ss.mu.Lock()
+	o := lookupLocked[mwObj](ss, h)
+	mr := lookupLocked[mrObj](ss, m.MR)
+	ss.mu.Unlock()
+	if o == nil || mr == nil || mr.pd != o.pd {
+		return nil, nil, proto.EINVAL
+	}
+	rkey, err := o.pd.ctx.d.dev.BindMW(o.mw, mr.mr, m.Addr, m.Length, rvt.Access(m.Access))
+	if err != nil {
+		return nil, nil, err
+	}
+	return &proto.RKeyReply{RKey: rkey}, nil, nil
+}
+
 func (ss *session) createAH(h uint32, m *proto.CreateAH) (proto.Body, []int, error) {
 	p := lookup[pdObj](ss, h)
 	if p == nil || !m.AV.IsGlobal {
@@ -806,6 +871,7 @@ func (ss *session) teardown() {
 	var chans []*chanObj
 	var ctxs []*devCtx
 	var ahs []*ahObj
+	var mws []*mwObj
 	for _, o := range ss.objs {
 		switch o := o.(type) {
 		case *qpObj:
@@ -824,6 +890,8 @@ func (ss *session) teardown() {
 			ctxs = append(ctxs, o)
 		case *ahObj:
 			ahs = append(ahs, o)
+		case *mwObj:
+			mws = append(mws, o)
 		}
 	}
 	ss.mu.Unlock()
@@ -833,6 +901,11 @@ func (ss *session) teardown() {
 	ss.mu.Lock()
 	for _, o := range ahs {
 		_ = ss.destroyAHLocked(o)
+	}
+	for _, o := range mws {
+		if err := ss.deallocMWLocked(o); err != nil {
+			ss.log.Warn("teardown: dealloc MW", "err", err)
+		}
 	}
 	for _, o := range mrs {
 		if err := ss.deregLocked(o); err != nil {

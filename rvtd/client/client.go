@@ -210,6 +210,25 @@ func (d *Device) RegMR(pd uint32, s *Shm, off, length uint64, access uint32) (*M
 	return &MR{Handle: o.MR, LKey: o.LKey, RKey: o.RKey, Addr: addr}, nil
 }
 
+// AllocMW is ibv_alloc_mw (typ 1 or 2): the window's handle and rkey.
+func (d *Device) AllocMW(pd uint32, typ uint8) (uint32, uint32, error) {
+	r, err := d.c.Call(proto.OpAllocMW, pd, &proto.AllocMW{Type: typ})
+	if err != nil {
+		return 0, 0, err
+	}
+	o := r.(*proto.MWReply)
+	return o.MW, o.RKey, nil
+}
+
+// BindMW binds a type-1 window at once and returns its new rkey.
+func (d *Device) BindMW(mw uint32, mr *MR, addr, length uint64, access uint32) (uint32, error) {
+	r, err := d.c.Call(proto.OpBindMW, mw, &proto.BindMW{MR: mr.Handle, Access: access, Addr: addr, Length: length})
+	if err != nil {
+		return 0, err
+	}
+	return r.(*proto.RKeyReply).RKey, nil
+}
+
 // CreateAH is ibv_create_ah (RoCE: is_global is set).
 func (d *Device) CreateAH(pd uint32, av proto.AV) (uint32, error) {
 	av.IsGlobal = true
@@ -420,8 +439,10 @@ type SendWR struct {
 	ImmData    uint32
 	RemoteAddr uint64
 	RKey       uint32
-	AH         uint32 // UD: the AH handle
-	RemoteQPN  uint32 // UD
+	CompareAdd uint64 // atomics; BIND_MW: the length
+	Swap       uint64 // atomics; BIND_MW: the access flags
+	AH         uint32 // UD: the AH handle; BIND_MW: the window's handle
+	RemoteQPN  uint32 // UD; BIND_MW: the MR's handle
 	RemoteQKey uint32 // UD
 }
 
@@ -450,6 +471,8 @@ func (q *QP) PostSend(wr SendWR) error {
 	w.SetImmData(wr.ImmData)
 	w.SetRemoteAddr(wr.RemoteAddr)
 	w.SetRKey(wr.RKey)
+	w.SetCompareAdd(wr.CompareAdd)
+	w.SetSwap(wr.Swap)
 	w.SetAH(wr.AH)
 	w.SetRemoteQPN(wr.RemoteQPN)
 	w.SetRemoteQKey(wr.RemoteQKey)
