@@ -669,8 +669,12 @@ func (ss *session) allocMW(h uint32, m *proto.AllocMW) (proto.Body, []int, error
 	ss.mu.Lock()
 	o.handle = ss.addLocked(o)
 	p.refs++
+	// Read under ss.mu: a BIND_MW WQE, which changes the rkey on a loop
+	// goroutine, finds the window under ss.mu too (the socket between the
+	// reply and the post is no ordering the race detector sees).
+	rkey := mw.Rkey
 	ss.mu.Unlock()
-	return &proto.MWReply{MW: o.handle, RKey: mw.Rkey}, nil, nil
+	return &proto.MWReply{MW: o.handle, RKey: rkey}, nil, nil
 }
 
 func (ss *session) deallocMW(h uint32) error {
