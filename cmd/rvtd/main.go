@@ -1,0 +1,118 @@
+// Command rvtd is the softverbs daemon: it owns softverbs devices (from a
+// YAML configuration, or rvt0 and rvt1 on an in-memory fabric with none)
+// and serves client processes on a unix socket (docs/rvtd.md).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/softverbs/softverbs/rvtd"
+)
+
+type flags struct {
+	config, socket, logFormat, logLevel string
+	checkConfig                         bool
+	loops                               int
+}
+
+func main() {
+	var f flags
+	fs := pflag.NewFlagSet("rvtd", pflag.ContinueOnError)
+	fs.StringVarP(&f.config, "config", "c", "", "YAML configuration file (default: rvt0 and rvt1 on an in-memory fabric)")
+	fs.StringVarP(&f.socket, "socket", "s", "", "unix socket to serve (default: $RVTD_SOCKET, /run/rvtd/rvtd.sock for root, $XDG_RUNTIME_DIR/rvtd.sock)")
+	fs.StringVar(&f.logFormat, "log-format", "", "log format: text or json (default: the config's, else text)")
+	fs.StringVar(&f.logLevel, "log-level", "", "log level: debug, info, warn or error (default: the config's, else info)")
+	fs.BoolVar(&f.checkConfig, "check-config", false, "check the configuration and exit")
+	fs.IntVar(&f.loops, "loops", 0, "data-path goroutines (default 2)")
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			os.Exit(0)
+		}
+		os.Exit(2)
+	}
+	if err := run(f); err != nil {
+		fmt.Fprintln(os.Stderr, "rvtd:", err)
+		os.Exit(1)
+	}
+}
+
+func run(f flags) error {
+	cfg := rvtd.DefaultConfig()
+	if f.config != "" {
+		c, err := rvtd.LoadConfig(f.config)
+		if err != nil {
+			return err
+		}
+		cfg = c
+	}
+	if f.logFormat != "" {
+		cfg.Log.Format = f.logFormat
+	}
+	if f.logLevel != "" {
+		cfg.Log.Level = f.logLevel
+	}
+	if err := cfg.Check(); err != nil {
+		return err
+	}
+	if f.checkConfig {
+		fmt.Printf("configuration OK: %d devices\n", len(cfg.Devices))
+		return nil
+	}
+	log := newLogger(cfg)
+	sock := f.socket
+	if sock == "" {
+		sock = cmpOr(cfg.Socket, rvtd.DefaultSocket())
+	}
+	if err := rvtd.CheckSocket(sock, log); err != nil {
+		return err
+	}
+	srv, err := rvtd.New(cfg, rvtd.Options{Logger: log, Loops: f.loops})
+	if err != nil {
+		return err
+	}
+	if err := srv.Listen(sock); err != nil {
+		_ = srv.Shutdown(context.Background())
+		return err
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve() }()
+	select {
+	case s := <-sig:
+		log.Info("stopping", "signal", s.String())
+	case err := <-served:
+		if err != nil {
+			log.Error("serve", "err", err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return srv.Shutdown(ctx)
+}
+
+func newLogger(cfg *rvtd.Config) *slog.Logger {
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(cmpOr(cfg.Log.Level, "info")))
+	o := &slog.HandlerOptions{Level: lvl}
+	if cfg.Log.Format == "json" {
+		return slog.New(slog.NewJSONHandler(os.Stderr, o))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, o))
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}

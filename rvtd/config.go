@@ -1,0 +1,174 @@
+package rvtd
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is what rvtd serves: its devices and the limits every client
+// session gets. It is read from YAML (LoadConfig); the zero Config (no file)
+// is DefaultConfig: rvt0 and rvt1 on one in-memory fabric.
+type Config struct {
+	// Socket is the unix socket clients connect to ("" : DefaultSocket()).
+	Socket string `yaml:"socket"`
+	// Log configures the structured log ("text" or "json"; "debug", "info",
+	// "warn" or "error").
+	Log struct {
+		Format string `yaml:"format"`
+		Level  string `yaml:"level"`
+	} `yaml:"log"`
+	// Limits are per client session.
+	Limits Limits `yaml:"limits"`
+	// Devices are opened in order; names must be unique.
+	Devices []DeviceConfig `yaml:"devices"`
+}
+
+// Limits bound what one client session may hold; 0 is the default.
+type Limits struct {
+	QPs       int    `yaml:"qps"`        // queue pairs (default 1024)
+	MRs       int    `yaml:"mrs"`        // memory regions (default 4096)
+	CQEntries int    `yaml:"cq_entries"` // CQ ring entries, summed over the session's CQs (default 1<<20)
+	MemBytes  uint64 `yaml:"mem_bytes"`  // shared-memory segment bytes (default 1 GiB)
+}
+
+// DeviceConfig is one device and its link. Exactly one of Fabric, TAP, XDP
+// and UDP selects the link.
+type DeviceConfig struct {
+	Name string `yaml:"name"`
+	// Fabric names an in-memory fabric inside rvtd: devices that give the
+	// same name share one switch (a test fabric, reachable only through
+	// rvtd's clients).
+	Fabric string `yaml:"fabric"`
+	TAP    string `yaml:"tap"` // create and own this TAP device (root)
+	XDP    string `yaml:"xdp"` // attach AF_XDP to this interface (root)
+	UDP    string `yaml:"udp"` // the unprivileged UDP link: IP or IP:port
+	// IP is the device's address (ADDR/PFX or ADDR) on a fabric, TAP or
+	// XDP link.
+	IP  string `yaml:"ip"`
+	MAC string `yaml:"mac"` // default: random, locally administered
+	// MTU is the link's Ethernet MTU (0: the interface's; a fabric port
+	// 9000, a TAP enough for a 4096-byte path MTU).
+	MTU int `yaml:"mtu"`
+}
+
+// Defaults of Limits.
+const (
+	DefaultMaxQPs       = 1024
+	DefaultMaxMRs       = 4096
+	DefaultMaxCQEntries = 1 << 20
+	DefaultMaxMemBytes  = 1 << 30
+)
+
+// DefaultConfig is what rvtd serves with no configuration file: rvt0 and
+// rvt1 on one in-memory fabric, 198.18.0.1 and 198.18.0.2, no root needed.
+func DefaultConfig() *Config {
+	c := &Config{Devices: []DeviceConfig{
+		{Name: "rvt0", Fabric: "fabric0", IP: "198.18.0.1/24", MAC: "02:00:5e:00:00:01"},
+		{Name: "rvt1", Fabric: "fabric0", IP: "198.18.0.2/24", MAC: "02:00:5e:00:00:02"},
+	}}
+	c.fill()
+	return c
+}
+
+// LoadConfig reads a YAML configuration from path. Unknown keys are
+// errors, so a misspelt option does not pass silently.
+func LoadConfig(path string) (*Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	c, err := ParseConfig(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// ParseConfig parses a YAML configuration and checks it.
+func ParseConfig(b []byte) (*Config, error) {
+	c := &Config{}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	if len(c.Devices) == 0 {
+		c.Devices = DefaultConfig().Devices
+	}
+	c.fill()
+	if err := c.Check(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Config) fill() {
+	l := &c.Limits
+	if l.QPs == 0 {
+		l.QPs = DefaultMaxQPs
+	}
+	if l.MRs == 0 {
+		l.MRs = DefaultMaxMRs
+	}
+	if l.CQEntries == 0 {
+		l.CQEntries = DefaultMaxCQEntries
+	}
+	if l.MemBytes == 0 {
+		l.MemBytes = DefaultMaxMemBytes
+	}
+	for i := range c.Devices {
+		d := &c.Devices[i]
+		if d.Fabric != "" && d.MTU == 0 {
+			d.MTU = 9000
+		}
+	}
+}
+
+// Check reports the first thing wrong with c that can be known without
+// opening anything.
+func (c *Config) Check() error {
+	switch c.Log.Format {
+	case "", "text", "json":
+	default:
+		return fmt.Errorf("log.format %q: want text or json", c.Log.Format)
+	}
+	switch c.Log.Level {
+	case "", "debug", "info", "warn", "error":
+	default:
+		return fmt.Errorf("log.level %q: want debug, info, warn or error", c.Log.Level)
+	}
+	if c.Limits.QPs < 0 || c.Limits.MRs < 0 || c.Limits.CQEntries < 0 {
+		return errors.New("limits must not be negative")
+	}
+	seen := map[string]bool{}
+	for i, d := range c.Devices {
+		if d.Name == "" || len(d.Name) > 63 {
+			return fmt.Errorf("device %d: name %q: want 1 to 63 bytes", i, d.Name)
+		}
+		if seen[d.Name] {
+			return fmt.Errorf("device %q: named twice", d.Name)
+		}
+		seen[d.Name] = true
+		n := 0
+		for _, s := range []string{d.Fabric, d.TAP, d.XDP, d.UDP} {
+			if s != "" {
+				n++
+			}
+		}
+		if n != 1 {
+			return fmt.Errorf("device %q: give exactly one of fabric, tap, xdp and udp", d.Name)
+		}
+		if (d.Fabric != "" || d.TAP != "") && d.IP == "" {
+			return fmt.Errorf("device %q: a fabric or TAP link needs ip", d.Name)
+		}
+		if d.MTU < 0 || d.MTU > 65535 {
+			return fmt.Errorf("device %q: mtu %d", d.Name, d.MTU)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,109 @@
+package rvtd
+
+import (
+	"github.com/softverbs/softverbs/keys"
+	"github.com/softverbs/softverbs/qp"
+	"github.com/softverbs/softverbs/rvt"
+	"github.com/softverbs/softverbs/rvtd/proto"
+)
+
+// query serves the device, port, GID and P_Key queries.
+func query(d *rvt.Device, m proto.Msg) (proto.Body, error) {
+	switch m.Op {
+	case proto.OpQueryDevice:
+		a := d.QueryDevice()
+		r := &proto.DeviceAttr{
+			FWVer: a.FWVer, NodeGUID: a.NodeGUID, SysImageGUID: a.SysImageGUID,
+			MaxMRSize: a.MaxMRSize, PageSizeCap: a.PageSizeCap, MaxMsgSize: a.MaxMsgSize,
+			VendorID: a.VendorID, VendorPartID: a.VendorPartID, HWVer: a.HWVer,
+			MaxQP: u32(a.MaxQP), MaxQPWR: u32(a.MaxQPWR), MaxSGE: u32(a.MaxSGE), MaxSGERd: u32(a.MaxSGERd),
+			MaxCQ: u32(a.MaxCQ), MaxCQE: u32(a.MaxCQE), MaxMR: u32(a.MaxMR), MaxPD: u32(a.MaxPD),
+			MaxQPRdAtom: u32(a.MaxQPRdAtom), MaxResRdAtom: u32(a.MaxResRdAtom), MaxQPInitRdAtom: u32(a.MaxQPInitRdAtom),
+			MaxMW: u32(a.MaxMW), MaxAH: u32(a.MaxAH), MaxSRQ: u32(a.MaxSRQ), MaxSRQWR: u32(a.MaxSRQWR),
+			MaxSRQSGE: u32(a.MaxSRQSGE), MaxMcastGrp: u32(a.MaxMcastGrp), MaxMcastQPAttach: u32(a.MaxMcastQPAttach),
+			MaxTotalMcastQPAttach: u32(a.MaxTotalMcastQPAttach), MaxInlineData: u32(a.MaxInlineData),
+			MaxPKeys: uint16(a.MaxPkeys), PhysPortCnt: uint8(a.PhysPortCnt),
+		}
+		if a.AtomicCap == "HCA" {
+			r.AtomicCap = 1 // IBV_ATOMIC_HCA
+		}
+		return r, nil
+	case proto.OpQueryPort:
+		p, err := d.QueryPort(m.Body.(*proto.PortReq).Port)
+		if err != nil {
+			return nil, err
+		}
+		return &proto.PortAttr{
+			State: 4, MaxMTU: uint8(p.MaxMTU), ActiveMTU: uint8(p.ActiveMTU), LinkLayer: 2,
+			ActiveWidth: 1, ActiveSpeed: 1, PhysState: 5, GIDTblLen: u32(p.GIDTblLen),
+			PortCapFlags: 0, MaxMsgSize: 1 << 31, PKeyTblLen: uint16(p.PkeyTblLen), LID: p.LID, SMLID: p.SMLID,
+		}, nil
+	case proto.OpQueryGID:
+		t := m.Body.(*proto.TableReq)
+		if t.Index > 1<<16 {
+			return nil, proto.EINVAL
+		}
+		g, err := d.QueryGID(t.Port, int(t.Index))
+		if err != nil {
+			return nil, err
+		}
+		return &proto.GIDReply{GID: g, Type: 2}, nil
+	case proto.OpQueryPKey:
+		t := m.Body.(*proto.TableReq)
+		if t.Index > 1<<16 {
+			return nil, proto.EINVAL
+		}
+		k, err := d.QueryPKey(t.Port, int(t.Index))
+		if err != nil {
+			return nil, err
+		}
+		return &proto.PKeyReply{PKey: k}, nil
+	}
+	return nil, proto.EOPNOTSUPP
+}
+
+func u32(n int) uint32 {
+	if n < 0 {
+		return 0
+	}
+	if uint64(n) > 0xFFFFFFFF {
+		return 0xFFFFFFFF
+	}
+	return uint32(n)
+}
+
+func toAV(a proto.AV) qp.AddressVector {
+	return qp.AddressVector{DGID: a.DGID, SGIDIndex: a.SGIDIndex, HopLimit: a.HopLimit,
+		TrafficClass: a.TrafficClass, FlowLabel: a.FlowLabel, SL: a.SL, DLID: a.DLID,
+		StaticRate: a.StaticRate, Port: a.Port}
+}
+
+func fromAV(a qp.AddressVector) proto.AV {
+	return proto.AV{DGID: a.DGID, SGIDIndex: a.SGIDIndex, HopLimit: a.HopLimit,
+		TrafficClass: a.TrafficClass, FlowLabel: a.FlowLabel, SL: a.SL, DLID: a.DLID,
+		StaticRate: a.StaticRate, Port: a.Port, IsGlobal: true}
+}
+
+func toQPAttr(a *proto.QPAttr) qp.Attr {
+	return qp.Attr{
+		State: qp.State(a.State), CurState: qp.State(a.CurState), EnSQDAsyncNotify: a.EnSQDAsync,
+		AccessFlags: keys.Access(a.AccessFlags), PkeyIndex: a.PKeyIndex, Port: a.Port, QKey: a.QKey,
+		AV: toAV(a.AV), PathMTU: qp.MTU(a.PathMTU), Timeout: a.Timeout, RetryCnt: a.RetryCnt,
+		RNRRetry: a.RNRRetry, RQPSN: a.RQPSN, SQPSN: a.SQPSN, MaxRdAtomic: a.MaxRdAtomic,
+		MaxDestRdAtomic: a.MaxDestRdAtomic, MinRNRTimer: a.MinRNRTimer, DestQPN: a.DestQPN,
+		Cap: qp.Cap{MaxSendWR: a.Cap.MaxSendWR, MaxRecvWR: a.Cap.MaxRecvWR, MaxSendSGE: a.Cap.MaxSendSGE,
+			MaxRecvSGE: a.Cap.MaxRecvSGE, MaxInlineData: a.Cap.MaxInlineData},
+	}
+}
+
+func fromQPAttr(a qp.Attr) proto.QPAttr {
+	return proto.QPAttr{
+		State: uint8(a.State), CurState: uint8(a.CurState), EnSQDAsync: a.EnSQDAsyncNotify,
+		AccessFlags: uint32(a.AccessFlags), PKeyIndex: a.PkeyIndex, Port: a.Port, QKey: a.QKey,
+		AV: fromAV(a.AV), PathMTU: uint8(a.PathMTU), Timeout: a.Timeout, RetryCnt: a.RetryCnt,
+		RNRRetry: a.RNRRetry, RQPSN: a.RQPSN, SQPSN: a.SQPSN, MaxRdAtomic: a.MaxRdAtomic,
+		MaxDestRdAtomic: a.MaxDestRdAtomic, MinRNRTimer: a.MinRNRTimer, DestQPN: a.DestQPN,
+		Cap: proto.Cap{MaxSendWR: a.Cap.MaxSendWR, MaxRecvWR: a.Cap.MaxRecvWR, MaxSendSGE: a.Cap.MaxSendSGE,
+			MaxRecvSGE: a.Cap.MaxRecvSGE, MaxInlineData: a.Cap.MaxInlineData},
+	}
+}

@@ -1,0 +1,430 @@
+package rvtd
+
+import (
+	"errors"
+
+	"github.com/softverbs/softverbs/cq"
+	"github.com/softverbs/softverbs/keys"
+	"github.com/softverbs/softverbs/qp"
+	"github.com/softverbs/softverbs/rvt"
+	"github.com/softverbs/softverbs/rvtd/proto"
+	"github.com/softverbs/softverbs/rvtd/ring"
+)
+
+// Limits of a QP's rings.
+const (
+	maxWR  = 1 << 14
+	maxSGE = 32
+)
+
+func (ss *session) createQP(h uint32, m *proto.CreateQP) (proto.Body, []int, error) {
+	switch qp.Type(m.Type) {
+	case qp.RC, qp.UC, qp.UD:
+	default:
+		return nil, nil, proto.EINVAL
+	}
+	c := m.Cap
+	if m.SRQ != 0 {
+		return nil, nil, proto.EOPNOTSUPP
+	}
+	if c.MaxSendWR > maxWR || c.MaxRecvWR > maxWR || c.MaxSendSGE > maxSGE || c.MaxRecvSGE > maxSGE || c.MaxInlineData > 1024 {
+		return nil, nil, proto.EINVAL
+	}
+	ss.mu.Lock()
+	p := lookupLocked[pdObj](ss, h)
+	scq := lookupLocked[cqObj](ss, m.SendCQ)
+	rcq := lookupLocked[cqObj](ss, m.RecvCQ)
+	switch {
+	case p == nil || scq == nil || rcq == nil || scq.ctx != p.ctx || rcq.ctx != p.ctx:
+		ss.mu.Unlock()
+		return nil, nil, proto.EINVAL
+	case ss.nqp >= ss.srv.cfg.Limits.QPs:
+		ss.mu.Unlock()
+		return nil, nil, proto.ENOMEM
+	}
+	ss.nqp++
+	ss.mu.Unlock()
+	q := &qpObj{sess: ss, ctx: p.ctx, pd: p, scq: scq, rcq: rcq, cookie: m.Cookie, typ: m.Type, sigAll: m.SigAll,
+		sqBad: map[uint32]cq.Status{}, rqBad: map[uint32]cq.Status{}}
+	var err error
+	fail := func(e error) (proto.Body, []int, error) {
+		if q.qp != nil {
+			_ = q.qp.Destroy()
+		}
+		if q.reg != nil {
+			q.reg.Close()
+		}
+		if q.bell != nil {
+			q.bell.Close()
+		}
+		ss.mu.Lock()
+		ss.nqp--
+		ss.mu.Unlock()
+		return nil, nil, e
+	}
+	sqN, rqN := pow2(max(c.MaxSendWR, 1)), pow2(max(c.MaxRecvWR, 1))
+	sqL := ring.Layout{Offset: 0, Entries: sqN, Stride: ring.SendStride(max(c.MaxSendSGE, 1), c.MaxInlineData)}
+	rqL := ring.Layout{Offset: pageUp(sqL.Size()), Entries: rqN, Stride: ring.RecvStride(max(c.MaxRecvSGE, 1))}
+	if q.reg, err = ring.Create("rvtd-qp", int(rqL.Offset+rqL.Size())); err != nil {
+		return fail(proto.ENOMEM)
+	}
+	mem := q.reg.Bytes()
+	if err := ring.Init(mem, ring.KindSend, sqL); err != nil {
+		return fail(err)
+	}
+	if err := ring.Init(mem, ring.KindRecv, rqL); err != nil {
+		return fail(err)
+	}
+	if q.sq, err = ring.NewConsumer(mem, ring.KindSend, sqL, nil, false); err != nil {
+		return fail(err)
+	}
+	if q.rq, err = ring.NewConsumer(mem, ring.KindRecv, rqL, nil, false); err != nil {
+		return fail(err)
+	}
+	q.sqMask, q.rqMask = sqN-1, rqN-1
+	q.sqWRID, q.rqWRID = make([]uint64, sqN), make([]uint64, rqN)
+	q.buf = make([]byte, max(sqL.Stride, rqL.Stride))
+	q.cap = proto.Cap{MaxSendWR: sqN, MaxRecvWR: rqN, MaxSendSGE: max(c.MaxSendSGE, 1),
+		MaxRecvSGE: max(c.MaxRecvSGE, 1), MaxInlineData: c.MaxInlineData}
+	if q.bell, err = ring.NewDoorbell(); err != nil {
+		return fail(proto.ENOMEM)
+	}
+	q.qp, err = p.pd.CreateQP(rvt.QPInitAttr{Type: qp.Type(m.Type), SendCQ: scq.cq, RecvCQ: rcq.cq, SigAll: m.SigAll,
+		Cap: qp.Cap{MaxSendWR: sqN, MaxRecvWR: rqN, MaxSendSGE: q.cap.MaxSendSGE, MaxRecvSGE: q.cap.MaxRecvSGE, MaxInlineData: c.MaxInlineData}})
+	if err != nil {
+		return fail(err)
+	}
+	q.qpn = q.qp.Num()
+	ss.mu.Lock()
+	q.handle = ss.addLocked(q)
+	q.loop = ss.srv.loopFor(q.handle + ss.id)
+	p.refs++
+	scq.refs++
+	rcq.refs++
+	ss.mu.Unlock()
+	q.ctx.d.qps.Store(q.qpn, q)
+	if err := q.loop.addQP(q); err != nil {
+		q.destroy(false)
+		return nil, nil, err
+	}
+	// The daemon sleeps on the send ring from the start: the client rings.
+	_, _ = q.sq.SleepBeyond(0)
+	return &proto.QPReply{QP: q.handle, QPN: q.qpn, Cap: q.cap, MapSize: uint64(len(mem)),
+		SQ:    proto.RingLayout{Offset: sqL.Offset, Entries: sqL.Entries, Stride: sqL.Stride},
+		RQ:    proto.RingLayout{Offset: rqL.Offset, Entries: rqL.Entries, Stride: rqL.Stride},
+		MemFD: q.reg.FD(), Doorbell: q.bell.FD()}, nil, nil
+}
+
+func (ss *session) modifyQP(h uint32, m *proto.ModifyQP) error {
+	q := lookup[qpObj](ss, h)
+	if q == nil {
+		return proto.EINVAL
+	}
+	a := toQPAttr(&m.Attr)
+	if m.Mask&uint32(qp.AttrAV) != 0 && !m.Attr.AV.IsGlobal {
+		return proto.EINVAL
+	}
+	// The rings' capacities are fixed at creation.
+	a.Cap = qp.Cap{}
+	if err := q.qp.Modify(&a, qp.AttrMask(m.Mask)&^qp.AttrCap); err != nil {
+		return err
+	}
+	q.loop.kickQP(q)
+	return nil
+}
+
+func (ss *session) destroyQP(h uint32) (proto.Body, []int, error) {
+	q := lookup[qpObj](ss, h)
+	if q == nil {
+		return nil, nil, proto.EINVAL
+	}
+	q.destroy(false)
+	return &proto.EventsReply{AsyncEvents: q.asyncEvents.Load()}, nil, nil
+}
+
+// destroy takes the QP down: out of the loop, the engine QP (to ERR first
+// when the client is gone, so that its peers see what a crashed host gives
+// them), then the rings.
+func (q *qpObj) destroy(toErr bool) {
+	ss := q.sess
+	q.loop.removeQP(q)
+	q.mu.Lock()
+	if q.dead {
+		q.mu.Unlock()
+		return
+	}
+	q.dead = true
+	q.mu.Unlock()
+	if toErr {
+		_ = q.qp.Modify(&qp.Attr{State: qp.Err}, qp.AttrState)
+	}
+	q.ctx.d.qps.Delete(q.qpn)
+	if err := q.qp.Destroy(); err != nil {
+		ss.log.Warn("destroy QP", "qpn", q.qpn, "err", err)
+	}
+	q.mu.Lock()
+	_ = q.reg.Close()
+	q.reg, q.sq, q.rq = nil, nil, nil
+	q.mu.Unlock()
+	q.bell.Close()
+	ss.mu.Lock()
+	delete(ss.objs, q.handle)
+	ss.nqp--
+	q.pd.refs--
+	q.scq.refs--
+	q.rcq.refs--
+	ss.mu.Unlock()
+}
+
+// service moves new WQE records from q's rings to the engine.
+func (q *qpObj) service() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.dead {
+		return
+	}
+	st := q.qp.State()
+	if st != qp.Reset && !q.rqFailed {
+		q.serviceRecvLocked()
+	}
+	if st.Allows(qp.PostSendOK) && !q.sqFailed {
+		q.serviceSendLocked()
+	}
+}
+
+// ringFault: the client's index of a ring is out of range. That ring is no
+// longer served; the QP goes to ERR and the client gets IBV_EVENT_QP_FATAL.
+func (q *qpObj) ringFaultLocked(c *ring.Consumer, err error) {
+	c.Fail(uint32(proto.EPROTO))
+	if c == q.sq {
+		q.sqFailed = true
+	} else {
+		q.rqFailed = true
+	}
+	q.sess.log.Warn("ring corrupt", "qpn", q.qpn, "err", err)
+	q.toErrLocked()
+	q.asyncEvents.Add(1)
+	q.sess.asyncEvent(q.ctx, q.cookie, q.handle, uint32(rvt.EventType(1))) // IBV_EVENT_QP_FATAL
+}
+
+func (q *qpObj) toErrLocked() {
+	if q.inErr {
+		return
+	}
+	q.inErr = true
+	if err := q.qp.Modify(&qp.Attr{State: qp.Err}, qp.AttrState); err != nil {
+		q.sess.log.Warn("QP to error", "qpn", q.qpn, "err", err)
+	}
+}
+
+func (q *qpObj) serviceRecvLocked() {
+	for {
+		avail, err := q.rq.Available()
+		if err != nil {
+			q.ringFaultLocked(q.rq, err)
+			return
+		}
+		if q.rqTaken >= uint32(avail) {
+			// Nothing new: ask the client to ring the QP's doorbell for
+			// the next receive (the tick finds it otherwise).
+			ready, err := q.rq.SleepBeyond(int(q.rqTaken))
+			if err != nil {
+				q.ringFaultLocked(q.rq, err)
+				return
+			}
+			if !ready {
+				return
+			}
+			continue
+		}
+		q.takeRecvsLocked(uint32(avail))
+	}
+}
+
+// takeRecvsLocked posts the receive records up to avail to the engine.
+func (q *qpObj) takeRecvsLocked(avail uint32) {
+	for q.rqTaken < avail {
+		idx := q.rqCons + q.rqTaken
+		rec := q.buf[:len(q.rq.Slot(int(q.rqTaken)))]
+		copy(rec, q.rq.Slot(int(q.rqTaken)))
+		w := ring.RecvWQE(rec)
+		wr := qp.RecvWR{WRID: uint64(idx) | recvTag}
+		var bad cq.Status
+		n := int(w.NumSGE())
+		switch {
+		case n > w.MaxSGEs() || uint32(n) > q.cap.MaxRecvSGE:
+			bad = cq.LocLenErr
+		default:
+			for i := 0; i < n; i++ {
+				s := w.SGE(i)
+				if !q.sess.sgeOK(q.pd, s.LKey(), s.Addr(), s.Length()) {
+					bad = cq.LocProtErr
+					break
+				}
+				wr.SGL = append(wr.SGL, qp.SGE{Addr: s.Addr(), Length: s.Length(), Lkey: s.LKey()})
+			}
+		}
+		if bad == 0 {
+			if err := q.qp.PostRecv(wr); err != nil {
+				bad = statusOf(err)
+			}
+		}
+		if bad != 0 {
+			q.rqBad[idx] = bad
+			q.toErrLocked()
+			wr.SGL = nil
+			_ = q.qp.PostRecv(wr) // flushed, in order; complete gives it its status
+		}
+		q.rqWRID[idx&q.rqMask] = ring.RecvWQE(rec).WRID()
+		q.rqTaken++
+	}
+}
+
+func (q *qpObj) serviceSendLocked() {
+	for {
+		avail, err := q.sq.Available()
+		if err != nil {
+			q.ringFaultLocked(q.sq, err)
+			return
+		}
+		if q.sqTaken >= uint32(avail) {
+			ready, err := q.sq.SleepBeyond(int(q.sqTaken))
+			if err != nil {
+				q.ringFaultLocked(q.sq, err)
+				return
+			}
+			if !ready {
+				return
+			}
+			continue
+		}
+		q.wrs = q.wrs[:0]
+		first := q.sqTaken
+		for q.sqTaken < uint32(avail) && len(q.wrs) < postBatch {
+			idx := q.sqCons + q.sqTaken
+			wr, wrid, bad := q.sendWR(int(q.sqTaken), idx)
+			q.sqWRID[idx&q.sqMask] = wrid
+			if bad != 0 {
+				q.postSendLocked(first)
+				q.badSendLocked(idx, bad)
+				first = q.sqTaken + 1
+				q.sqTaken++
+				continue
+			}
+			q.wrs = append(q.wrs, wr)
+			q.sqTaken++
+		}
+		q.postSendLocked(first)
+	}
+}
+
+// postSendLocked posts the WRs gathered in q.wrs, which took the ring
+// slots from first on. A list the engine refuses is posted one by one; a
+// WR it refuses is a bad WQE.
+func (q *qpObj) postSendLocked(first uint32) {
+	if len(q.wrs) == 0 {
+		return
+	}
+	wrs := q.wrs
+	q.wrs = q.wrs[:0]
+	if err := q.qp.PostSend(wrs...); err == nil {
+		return
+	}
+	for i := range wrs {
+		if err := q.qp.PostSend(wrs[i]); err != nil {
+			q.badSendLocked(q.sqCons+first+uint32(i), statusOf(err))
+		}
+	}
+}
+
+// badSendLocked completes the send WQE at ring index idx with status st:
+// the QP goes to ERR and a stand-in WQE is posted there, which the engine
+// flushes in order after the WQEs before it; complete gives it st.
+func (q *qpObj) badSendLocked(idx uint32, st cq.Status) {
+	q.sqBad[idx] = st
+	q.toErrLocked()
+	wr := qp.SendWR{WRID: uint64(idx), Opcode: qp.OpSend, Flags: qp.Signaled}
+	if qp.Type(q.typ) == qp.UD {
+		wr.AH = &qp.AH{PD: q.pd.pd.PD} // never sent: the QP is in ERR
+	}
+	if err := q.qp.PostSend(wr); err != nil {
+		q.sess.log.Warn("flush stand-in", "qpn", q.qpn, "err", err)
+	}
+}
+
+// sendWR copies the k-th unread send record (ring index idx) and checks
+// the copy. It returns the engine WR, the client's wr_id, and a status
+// other than 0 for a bad WQE.
+func (q *qpObj) sendWR(k int, idx uint32) (qp.SendWR, uint64, cq.Status) {
+	slot := q.sq.Slot(k)
+	rec := q.buf[:len(slot)]
+	copy(rec, slot)
+	w := ring.SendWQE(rec)
+	wr := qp.SendWR{
+		WRID: uint64(idx), Opcode: qp.Opcode(w.Opcode()), Flags: qp.SendFlags(w.SendFlags()),
+		RemoteAddr: w.RemoteAddr(), Rkey: w.RKey(), CompareAdd: w.CompareAdd(), Swap: w.Swap(),
+		RemoteQPN: w.RemoteQPN(), RemoteQKey: w.RemoteQKey(),
+	}
+	switch wr.Opcode {
+	case qp.OpRDMAWriteWithImm, qp.OpSendWithImm:
+		wr.ImmData = w.ImmData()
+	case qp.OpSendWithInv, qp.OpLocalInv:
+		wr.InvalidateRkey = w.InvalidateRKey()
+	case qp.OpRDMAWrite, qp.OpSend, qp.OpRDMARead, qp.OpAtomicCmpSwp, qp.OpAtomicFetchAdd:
+	case qp.OpBindMW:
+		// The window and region by handle (ah, remote_qpn); the new rkey's
+		// key byte, the address, length and access as ibv_mw_bind_info.
+		q.sess.mu.Lock()
+		mw := lookupLocked[mwObj](q.sess, w.AH())
+		mr := lookupLocked[mrObj](q.sess, w.RemoteQPN())
+		q.sess.mu.Unlock()
+		if mw == nil || mr == nil || mw.pd != q.pd || mr.pd != q.pd {
+			return wr, w.WRID(), cq.LocQPOpErr
+		}
+		wr.Bind = &qp.BindWR{MW: mw.mw, MR: mr.mr, Addr: w.RemoteAddr(), Length: w.CompareAdd(),
+			Access: keys.Access(uint32(w.Swap())), Key: uint8(w.RKey())}
+		return wr, w.WRID(), 0
+	default:
+		return wr, w.WRID(), cq.LocQPOpErr // unknown opcodes
+	}
+	if qp.Type(q.typ) == qp.UD {
+		ah := lookup[ahObj](q.sess, w.AH())
+		if ah == nil || ah.pd != q.pd {
+			return wr, w.WRID(), cq.LocQPOpErr
+		}
+		wr.AH = ah.ah
+	}
+	if wr.Flags&qp.Inline != 0 {
+		n := int(w.InlineLen())
+		if w.NumSGE() != 0 || n > len(w.Inline()) || uint32(n) > q.cap.MaxInlineData {
+			return wr, w.WRID(), cq.LocLenErr
+		}
+		wr.InlineData = append([]byte(nil), w.Inline()[:n]...)
+		return wr, w.WRID(), 0
+	}
+	n := int(w.NumSGE())
+	if n > w.MaxSGEs() || uint32(n) > q.cap.MaxSendSGE {
+		return wr, w.WRID(), cq.LocLenErr
+	}
+	if n > 0 {
+		wr.SGL = make([]qp.SGE, n)
+	}
+	for i := 0; i < n; i++ {
+		s := w.SGE(i)
+		if !q.sess.sgeOK(q.pd, s.LKey(), s.Addr(), s.Length()) {
+			return wr, w.WRID(), cq.LocProtErr
+		}
+		wr.SGL[i] = qp.SGE{Addr: s.Addr(), Length: s.Length(), Lkey: s.LKey()}
+	}
+	return wr, w.WRID(), 0
+}
+
+// statusOf is the completion status of a WR the engine refused.
+func statusOf(err error) cq.Status {
+	switch {
+	case errors.Is(err, rvt.ErrInvalidArgument):
+		return cq.LocQPOpErr
+	default:
+		return cq.LocProtErr
+	}
+}
