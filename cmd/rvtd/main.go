@@ -8,11 +8,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/pflag"
 
 	"github.com/softverbs/softverbs/rvtd"
@@ -20,6 +25,7 @@ import (
 
 type flags struct {
 	config, socket, logFormat, logLevel string
+	metrics                             string
 	checkConfig                         bool
 	loops                               int
 }
@@ -32,6 +38,7 @@ func main() {
 	fs.StringVar(&f.logFormat, "log-format", "", "log format: text or json (default: the config's, else text)")
 	fs.StringVar(&f.logLevel, "log-level", "", "log level: debug, info, warn or error (default: the config's, else info)")
 	fs.BoolVar(&f.checkConfig, "check-config", false, "check the configuration and exit")
+	fs.StringVar(&f.metrics, "metrics", "", "serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9464 (default: off)")
 	fs.IntVar(&f.loops, "loops", 0, "data-path goroutines (default 2)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
@@ -83,6 +90,14 @@ func run(f flags) error {
 		_ = srv.Shutdown(context.Background())
 		return err
 	}
+	if f.metrics != "" {
+		ms, err := serveMetrics(f.metrics, srv, log)
+		if err != nil {
+			_ = srv.Shutdown(context.Background())
+			return err
+		}
+		defer ms.Close()
+	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	served := make(chan error, 1)
@@ -98,6 +113,30 @@ func run(f flags) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return srv.Shutdown(ctx)
+}
+
+// serveMetrics serves /metrics at addr: the daemon's collector, with the
+// Go runtime's and the process's, on a registry of its own.
+func serveMetrics(addr string, srv *rvtd.Server, log *slog.Logger) (*http.Server, error) {
+	reg := prometheus.NewRegistry()
+	if err := srv.RegisterMetrics(reg); err != nil {
+		return nil, err
+	}
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics", "err", err)
+		}
+	}()
+	log.Info("serving metrics", "addr", ln.Addr().String())
+	return hs, nil
 }
 
 func newLogger(cfg *rvtd.Config) *slog.Logger {

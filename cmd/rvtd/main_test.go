@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"errors"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -91,5 +94,45 @@ func TestCheckConfig(t *testing.T) {
 	cmd, out = rvtdCmd("--check-config", "--config", bad)
 	if err := cmd.Run(); err == nil || !strings.Contains(out.String(), "fabrik") {
 		t.Fatalf("bad config accepted: %v\n%s", err, out)
+	}
+}
+
+func TestMetricsFlag(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	sock := filepath.Join(t.TempDir(), "rvtd.sock")
+	cmd, out := rvtdCmd("--socket", sock, "--metrics", addr)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	var body []byte
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		r, err := http.Get("http://" + addr + "/metrics")
+		if err == nil {
+			body, err = io.ReadAll(r.Body)
+			r.Body.Close()
+			if err == nil && r.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no metrics: %v", err)
+		}
+	}
+	for _, want := range []string{"\nrvtd_clients 0\n", "\n" + `rvtd_port_sent_pkts_total{device="rvt0",port="1"} 0` + "\n", "\ngo_goroutines "} {
+		if !bytes.Contains(body, []byte(want)) {
+			t.Errorf("no %q in\n%s", want, body)
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("rvtd after SIGTERM: %v\n%s", err, out)
 	}
 }
