@@ -29,22 +29,9 @@
 # KEEP_GUEST, as for scripts/interop.sh.
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-PEER=${PEER:-$ROOT/../shared/rxe-peer}
-PEERSH=$PEER/peer.sh
-NS=${RXE_NETNS-rxepeer}
-BR=${RXE_BRIDGE:-rxebr0}
-SUBNET=${RXE_SUBNET:-10.50.0}
-G=${GUEST:-1}
-GIP=$SUBNET.$G
-HOSTIP=$SUBNET.254
-TAP=${SVTAP:-svtap0}
-SVIP=${SVIP:-$SUBNET.200/24}
+IOP=interop-cm
+. "$(dirname "$0")/interop-lib.sh"
 T=${CASE_TIMEOUT:-120}
-GO=${GO:-go}
-XNS=svxdp
-XIF=svx0
-XIP=$SUBNET.201
 DELAY=${RXE_SERVER_DELAY:-3}
 
 list=
@@ -89,63 +76,15 @@ if [ -n "$list" ]; then
 	exit 0
 fi
 
-[ "$(id -u)" = 0 ] || { echo "interop-cm: needs root (netns, TAP, QEMU guests)" >&2; exit 1; }
-[ -x "$PEERSH" ] || { echo "interop-cm: $PEERSH not found" >&2; exit 1; }
-
-nsip() { if [ -n "$NS" ]; then ip -n "$NS" "$@"; else ip "$@"; fi; }
-log() { printf 'interop-cm: %s\n' "$*" >&2; }
-
-WORK=$(mktemp -d /tmp/svinterop-cm.XXXXXX)
-RVT=$WORK/rvt
-rvt_pid=
-guest_job=
-started_guest=
-xdp_up=
-cleanup() {
-	local rc=$?
-	[ -n "$rvt_pid" ] && kill "$rvt_pid" 2>/dev/null || true
-	[ -n "$guest_job" ] && "$PEERSH" stop "$G" "$guest_job" >/dev/null 2>&1 || true
-	nsip link del "$TAP" >/dev/null 2>&1 || true
-	[ -n "$xdp_up" ] && ip netns del "$XNS" >/dev/null 2>&1 || true
-	if [ -n "$started_guest" ] && [ -z "${KEEP_GUEST:-}" ]; then
-		"$PEERSH" down "$G" >/dev/null 2>&1 || true
-	fi
-	if [ "$rc" = 0 ] && [ -z "${KEEP:-}" ]; then
-		rm -rf "$WORK"
-	else
-		log "outputs and captures kept in $WORK"
-	fi
-}
-trap cleanup EXIT
-
-log "building rvt"
-(cd "$ROOT" && "$GO" build -o "$RVT" ./cmd/rvt)
-"$PEERSH" deps
-
-if ! "$PEERSH" status 2>/dev/null | grep -q "^guest $G: up"; then
-	if ! "$PEERSH" status 2>/dev/null | grep -q '^guest [0-9]*: up'; then
-		"$PEERSH" build
-	fi
-	log "starting guest $G"
-	"$PEERSH" up "$G"
-	started_guest=1
-fi
-guest_mtu=$("$PEERSH" run "$G" 'cat /sys/class/net/eth0/mtu' | tr -dc 0-9)
+check_host
+setup_work svinterop-cm
+build_rvt
+start_guest
 log "guest $G: $GIP, eth0 MTU $guest_mtu"
 
-# As scripts/interop.sh: pin the bridge's MAC, then a persistent TAP in
-# the bridge before rvt opens it; the AF_XDP netns if a case needs it.
-nsip link set "$BR" address "$(nsip -br link show "$BR" | awk '{print $3}')"
-nsip link del "$TAP" >/dev/null 2>&1 || true
-nsip tuntap add dev "$TAP" mode tap
-ip netns exec "$NS" sysctl -qw "net.ipv6.conf.$TAP.disable_ipv6=1" 2>/dev/null || true
-nsip link set "$TAP" mtu "$guest_mtu" master "$BR" up
-if printf '%s\n' "${cases[@]}" | grep -q ' xdp$'; then
-	RXE_MTU=$guest_mtu "$PEERSH" veth "$XNS" "$XIP/24" "$XIF" >/dev/null
-	ip -n "$XNS" link set "$XIF" address 02:5f:00:00:00:c9
-	xdp_up=1
-fi
-"$PEERSH" run "$G" 'ip neigh flush dev eth0' >/dev/null
+# The TAP (no deep queues); the AF_XDP netns if a case needs it
+# (scripts/interop-lib.sh).
+setup_links "" xdp
 
 # check_out FILE TOOL WHO ROLE ARG: the lines the tool prints on success.
 check_out() {

@@ -40,19 +40,9 @@
 # scripts/interop.sh.
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-PEER=${PEER:-$ROOT/../shared/rxe-peer}
-PEERSH=$PEER/peer.sh
-NS=${RXE_NETNS-rxepeer}
-BR=${RXE_BRIDGE:-rxebr0}
-SUBNET=${RXE_SUBNET:-10.50.0}
-G=${GUEST:-1}
-GIP=$SUBNET.$G
-HOSTIP=$SUBNET.254
-TAP=${SVTAP:-svtap0}
-SVIP=${SVIP:-$SUBNET.200/24}
+IOP=interop-perftest
+. "$(dirname "$0")/interop-lib.sh"
 T=${CASE_TIMEOUT:-120}
-GO=${GO:-go}
 PORT=18515
 QLEN=${QLEN:-4096}
 DELAY=${RXE_SERVER_DELAY:-3}
@@ -112,72 +102,21 @@ if [ -n "$list" ]; then
 	exit 0
 fi
 
-[ "$(id -u)" = 0 ] || { echo "interop-perftest: needs root (netns, TAP, QEMU guests)" >&2; exit 1; }
-[ -x "$PEERSH" ] || { echo "interop-perftest: $PEERSH not found" >&2; exit 1; }
-
-nsx() { if [ -n "$NS" ]; then ip netns exec "$NS" "$@"; else "$@"; fi; }
-nsip() { if [ -n "$NS" ]; then ip -n "$NS" "$@"; else ip "$@"; fi; }
-log() { printf 'interop-perftest: %s\n' "$*" >&2; }
-
-WORK=$(mktemp -d /tmp/svinterop-pt.XXXXXX)
-RVT=$WORK/rvt
-rvt_pid=
-guest_job=
-started_guest=
-cleanup() {
-	local rc=$?
-	[ -n "$rvt_pid" ] && kill "$rvt_pid" 2>/dev/null || true
-	[ -n "$guest_job" ] && "$PEERSH" stop "$G" "$guest_job" >/dev/null 2>&1 || true
-	nsip link del "$TAP" >/dev/null 2>&1 || true
-	if [ -n "$started_guest" ] && [ -z "${KEEP_GUEST:-}" ]; then
-		"$PEERSH" down "$G" >/dev/null 2>&1 || true
-	fi
-	if [ "$rc" = 0 ] && [ -z "${KEEP:-}" ]; then
-		rm -rf "$WORK"
-	else
-		log "outputs and captures kept in $WORK"
-	fi
-}
-trap cleanup EXIT
-
-log "building rvt"
-(cd "$ROOT" && "$GO" build -o "$RVT" ./cmd/rvt)
-"$PEERSH" deps
+check_host
+setup_work svinterop-pt
+build_rvt
 
 want_mtu=1500
 for c in "${cases[@]}"; do
 	read -r _ _ mtu _ <<<"$c"
 	[ "$mtu" -gt 1024 ] && want_mtu=4200
 done
-cur_mtu=
-if "$PEERSH" status 2>/dev/null | grep -q "^guest $G: up"; then
-	cur_mtu=$("$PEERSH" run "$G" 'cat /sys/class/net/eth0/mtu' 2>/dev/null | tr -dc 0-9 || true)
-fi
-if [ -n "$cur_mtu" ] && [ "$cur_mtu" -lt "$want_mtu" ]; then
-	log "guest $G has eth0 MTU $cur_mtu; restarting it with $want_mtu"
-	"$PEERSH" down "$G"
-	cur_mtu=
-fi
-if [ -z "$cur_mtu" ]; then
-	if ! "$PEERSH" status 2>/dev/null | grep -q '^guest [0-9]*: up'; then
-		"$PEERSH" build
-	fi
-	log "starting guest $G (eth0 MTU $want_mtu)"
-	RXE_MTU=$want_mtu "$PEERSH" up "$G"
-	started_guest=1
-fi
-guest_mtu=$("$PEERSH" run "$G" 'cat /sys/class/net/eth0/mtu' | tr -dc 0-9)
+start_guest "$want_mtu"
 log "guest $G: $GIP, eth0 MTU $guest_mtu"
 
-# As scripts/interop.sh: pin the bridge's MAC, then a persistent TAP in the
-# bridge before rvt opens it, and deep TAP queues.
-nsip link set "$BR" address "$(nsip -br link show "$BR" | awk '{print $3}')"
-nsip link del "$TAP" >/dev/null 2>&1 || true
-nsip tuntap add dev "$TAP" mode tap
-nsx sysctl -qw "net.ipv6.conf.$TAP.disable_ipv6=1" 2>/dev/null || true
-nsip link set "$TAP" mtu "$guest_mtu" txqueuelen "$QLEN" master "$BR" up
-nsip link set "$("$PEERSH" tap "$G")" txqueuelen "$QLEN"
-"$PEERSH" run "$G" 'ip neigh flush dev eth0' >/dev/null
+# The TAP, with deep queues (QLEN) on it and the guest's TAP; no AF_XDP
+# (scripts/interop-lib.sh).
+setup_links "$QLEN" ""
 
 # rvt_listening waits until rvt listens on TCP $PORT in netns $NS.
 rvt_listening() {

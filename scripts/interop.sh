@@ -44,23 +44,10 @@
 #   KEEP_GUEST=1  leave a guest this script started running
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-PEER=${PEER:-$ROOT/../shared/rxe-peer}
-PEERSH=$PEER/peer.sh
-NS=${RXE_NETNS-rxepeer}
-BR=${RXE_BRIDGE:-rxebr0}
-SUBNET=${RXE_SUBNET:-10.50.0}
-G=${GUEST:-1}
-GIP=$SUBNET.$G
-HOSTIP=$SUBNET.254
-TAP=${SVTAP:-svtap0}
-SVIP=${SVIP:-$SUBNET.200/24}
+IOP=interop
+. "$(dirname "$0")/interop-lib.sh"
 T=${CASE_TIMEOUT:-300}
-GO=${GO:-go}
 PORT=18515
-XNS=svxdp
-XIF=svx0
-XIP=$SUBNET.201
 QLEN=${QLEN:-4096}
 
 mode=full
@@ -120,104 +107,18 @@ if [ -n "$list" ]; then
 	exit 0
 fi
 
-[ "$(id -u)" = 0 ] || { echo "interop: needs root (netns, TAP, QEMU guests)" >&2; exit 1; }
-[ -x "$PEERSH" ] || { echo "interop: $PEERSH not found" >&2; exit 1; }
-
-# inns NS CMD...: run CMD in netns NS ("" = this namespace).
-inns() {
-	local n=$1
-	shift
-	if [ -n "$n" ]; then ip netns exec "$n" "$@"; else "$@"; fi
-}
-nsx() { inns "$NS" "$@"; }
-nsip() { if [ -n "$NS" ]; then ip -n "$NS" "$@"; else ip "$@"; fi; }
-log() { printf 'interop: %s\n' "$*" >&2; }
-
-WORK=$(mktemp -d /tmp/svinterop.XXXXXX)
-RVT=$WORK/rvt
-rvt_pid=
-guest_job=
-started_guest=
-xdp_up=
-cleanup() {
-	local rc=$?
-	[ -n "$rvt_pid" ] && kill "$rvt_pid" 2>/dev/null || true
-	[ -n "$guest_job" ] && "$PEERSH" stop "$G" "$guest_job" >/dev/null 2>&1 || true
-	nsip link del "$TAP" >/dev/null 2>&1 || true
-	[ -n "$xdp_up" ] && ip netns del "$XNS" >/dev/null 2>&1 || true
-	if [ -n "$started_guest" ] && [ -z "${KEEP_GUEST:-}" ]; then
-		"$PEERSH" down "$G" >/dev/null 2>&1 || true
-	fi
-	if [ "$rc" = 0 ] && [ -z "${KEEP:-}" ]; then
-		rm -rf "$WORK"
-	else
-		log "outputs and captures kept in $WORK"
-	fi
-}
-trap cleanup EXIT
-
-log "building rvt"
-(cd "$ROOT" && "$GO" build -o "$RVT" ./cmd/rvt)
-
-log "peer.sh deps"
-"$PEERSH" deps
+check_host
+setup_work svinterop
+build_rvt
 
 want_mtu=1500
 [ "$mode" = full ] && want_mtu=4200
-cur_mtu=
-if "$PEERSH" status 2>/dev/null | grep -q "^guest $G: up"; then
-	cur_mtu=$("$PEERSH" run "$G" 'cat /sys/class/net/eth0/mtu' 2>/dev/null | tr -dc 0-9 || true)
-fi
-if [ -n "$cur_mtu" ] && [ "$cur_mtu" -lt "$want_mtu" ]; then
-	log "guest $G has eth0 MTU $cur_mtu; restarting it with $want_mtu"
-	"$PEERSH" down "$G"
-	cur_mtu=
-fi
-if [ -z "$cur_mtu" ]; then
-	# build refuses to run while any guest is up; the image is then current.
-	if "$PEERSH" status 2>/dev/null | grep -q '^guest [0-9]*: up'; then
-		log "other guests are up: using the existing build"
-	else
-		log "peer.sh build"
-		"$PEERSH" build
-	fi
-	log "starting guest $G (eth0 MTU $want_mtu)"
-	RXE_MTU=$want_mtu "$PEERSH" up "$G"
-	started_guest=1
-fi
-guest_mtu=$("$PEERSH" run "$G" 'cat /sys/class/net/eth0/mtu' | tr -dc 0-9)
+start_guest "$want_mtu"
 log "guest $G: $GIP, eth0 MTU $guest_mtu, $("$PEERSH" run "$G" 'ibv_devinfo -d rxe0 | grep active_mtu' | tr -s ' \t' ' ')"
 
-# A Linux bridge takes the lowest MAC of its ports unless its address was
-# set: adding or removing our ports would then change the MAC behind
-# 10.50.0.254, and the guest, with the old one in its ARP cache, could not
-# reach the out-of-band TCP port for ~15 s. Pin the bridge's current MAC.
-nsip link set "$BR" address "$(nsip -br link show "$BR" | awk '{print $3}')"
-
-# The TAP: persistent, in the bridge, up, before rvt opens it.
-nsip link del "$TAP" >/dev/null 2>&1 || true
-nsip tuntap add dev "$TAP" mode tap
-nsx sysctl -qw "net.ipv6.conf.$TAP.disable_ipv6=1" 2>/dev/null || true
-nsip link set "$TAP" mtu "$guest_mtu" txqueuelen "$QLEN" master "$BR" up
-# The guest's TAP queues what the bridge forwards to the emulated NIC. At
-# its default 1000 packets it overflows when softverbs sends a 1 MiB message
-# at path MTU 1024 (1024 packets at once) faster than the TCG guest drains
-# it: RC recovers by retransmitting, UC loses the message. A deeper queue
-# stands in for the line rate a real peer would have.
-nsip link set "$("$PEERSH" tap "$G")" txqueuelen "$QLEN"
-
-# The AF_XDP side: a netns joined to the bridge by a veth, if a case needs it.
-if printf '%s\n' "${cases[@]}" | grep -q ' xdp$'; then
-	RXE_MTU=$guest_mtu "$PEERSH" veth "$XNS" "$XIP/24" "$XIF" >/dev/null
-	# The same MAC every run, so the guest's ARP cache entry for $XIP from
-	# an earlier run is still right.
-	ip -n "$XNS" link set "$XIF" address 02:5f:00:00:00:c9
-	xdp_up=1
-fi
-
-# Forget what the guest learned in earlier runs (MACs of our ports may have
-# changed since).
-"$PEERSH" run "$G" 'ip neigh flush dev eth0' >/dev/null
+# The TAP, with deep queues (QLEN) on it and the guest's TAP; the AF_XDP
+# netns if a case needs it (scripts/interop-lib.sh).
+setup_links "$QLEN" xdp
 
 # listening_here waits until something in netns $1 listens on TCP $PORT.
 listening_here() {

@@ -1,0 +1,150 @@
+# Shared by scripts/interop.sh, scripts/interop-cm.sh and
+# scripts/interop-perftest.sh (sourced, not run): the environment defaults,
+# the root and peer checks, the helpers, the work directory and its cleanup,
+# building rvt, starting the guest and creating the TAP (and the AF_XDP
+# netns) in the guest's bridge. See scripts/interop.sh for the topology and
+# the environment. The sourcing script sets IOP (its name, for messages)
+# first; it keeps its own cases, timeouts and per-case logic.
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PEER=${PEER:-$ROOT/../shared/rxe-peer}
+PEERSH=$PEER/peer.sh
+NS=${RXE_NETNS-rxepeer}
+BR=${RXE_BRIDGE:-rxebr0}
+SUBNET=${RXE_SUBNET:-10.50.0}
+G=${GUEST:-1}
+GIP=$SUBNET.$G
+HOSTIP=$SUBNET.254
+TAP=${SVTAP:-svtap0}
+SVIP=${SVIP:-$SUBNET.200/24}
+GO=${GO:-go}
+XNS=svxdp
+XIF=svx0
+XIP=$SUBNET.201
+
+# inns NS CMD...: run CMD in netns NS ("" = this namespace).
+inns() {
+	local n=$1
+	shift
+	if [ -n "$n" ]; then ip netns exec "$n" "$@"; else "$@"; fi
+}
+nsx() { inns "$NS" "$@"; }
+nsip() { if [ -n "$NS" ]; then ip -n "$NS" "$@"; else ip "$@"; fi; }
+log() { printf '%s: %s\n' "$IOP" "$*" >&2; }
+
+# check_host: root, and the peer's peer.sh.
+check_host() {
+	[ "$(id -u)" = 0 ] || { echo "$IOP: needs root (netns, TAP, QEMU guests)" >&2; exit 1; }
+	[ -x "$PEERSH" ] || { echo "$IOP: $PEERSH not found" >&2; exit 1; }
+}
+
+# setup_work PREFIX: the work directory /tmp/PREFIX.XXXXXX (kept on failure
+# or with KEEP=1) and the cleanup on exit: rvt, the guest job, the TAP, the
+# AF_XDP netns, and the guest if this script started it (unless KEEP_GUEST).
+rvt_pid=
+guest_job=
+started_guest=
+xdp_up=
+setup_work() {
+	WORK=$(mktemp -d "/tmp/$1.XXXXXX")
+	RVT=$WORK/rvt
+	trap cleanup EXIT
+}
+cleanup() {
+	local rc=$?
+	[ -n "$rvt_pid" ] && kill "$rvt_pid" 2>/dev/null || true
+	[ -n "$guest_job" ] && "$PEERSH" stop "$G" "$guest_job" >/dev/null 2>&1 || true
+	nsip link del "$TAP" >/dev/null 2>&1 || true
+	[ -n "$xdp_up" ] && ip netns del "$XNS" >/dev/null 2>&1 || true
+	if [ -n "$started_guest" ] && [ -z "${KEEP_GUEST:-}" ]; then
+		"$PEERSH" down "$G" >/dev/null 2>&1 || true
+	fi
+	if [ "$rc" = 0 ] && [ -z "${KEEP:-}" ]; then
+		rm -rf "$WORK"
+	else
+		log "outputs and captures kept in $WORK"
+	fi
+}
+
+# build_rvt: rvt into $RVT, and the peer's dependencies.
+build_rvt() {
+	log "building rvt"
+	(cd "$ROOT" && "$GO" build -o "$RVT" ./cmd/rvt)
+	log "peer.sh deps"
+	"$PEERSH" deps
+}
+
+# start_guest [MTU]: start guest $G unless it is up; sets guest_mtu (its
+# eth0 MTU). With MTU, the guest is started with RXE_MTU=MTU, and a running
+# guest whose eth0 MTU is smaller is restarted.
+start_guest() {
+	local want=${1:-} cur=
+	if "$PEERSH" status 2>/dev/null | grep -q "^guest $G: up"; then
+		if [ -z "$want" ]; then
+			cur=up
+		else
+			cur=$("$PEERSH" run "$G" 'cat /sys/class/net/eth0/mtu' 2>/dev/null | tr -dc 0-9 || true)
+		fi
+	fi
+	if [ -n "$want" ] && [ -n "$cur" ] && [ "$cur" -lt "$want" ]; then
+		log "guest $G has eth0 MTU $cur; restarting it with $want"
+		"$PEERSH" down "$G"
+		cur=
+	fi
+	if [ -z "$cur" ]; then
+		# build refuses to run while any guest is up; the image is then current.
+		if "$PEERSH" status 2>/dev/null | grep -q '^guest [0-9]*: up'; then
+			log "other guests are up: using the existing build"
+		else
+			log "peer.sh build"
+			"$PEERSH" build
+		fi
+		if [ -n "$want" ]; then
+			log "starting guest $G (eth0 MTU $want)"
+			RXE_MTU=$want "$PEERSH" up "$G"
+		else
+			log "starting guest $G"
+			"$PEERSH" up "$G"
+		fi
+		started_guest=1
+	fi
+	guest_mtu=$("$PEERSH" run "$G" 'cat /sys/class/net/eth0/mtu' | tr -dc 0-9)
+}
+
+# setup_links QLEN XDP: the TAP $TAP, persistent, in the bridge, up, at the
+# guest's MTU, before rvt opens it (so no frame, not even rvt's gratuitous
+# ARP, goes out before the TAP is bridged); with QLEN, the txqueuelen of it
+# and of the guest's TAP; with XDP non-empty, the AF_XDP netns $XNS if a
+# case (in the array cases) ends in " xdp". Then the guest forgets its
+# neighbours.
+setup_links() {
+	local qlen=$1 xdp=$2 q=()
+	[ -n "$qlen" ] && q=(txqueuelen "$qlen")
+	# A Linux bridge takes the lowest MAC of its ports unless its address
+	# was set: adding or removing our ports would then change the MAC
+	# behind 10.50.0.254, and the guest, with the old one in its ARP cache,
+	# could not reach the out-of-band TCP port for ~15 s. Pin the bridge's
+	# current MAC.
+	nsip link set "$BR" address "$(nsip -br link show "$BR" | awk '{print $3}')"
+	nsip link del "$TAP" >/dev/null 2>&1 || true
+	nsip tuntap add dev "$TAP" mode tap
+	nsx sysctl -qw "net.ipv6.conf.$TAP.disable_ipv6=1" 2>/dev/null || true
+	nsip link set "$TAP" mtu "$guest_mtu" "${q[@]}" master "$BR" up
+	# The guest's TAP queues what the bridge forwards to the emulated NIC.
+	# At its default 1000 packets it overflows when softverbs sends a 1 MiB
+	# message at path MTU 1024 (1024 packets at once) faster than the TCG
+	# guest drains it: RC recovers by retransmitting, UC loses the message.
+	# A deeper queue stands in for the line rate a real peer would have.
+	[ -n "$qlen" ] && nsip link set "$("$PEERSH" tap "$G")" txqueuelen "$qlen"
+	# The AF_XDP side: a netns joined to the bridge by a veth.
+	if [ -n "$xdp" ] && printf '%s\n' "${cases[@]}" | grep -q ' xdp$'; then
+		RXE_MTU=$guest_mtu "$PEERSH" veth "$XNS" "$XIP/24" "$XIF" >/dev/null
+		# The same MAC every run, so the guest's ARP cache entry for $XIP
+		# from an earlier run is still right.
+		ip -n "$XNS" link set "$XIF" address 02:5f:00:00:00:c9
+		xdp_up=1
+	fi
+	# Forget what the guest learned in earlier runs (MACs of our ports may
+	# have changed since).
+	"$PEERSH" run "$G" 'ip neigh flush dev eth0' >/dev/null
+}
