@@ -189,3 +189,21 @@ func GIDIndex(dev *rvt.Device, ip netip.Addr) (uint8, bool) {
 	}
 	return 0, false
 }
+
+// Listen listens as the rdma-core tools' servers do: on src, or on every
+// address when src is not set, at port in port space ps; onListen, if not
+// nil, learns the listener's address (the in-memory pair starts its client
+// then). The caller prints the tool's own failure line.
+func Listen(dev *rvt.Device, src netip.Addr, port uint16, ps cm.PortSpace, onListen func(netip.AddrPort)) (*cm.Listener, error) {
+	if !src.IsValid() {
+		src = netip.IPv4Unspecified()
+	}
+	l, err := cm.Listen(dev, netip.AddrPortFrom(src, port), &cm.ListenOptions{PortSpace: ps})
+	if err != nil {
+		return nil, err
+	}
+	if onListen != nil {
+		onListen(l.Addr())
+	}
+	return l, nil
+}

@@ -174,19 +174,12 @@ func (t *test) runServer(ctx context.Context, dev *rvt.Device) (int, error) {
 	if err := t.check(); err != nil {
 		return -22, err
 	}
-	bind := t.cfg.Src
-	if !bind.IsValid() {
-		bind = netip.IPv4Unspecified()
-	}
-	l, err := cm.Listen(dev, netip.AddrPortFrom(bind, t.cfg.Port), &cm.ListenOptions{PortSpace: t.cfg.PortSpace})
+	l, err := cmtool.Listen(dev, t.cfg.Src, t.cfg.Port, t.cfg.PortSpace, t.cfg.OnListen)
 	if err != nil {
 		t.out.Printf("udaddy: bind address failed: %v\n", err)
 		return -98, err
 	}
 	defer l.Close()
-	if t.cfg.OnListen != nil {
-		t.cfg.OnListen(l.Addr())
-	}
 	for left := t.cfg.Connections; left > 0; left-- {
 		req, err := l.Accept(ctx)
 		if err != nil {
