@@ -28,6 +28,7 @@ import (
 	"github.com/softverbs/softverbs/mcast"
 	"github.com/softverbs/softverbs/netdev"
 	"github.com/softverbs/softverbs/qp"
+	"github.com/softverbs/softverbs/rvtd/client"
 	"github.com/softverbs/softverbs/transport"
 )
 
@@ -154,6 +155,8 @@ type Device struct {
 	stopWatch func() // stops following Options.Interface; nil if not
 
 	svc services // the services of higher layers (Service)
+
+	remote *client.Device // the rvtd device behind a Dial'd device; nil when embedded
 }
 
 // Open creates a device.

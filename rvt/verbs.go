@@ -164,6 +164,8 @@ type QP struct {
 	// destroyed is guarded by d.mu, and set with d.mcMu held too, so that
 	// AttachMcast, under d.mcMu, never attaches a destroyed QP.
 	destroyed bool
+
+	rhandle uint32 // the QP's handle in its rvtd session; 0 when embedded
 }
 
 // CreateQP creates a queue pair in the RESET state (ibv_create_qp). A GSI
