@@ -1,0 +1,250 @@
+/* Completion channels and CQs: poll_cq reads the CQE ring with no system
+ * call; req_notify_cq is two words in the ring header. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include "internal.h"
+
+RVC_EXPORT struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *ctx)
+{
+	struct rvc_context *rc = to_rctx(ctx);
+	struct rvc_channel *ch = calloc(1, sizeof(*ch));
+	if (!ch) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	struct rvc_handle_reply r;
+	struct rvc_reply rep;
+	int err = rvc_call(&rc->conn, RVC_OP_CREATE_COMP_CHANNEL, rc->dev_handle, NULL, 0, NULL, 0,
+			   &r, sizeof(r), 0, 0, 1, &rep);
+	if (err) {
+		free(ch);
+		errno = err;
+		return NULL;
+	}
+	ch->handle = r.handle;
+	ch->ch.context = ctx;
+	ch->ch.fd = rep.fds[0];
+	ch->ch.refcnt = 0;
+	return &ch->ch;
+}
+
+RVC_EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
+{
+	struct rvc_channel *ch = rvc_container_of(channel, struct rvc_channel, ch);
+	struct rvc_context *rc = to_rctx(channel->context);
+	if (__atomic_load_n(&channel->refcnt, __ATOMIC_ACQUIRE))
+		return EBUSY;
+	int err = rvc_call(&rc->conn, RVC_OP_DESTROY_COMP_CHANNEL, ch->handle, NULL, 0, NULL, 0,
+			   NULL, 0, 0, 0, 0, NULL);
+	if (err)
+		return err;
+	close(channel->fd);
+	free(ch);
+	return 0;
+}
+
+/* map_cq maps a CQ reply's memfd and checks its ring. */
+static int map_cq(struct rvc_cq *c, const struct rvc_cq_reply *r, int memfd)
+{
+	int err = rvc_check_ring(&r->ring, r->map_size, sizeof(struct rvc_cqe));
+	if (!err && r->ring.stride != sizeof(struct rvc_cqe))
+		err = EPROTO;
+	void *m = MAP_FAILED;
+	if (!err) {
+		m = mmap(NULL, r->map_size, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+		if (m == MAP_FAILED)
+			err = errno;
+	}
+	close(memfd);
+	if (!err && rvc_check_ring_header((uint8_t *)m + r->ring.offset, &r->ring, RVC_RING_CQ))
+		err = EPROTO;
+	if (err) {
+		if (m != MAP_FAILED)
+			munmap(m, r->map_size);
+		return err;
+	}
+	c->map = m;
+	c->map_size = r->map_size;
+	rvc_ring_init(&c->ring, m, &r->ring, 0);
+	return 0;
+}
+
+RVC_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
+					struct ibv_comp_channel *channel, int comp_vector)
+{
+	struct rvc_context *rc = to_rctx(ctx);
+	if (cqe <= 0 || comp_vector < 0 || comp_vector >= ctx->num_comp_vectors) {
+		errno = EINVAL;
+		return NULL;
+	}
+	struct rvc_cq *c = calloc(1, sizeof(*c));
+	if (!c) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	struct rvc_create_cq req = {
+		.cqe = (uint32_t)cqe,
+		.comp_vector = (uint32_t)comp_vector,
+		.channel = channel ? rvc_container_of(channel, struct rvc_channel, ch)->handle : 0,
+		.cookie = (uintptr_t)&c->cq,
+	};
+	struct rvc_cq_reply r;
+	struct rvc_reply rep;
+	int err = rvc_call(&rc->conn, RVC_OP_CREATE_CQ, rc->dev_handle, &req, sizeof(req), NULL, 0,
+			   &r, sizeof(r), 0, 0, 1, &rep);
+	if (!err) {
+		err = map_cq(c, &r, rep.fds[0]);
+		if (err)
+			rvc_call(&rc->conn, RVC_OP_DESTROY_CQ, r.cq, NULL, 0, NULL, 0, NULL,
+				 sizeof(struct rvc_destroy_reply), 0, 0, 0, NULL);
+	}
+	if (err) {
+		free(c);
+		errno = err;
+		return NULL;
+	}
+	pthread_mutex_init(&c->lock, NULL);
+	pthread_mutex_init(&c->cq.mutex, NULL);
+	pthread_cond_init(&c->cq.cond, NULL);
+	c->cq.context = ctx;
+	c->cq.channel = channel;
+	c->cq.cq_context = cq_context;
+	c->cq.handle = r.cq;
+	c->cq.cqe = (int)r.cqe;
+	if (channel)
+		__atomic_add_fetch(&channel->refcnt, 1, __ATOMIC_ACQ_REL);
+	return &c->cq;
+}
+
+RVC_EXPORT int ibv_resize_cq(struct ibv_cq *cq, int cqe)
+{
+	struct rvc_cq *c = to_rcq(cq);
+	struct rvc_context *rc = to_rctx(cq->context);
+	if (cqe <= 0)
+		return EINVAL;
+	struct rvc_cqe_req req = {.cqe = (uint32_t)cqe};
+	struct rvc_cq_reply r;
+	struct rvc_reply rep;
+	pthread_mutex_lock(&c->lock); /* no poll while the rings change */
+	int err = rvc_call(&rc->conn, RVC_OP_RESIZE_CQ, cq->handle, &req, sizeof(req), NULL, 0, &r,
+			   sizeof(r), 0, 0, 1, &rep);
+	void *old = c->map;
+	size_t old_size = c->map_size;
+	if (!err) {
+		err = map_cq(c, &r, rep.fds[0]);
+		if (!err) {
+			munmap(old, old_size);
+			cq->cqe = (int)r.cqe;
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+	return err;
+}
+
+RVC_EXPORT int ibv_destroy_cq(struct ibv_cq *cq)
+{
+	struct rvc_cq *c = to_rcq(cq);
+	struct rvc_context *rc = to_rctx(cq->context);
+	struct rvc_destroy_reply r;
+	int err = rvc_call(&rc->conn, RVC_OP_DESTROY_CQ, cq->handle, NULL, 0, NULL, 0, &r,
+			   sizeof(r), 0, 0, 0, NULL);
+	if (err)
+		return err;
+	if (cq->channel)
+		__atomic_sub_fetch(&cq->channel->refcnt, 1, __ATOMIC_ACQ_REL);
+	/* As rdma-core: wait until the program acknowledged every event. */
+	pthread_mutex_lock(&cq->mutex);
+	while (cq->comp_events_completed != r.comp_events_reported ||
+	       cq->async_events_completed != r.async_events_reported)
+		pthread_cond_wait(&cq->cond, &cq->mutex);
+	pthread_mutex_unlock(&cq->mutex);
+	munmap(c->map, c->map_size);
+	pthread_mutex_destroy(&c->lock);
+	free(c);
+	return 0;
+}
+
+static void cqe_to_wc(const struct rvc_cqe *e, struct ibv_wc *wc)
+{
+	wc->wr_id = e->wr_id;
+	wc->status = (enum ibv_wc_status)e->status;
+	wc->opcode = (enum ibv_wc_opcode)e->opcode;
+	wc->vendor_err = e->vendor_err;
+	wc->byte_len = e->byte_len;
+	wc->imm_data = e->imm_data;
+	wc->qp_num = e->qp_num;
+	wc->src_qp = e->src_qp;
+	wc->wc_flags = e->wc_flags;
+	wc->pkey_index = e->pkey_index;
+	wc->slid = e->slid;
+	wc->sl = e->sl;
+	wc->dlid_path_bits = e->dlid_path_bits;
+}
+
+int rvc_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
+{
+	struct rvc_cq *c = to_rcq(cq);
+	if (n < 0)
+		return -EINVAL;
+	pthread_mutex_lock(&c->lock);
+	int64_t avail = rvc_available(&c->ring);
+	if (avail < 0) {
+		pthread_mutex_unlock(&c->lock);
+		return -EPROTO;
+	}
+	int k = avail < n ? (int)avail : n;
+	for (int i = 0; i < k; i++) {
+		struct rvc_cqe e;
+		memcpy(&e, rvc_slot(&c->ring, c->ring.idx + (uint32_t)i), sizeof(e));
+		cqe_to_wc(&e, &wc[i]);
+	}
+	if (k)
+		rvc_release(&c->ring, (uint32_t)k);
+	else if (rvc_status(&c->ring)) {
+		/* Overflow or a ring the daemon stopped serving: an error once
+		 * the completions left are read. */
+		pthread_mutex_unlock(&c->lock);
+		return -(int)rvc_status(&c->ring);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return k;
+}
+
+int rvc_req_notify_cq(struct ibv_cq *cq, int solicited_only)
+{
+	struct rvc_cq *c = to_rcq(cq);
+	pthread_mutex_lock(&c->lock);
+	rvc_arm(&c->ring, solicited_only);
+	pthread_mutex_unlock(&c->lock);
+	return 0;
+}
+
+RVC_EXPORT int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq,
+				void **cq_context)
+{
+	struct rvc_comp_event ev;
+	ssize_t n;
+	do
+		n = read(channel->fd, &ev, sizeof(ev));
+	while (n < 0 && errno == EINTR);
+	if (n != (ssize_t)sizeof(ev)) {
+		if (n >= 0)
+			errno = n == 0 ? ENODEV : EPROTO;
+		return -1;
+	}
+	*cq = (struct ibv_cq *)(uintptr_t)ev.cq_cookie;
+	*cq_context = (*cq)->cq_context;
+	return 0;
+}
+
+RVC_EXPORT void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
+{
+	pthread_mutex_lock(&cq->mutex);
+	cq->comp_events_completed += nevents;
+	pthread_cond_signal(&cq->cond);
+	pthread_mutex_unlock(&cq->mutex);
+}

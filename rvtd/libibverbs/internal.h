@@ -1,0 +1,116 @@
+/* Objects of the drop-in libibverbs: each public struct is embedded in ours
+ * and found again with container_of. Lock order: context conn.lock is a
+ * leaf; qp sq/rq locks and cq lock are leaves (the data path never takes
+ * the connection's lock). */
+#ifndef RVC_INTERNAL_H
+#define RVC_INTERNAL_H
+
+#include <infiniband/verbs.h>
+#include <pthread.h>
+#include <stddef.h>
+#include "ring.h"
+#include "wire.h"
+
+#define rvc_container_of(ptr, type, member) \
+	((type *)(void *)((char *)(ptr) - offsetof(type, member)))
+
+#define RVC_EXPORT __attribute__((visibility("default")))
+
+/* One session with rvtd: a SOCK_SEQPACKET connection, requests serialised
+ * by lock (one request, one reply). */
+struct rvc_conn {
+	int fd;
+	pthread_mutex_t lock;
+	uint32_t next_id;
+	uint32_t daemon_pid;
+	uint32_t page_size;
+	uint8_t *buf; /* RVC_MAX_MESSAGE + 1 */
+};
+
+/* A reply: its body copied out by rvc_call, and its descriptors (owned by
+ * the caller). */
+struct rvc_reply {
+	size_t len;
+	int fds[RVC_MAX_FDS];
+	int nfds;
+};
+
+const char *rvc_socket_path(char *buf, size_t n);
+int rvc_connect(struct rvc_conn *c, int quiet);
+void rvc_disconnect(struct rvc_conn *c);
+/* rvc_call sends one request and waits for its reply; the reply's body
+ * (exactly fixed bytes, or fixed plus whole tail elements up to cap) is
+ * copied to out. Returns 0 or a positive errno (the daemon's, or EPROTO or
+ * the socket's). */
+int rvc_call(struct rvc_conn *c, uint16_t op, uint32_t handle, const void *req, size_t reqlen,
+	     const int *fds, int nfds, void *out, size_t fixed, size_t tail, size_t cap,
+	     int want_fds, struct rvc_reply *rep);
+
+struct rvc_device {
+	struct ibv_device dev;
+	uint64_t node_guid;
+	int refs;
+};
+
+struct rvc_seg;
+
+struct rvc_context {
+	struct rvc_conn conn;
+	uint32_t dev_handle;
+	struct rvc_device *rdev;
+	pthread_mutex_t mr_lock;
+	struct rvc_seg *segs;
+	int ptracer_set;
+	struct verbs_context vctx; /* ibv_context last, as verbs.h wants */
+};
+
+static inline struct rvc_context *to_rctx(struct ibv_context *c)
+{
+	return rvc_container_of(c, struct rvc_context, vctx.context);
+}
+
+struct rvc_mr {
+	struct ibv_mr mr;
+	struct rvc_seg *seg;
+};
+
+struct rvc_cq {
+	struct ibv_cq cq;
+	pthread_mutex_t lock;
+	void *map;
+	size_t map_size;
+	struct rvc_ring ring;
+};
+
+static inline struct rvc_cq *to_rcq(struct ibv_cq *c) { return rvc_container_of(c, struct rvc_cq, cq); }
+
+struct rvc_channel {
+	struct ibv_comp_channel ch;
+	uint32_t handle;
+};
+
+struct rvc_qp {
+	struct ibv_qp qp;
+	void *map;
+	size_t map_size;
+	int doorbell;
+	struct rvc_cap cap;
+	pthread_mutex_t sq_lock, rq_lock;
+	struct rvc_ring sq, rq;
+};
+
+static inline struct rvc_qp *to_rqp(struct ibv_qp *q) { return rvc_container_of(q, struct rvc_qp, qp); }
+
+/* Data path (qp.c, cq.c). */
+int rvc_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
+int rvc_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
+int rvc_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
+int rvc_req_notify_cq(struct ibv_cq *cq, int solicited_only);
+
+/* Memory (mem.c). */
+void rvc_release_segments(struct rvc_context *ctx);
+
+/* Misc. */
+void rvc_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#endif

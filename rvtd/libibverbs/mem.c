@@ -1,0 +1,329 @@
+/* Protection domains and memory registration (docs/choices.md, "drop-in
+ * libibverbs: registering malloc'd memory"). A region inside anonymous
+ * private writable pages is moved, page by page, into an rvtd shared-memory
+ * segment mapped over the same addresses (kind 1, zero copy); anything else
+ * is registered for process_vm_readv/writev (kind 2). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+#include "internal.h"
+
+struct rvc_seg {
+	struct rvc_seg *next;
+	uintptr_t start;
+	size_t len;
+	uint32_t handle;
+	int refs;
+};
+
+/* The one piece of process state the ABI forces: ibv_fork_init is global. */
+static int fork_enabled;
+
+static int fork_wanted(void)
+{
+	const char *a = getenv("RDMAV_FORK_SAFE"), *b = getenv("IBV_FORK_SAFE");
+	return __atomic_load_n(&fork_enabled, __ATOMIC_ACQUIRE) || (a && *a) || (b && *b);
+}
+
+RVC_EXPORT int ibv_fork_init(void)
+{
+	__atomic_store_n(&fork_enabled, 1, __ATOMIC_RELEASE);
+	return 0;
+}
+
+RVC_EXPORT enum ibv_fork_status ibv_is_fork_initialized(void)
+{
+	return fork_wanted() ? IBV_FORK_ENABLED : IBV_FORK_DISABLED;
+}
+
+RVC_EXPORT struct ibv_pd *ibv_alloc_pd(struct ibv_context *ctx)
+{
+	struct rvc_context *rc = to_rctx(ctx);
+	struct ibv_pd *pd = calloc(1, sizeof(*pd));
+	if (!pd) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	struct rvc_handle_reply r;
+	int err = rvc_call(&rc->conn, RVC_OP_ALLOC_PD, rc->dev_handle, NULL, 0, NULL, 0, &r,
+			   sizeof(r), 0, 0, 0, NULL);
+	if (err) {
+		free(pd);
+		errno = err;
+		return NULL;
+	}
+	pd->context = ctx;
+	pd->handle = r.handle;
+	return pd;
+}
+
+RVC_EXPORT int ibv_dealloc_pd(struct ibv_pd *pd)
+{
+	struct rvc_context *rc = to_rctx(pd->context);
+	int err = rvc_call(&rc->conn, RVC_OP_DEALLOC_PD, pd->handle, NULL, 0, NULL, 0, NULL, 0, 0, 0,
+			   0, NULL);
+	if (err)
+		return err;
+	free(pd);
+	return 0;
+}
+
+/* anon_private reports whether [start, end) lies wholly in anonymous private
+ * writable mappings (the heap, malloc's mmaps, anonymous mmap). */
+static int anon_private(uintptr_t start, uintptr_t end)
+{
+	FILE *f = fopen("/proc/self/maps", "re");
+	if (!f)
+		return 0;
+	char line[512];
+	uintptr_t at = start;
+	while (at < end && fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi, off, inode;
+		char perms[8], dev[16], path[256] = "";
+		int n = sscanf(line, "%lx-%lx %7s %lx %15s %lu %255s", &lo, &hi, perms, &off, dev,
+			       &inode, path);
+		if (n < 6 || hi <= at)
+			continue;
+		if (lo > at)
+			break; /* a hole */
+		if (perms[0] != 'r' || perms[1] != 'w' || perms[3] != 'p' || inode != 0 ||
+		    (path[0] && strcmp(path, "[heap]") != 0))
+			break;
+		at = hi;
+	}
+	fclose(f);
+	return at >= end;
+}
+
+/* move_to_segment replaces the pages [start, start+len) by the memfd's
+ * pages holding the same bytes. */
+static int move_to_segment(uintptr_t start, size_t len, int memfd)
+{
+	void *tmp = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+	if (tmp == MAP_FAILED)
+		return errno;
+	memcpy(tmp, (void *)start, len);
+	void *p = mremap(tmp, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)start);
+	if (p == MAP_FAILED) {
+		int e = errno;
+		munmap(tmp, len);
+		return e;
+	}
+	return 0;
+}
+
+/* move_back gives the pages back to anonymous private memory, atomically
+ * for other threads (mremap over the shared mapping). */
+static void move_back(uintptr_t start, size_t len)
+{
+	void *tmp = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (tmp == MAP_FAILED)
+		return; /* the shared pages stay: still correct memory */
+	memcpy(tmp, (void *)start, len);
+	if (mremap(tmp, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)start) == MAP_FAILED)
+		munmap(tmp, len);
+}
+
+static void seg_free_locked(struct rvc_context *rc, struct rvc_seg *s)
+{
+	for (struct rvc_seg **pp = &rc->segs; *pp; pp = &(*pp)->next)
+		if (*pp == s) {
+			*pp = s->next;
+			break;
+		}
+	move_back(s->start, s->len);
+	rvc_call(&rc->conn, RVC_OP_SHM_FREE, s->handle, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, NULL);
+	free(s);
+}
+
+/* seg_for finds or makes the segment holding [addr, addr+len): NULL with
+ * *err 0 when the region cannot be shared (use kind 2). */
+static struct rvc_seg *seg_for(struct rvc_context *rc, uintptr_t addr, size_t len, int *err)
+{
+	size_t pg = rc->conn.page_size ? rc->conn.page_size : (size_t)sysconf(_SC_PAGESIZE);
+	uintptr_t start = addr & ~(uintptr_t)(pg - 1);
+	uintptr_t end = (addr + len + pg - 1) & ~(uintptr_t)(pg - 1);
+	*err = 0;
+	for (struct rvc_seg *s = rc->segs; s; s = s->next) {
+		if (start >= s->start && end <= s->start + s->len) {
+			s->refs++;
+			return s;
+		}
+		if (start < s->start + s->len && s->start < end)
+			return NULL; /* overlaps a segment partly: kind 2 */
+	}
+	if (!anon_private(start, end))
+		return NULL;
+	struct rvc_size req = {.size = end - start};
+	struct rvc_shm_alloc_reply r;
+	struct rvc_reply rep;
+	*err = rvc_call(&rc->conn, RVC_OP_SHM_ALLOC, rc->dev_handle, &req, sizeof(req), NULL, 0, &r,
+			sizeof(r), 0, 0, 1, &rep);
+	if (*err)
+		return NULL;
+	int memfd = rep.fds[0];
+	if (r.size < end - start) {
+		close(memfd);
+		*err = EPROTO;
+		return NULL;
+	}
+	struct rvc_seg *s = calloc(1, sizeof(*s));
+	if (!s || (*err = move_to_segment(start, end - start, memfd))) {
+		if (!s)
+			*err = ENOMEM;
+		close(memfd);
+		free(s);
+		rvc_call(&rc->conn, RVC_OP_SHM_FREE, r.shm, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, NULL);
+		return NULL;
+	}
+	close(memfd);
+	if (fork_wanted())
+		madvise((void *)start, end - start, MADV_DONTFORK);
+	s->start = start;
+	s->len = end - start;
+	s->handle = r.shm;
+	s->refs = 1;
+	s->next = rc->segs;
+	rc->segs = s;
+	return s;
+}
+
+static int vm_allowed(struct rvc_context *rc)
+{
+	if (!rc->ptracer_set) {
+		/* Yama ptrace_scope 1: let the daemon read and write us. */
+		prctl(PR_SET_PTRACER, (unsigned long)rc->conn.daemon_pid, 0, 0, 0);
+		rc->ptracer_set = 1;
+	}
+	return 0;
+}
+
+static struct ibv_mr *reg(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova, int access)
+{
+	struct rvc_context *rc = to_rctx(pd->context);
+	if (!length) {
+		errno = EINVAL;
+		return NULL;
+	}
+	struct rvc_mr *m = calloc(1, sizeof(*m));
+	if (!m) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	const char *mode = getenv("RVTD_MR");
+	int force_vm = mode && !strcmp(mode, "vm");
+	struct rvc_reg_mr req = {.access = (uint32_t)access, .addr = (uintptr_t)addr,
+				 .length = length, .iova = iova};
+	int err = 0;
+	pthread_mutex_lock(&rc->mr_lock);
+	struct rvc_seg *s = force_vm ? NULL : seg_for(rc, (uintptr_t)addr, length, &err);
+	if (err)
+		goto fail;
+	if (s) {
+		req.kind = RVC_MR_SHM;
+		req.shm = s->handle;
+		req.shm_offset = (uintptr_t)addr - s->start;
+	} else {
+		req.kind = RVC_MR_VM;
+		vm_allowed(rc);
+	}
+	struct rvc_reg_mr_reply r;
+	err = rvc_call(&rc->conn, RVC_OP_REG_MR, pd->handle, &req, sizeof(req), NULL, 0, &r,
+		       sizeof(r), 0, 0, 0, NULL);
+	if (err) {
+		if (s && --s->refs == 0)
+			seg_free_locked(rc, s);
+		if (req.kind == RVC_MR_VM && err == EOPNOTSUPP)
+			rvc_warn("ibv_reg_mr(%p, %zu): the region is not anonymous private memory the "
+				 "library can move into shared memory, and this rvtd does not serve "
+				 "process_vm registration (reg_mr kind 2)", addr, length);
+		else if (req.kind == RVC_MR_VM && err == EPERM)
+			rvc_warn("ibv_reg_mr(%p, %zu): rvtd (pid %u) may not read this process: run it "
+				 "as the same user, and see PR_SET_PTRACER and "
+				 "/proc/sys/kernel/yama/ptrace_scope", addr, length, rc->conn.daemon_pid);
+		goto fail;
+	}
+	pthread_mutex_unlock(&rc->mr_lock);
+	m->seg = s;
+	m->mr.context = pd->context;
+	m->mr.pd = pd;
+	m->mr.addr = addr;
+	m->mr.length = length;
+	m->mr.handle = r.mr;
+	m->mr.lkey = r.lkey;
+	m->mr.rkey = r.rkey;
+	return &m->mr;
+fail:
+	pthread_mutex_unlock(&rc->mr_lock);
+	free(m);
+	errno = err;
+	return NULL;
+}
+
+#undef ibv_reg_mr
+#undef ibv_reg_mr_iova
+RVC_EXPORT struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t length, int access)
+{
+	return reg(pd, addr, length, (uintptr_t)addr, access);
+}
+
+RVC_EXPORT struct ibv_mr *ibv_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t length,
+					  uint64_t iova, int access)
+{
+	return reg(pd, addr, length, iova, access);
+}
+
+RVC_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length,
+					   uint64_t iova, unsigned int access)
+{
+	return reg(pd, addr, length, iova, (int)access);
+}
+
+RVC_EXPORT struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t length,
+					    uint64_t iova, int fd, int access)
+{
+	(void)pd, (void)offset, (void)length, (void)iova, (void)fd, (void)access;
+	errno = EOPNOTSUPP;
+	return NULL;
+}
+
+RVC_EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr,
+			    size_t length, int access)
+{
+	(void)mr, (void)flags, (void)pd, (void)addr, (void)length, (void)access;
+	errno = EOPNOTSUPP;
+	return IBV_REREG_MR_ERR_INPUT;
+}
+
+RVC_EXPORT int ibv_dereg_mr(struct ibv_mr *mr)
+{
+	struct rvc_mr *m = rvc_container_of(mr, struct rvc_mr, mr);
+	struct rvc_context *rc = to_rctx(mr->context);
+	int err = rvc_call(&rc->conn, RVC_OP_DEREG_MR, mr->handle, NULL, 0, NULL, 0, NULL, 0, 0, 0,
+			   0, NULL);
+	if (err)
+		return err;
+	pthread_mutex_lock(&rc->mr_lock);
+	if (m->seg && --m->seg->refs == 0)
+		seg_free_locked(rc, m->seg);
+	pthread_mutex_unlock(&rc->mr_lock);
+	free(m);
+	return 0;
+}
+
+void rvc_release_segments(struct rvc_context *rc)
+{
+	pthread_mutex_lock(&rc->mr_lock);
+	while (rc->segs) {
+		struct rvc_seg *s = rc->segs;
+		rc->segs = s->next;
+		move_back(s->start, s->len);
+		free(s);
+	}
+	pthread_mutex_unlock(&rc->mr_lock);
+}

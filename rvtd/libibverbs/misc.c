@@ -1,0 +1,255 @@
+/* Names of enum values, rates, fork helpers, and the verbs rvtd does not
+ * serve (they fail as rdma-core's do for a device without them). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include "internal.h"
+
+#define NAME(tab, v) ((unsigned)(v) < sizeof(tab) / sizeof(tab[0]) && tab[v] ? tab[v] : "unknown")
+
+RVC_EXPORT const char *ibv_wc_status_str(enum ibv_wc_status s)
+{
+	static const char *const t[] = {
+		[IBV_WC_SUCCESS] = "success",
+		[IBV_WC_LOC_LEN_ERR] = "local length error",
+		[IBV_WC_LOC_QP_OP_ERR] = "local QP operation error",
+		[IBV_WC_LOC_EEC_OP_ERR] = "local EE context operation error",
+		[IBV_WC_LOC_PROT_ERR] = "local protection error",
+		[IBV_WC_WR_FLUSH_ERR] = "Work Request Flushed Error",
+		[IBV_WC_MW_BIND_ERR] = "memory management operation error",
+		[IBV_WC_BAD_RESP_ERR] = "bad response error",
+		[IBV_WC_LOC_ACCESS_ERR] = "local access error",
+		[IBV_WC_REM_INV_REQ_ERR] = "remote invalid request error",
+		[IBV_WC_REM_ACCESS_ERR] = "remote access error",
+		[IBV_WC_REM_OP_ERR] = "remote operation error",
+		[IBV_WC_RETRY_EXC_ERR] = "transport retry counter exceeded",
+		[IBV_WC_RNR_RETRY_EXC_ERR] = "RNR retry counter exceeded",
+		[IBV_WC_LOC_RDD_VIOL_ERR] = "local RDD violation error",
+		[IBV_WC_REM_INV_RD_REQ_ERR] = "remote invalid RD request",
+		[IBV_WC_REM_ABORT_ERR] = "aborted error",
+		[IBV_WC_INV_EECN_ERR] = "invalid EE context number",
+		[IBV_WC_INV_EEC_STATE_ERR] = "invalid EE context state",
+		[IBV_WC_FATAL_ERR] = "fatal error",
+		[IBV_WC_RESP_TIMEOUT_ERR] = "response timeout error",
+		[IBV_WC_GENERAL_ERR] = "general error",
+		[IBV_WC_TM_ERR] = "TM error",
+		[IBV_WC_TM_RNDV_INCOMPLETE] = "TM software rendezvous",
+	};
+	return NAME(t, s);
+}
+
+RVC_EXPORT const char *ibv_node_type_str(enum ibv_node_type t)
+{
+	static const char *const n[] = {
+		[IBV_NODE_CA] = "InfiniBand channel adapter",
+		[IBV_NODE_SWITCH] = "InfiniBand switch",
+		[IBV_NODE_ROUTER] = "InfiniBand router",
+		[IBV_NODE_RNIC] = "iWARP NIC",
+		[IBV_NODE_USNIC] = "usNIC",
+		[IBV_NODE_USNIC_UDP] = "usNIC UDP",
+		[IBV_NODE_UNSPECIFIED] = "unspecified",
+	};
+	return NAME(n, t);
+}
+
+RVC_EXPORT const char *ibv_port_state_str(enum ibv_port_state s)
+{
+	static const char *const n[] = {
+		[IBV_PORT_NOP] = "no state change (NOP)",
+		[IBV_PORT_DOWN] = "down",
+		[IBV_PORT_INIT] = "init",
+		[IBV_PORT_ARMED] = "armed",
+		[IBV_PORT_ACTIVE] = "active",
+		[IBV_PORT_ACTIVE_DEFER] = "active defer",
+	};
+	return NAME(n, s);
+}
+
+RVC_EXPORT const char *ibv_event_type_str(enum ibv_event_type e)
+{
+	static const char *const n[] = {
+		[IBV_EVENT_CQ_ERR] = "CQ error",
+		[IBV_EVENT_QP_FATAL] = "local work queue catastrophic error",
+		[IBV_EVENT_QP_REQ_ERR] = "invalid request local work queue error",
+		[IBV_EVENT_QP_ACCESS_ERR] = "local access violation work queue error",
+		[IBV_EVENT_COMM_EST] = "communication established",
+		[IBV_EVENT_SQ_DRAINED] = "send queue drained",
+		[IBV_EVENT_PATH_MIG] = "path migrated",
+		[IBV_EVENT_PATH_MIG_ERR] = "path migration request error",
+		[IBV_EVENT_DEVICE_FATAL] = "local catastrophic error",
+		[IBV_EVENT_PORT_ACTIVE] = "port active",
+		[IBV_EVENT_PORT_ERR] = "port error",
+		[IBV_EVENT_LID_CHANGE] = "LID change",
+		[IBV_EVENT_PKEY_CHANGE] = "P_Key change",
+		[IBV_EVENT_SM_CHANGE] = "SM change",
+		[IBV_EVENT_SRQ_ERR] = "SRQ catastrophic error",
+		[IBV_EVENT_SRQ_LIMIT_REACHED] = "SRQ limit reached",
+		[IBV_EVENT_QP_LAST_WQE_REACHED] = "last WQE reached",
+		[IBV_EVENT_CLIENT_REREGISTER] = "client reregistration",
+		[IBV_EVENT_GID_CHANGE] = "GID table change",
+		[IBV_EVENT_WQ_FATAL] = "WQ fatal",
+	};
+	return NAME(n, e);
+}
+
+/* Link rates: enum ibv_rate against multiples of 2.5 Gb/s and Mb/s. */
+static const struct { enum ibv_rate r; int mult; int mbps; } rates[] = {
+	{IBV_RATE_2_5_GBPS, 1, 2500}, {IBV_RATE_5_GBPS, 2, 5000}, {IBV_RATE_10_GBPS, 4, 10000},
+	{IBV_RATE_20_GBPS, 8, 20000}, {IBV_RATE_30_GBPS, 12, 30000}, {IBV_RATE_40_GBPS, 16, 40000},
+	{IBV_RATE_60_GBPS, 24, 60000}, {IBV_RATE_80_GBPS, 32, 80000}, {IBV_RATE_120_GBPS, 48, 120000},
+	{IBV_RATE_14_GBPS, 5, 14062}, {IBV_RATE_56_GBPS, 22, 56250}, {IBV_RATE_112_GBPS, 45, 112500},
+	{IBV_RATE_168_GBPS, 67, 168750}, {IBV_RATE_25_GBPS, 10, 25781}, {IBV_RATE_100_GBPS, 40, 103125},
+	{IBV_RATE_200_GBPS, 80, 206250}, {IBV_RATE_300_GBPS, 120, 309375},
+	{IBV_RATE_28_GBPS, 11, 28125}, {IBV_RATE_50_GBPS, 20, 53125}, {IBV_RATE_400_GBPS, 160, 425000},
+	{IBV_RATE_600_GBPS, 240, 637500}, {IBV_RATE_800_GBPS, 320, 850000},
+	{IBV_RATE_1200_GBPS, 480, 1275000},
+};
+
+RVC_EXPORT int ibv_rate_to_mult(enum ibv_rate rate)
+{
+	for (size_t i = 0; i < sizeof(rates) / sizeof(rates[0]); i++)
+		if (rates[i].r == rate)
+			return rates[i].mult;
+	return -1;
+}
+
+RVC_EXPORT enum ibv_rate mult_to_ibv_rate(int mult)
+{
+	for (size_t i = 0; i < sizeof(rates) / sizeof(rates[0]); i++)
+		if (rates[i].mult == mult)
+			return rates[i].r;
+	return IBV_RATE_MAX;
+}
+
+RVC_EXPORT int ibv_rate_to_mbps(enum ibv_rate rate)
+{
+	for (size_t i = 0; i < sizeof(rates) / sizeof(rates[0]); i++)
+		if (rates[i].r == rate)
+			return rates[i].mbps;
+	return -1;
+}
+
+RVC_EXPORT enum ibv_rate mbps_to_ibv_rate(int mbps)
+{
+	for (size_t i = 0; i < sizeof(rates) / sizeof(rates[0]); i++)
+		if (rates[i].mbps == mbps)
+			return rates[i].r;
+	return IBV_RATE_MAX;
+}
+
+RVC_EXPORT const char *ibv_get_sysfs_path(void)
+{
+	return "/sys";
+}
+
+static int fork_range(void *base, size_t size, int advice)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+	uintptr_t s = (uintptr_t)base & ~(uintptr_t)(pg - 1);
+	uintptr_t e = ((uintptr_t)base + size + pg - 1) & ~(uintptr_t)(pg - 1);
+	return madvise((void *)s, e - s, advice) ? errno : 0;
+}
+
+RVC_EXPORT int ibv_dontfork_range(void *base, size_t size)
+{
+	return ibv_is_fork_initialized() == IBV_FORK_ENABLED ? fork_range(base, size, MADV_DONTFORK) : 0;
+}
+
+RVC_EXPORT int ibv_dofork_range(void *base, size_t size)
+{
+	return ibv_is_fork_initialized() == IBV_FORK_ENABLED ? fork_range(base, size, MADV_DOFORK) : 0;
+}
+
+/* Not served by rvtd 1.0 (SRQs, multicast and ECE come with later daemon
+ * work; import/export needs the kernel's shared uverbs file). */
+RVC_EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr)
+{
+	(void)pd, (void)attr;
+	errno = EOPNOTSUPP;
+	return NULL;
+}
+
+RVC_EXPORT int ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, int mask)
+{
+	(void)srq, (void)attr, (void)mask;
+	return EOPNOTSUPP;
+}
+
+RVC_EXPORT int ibv_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr)
+{
+	(void)srq, (void)attr;
+	return EOPNOTSUPP;
+}
+
+RVC_EXPORT int ibv_destroy_srq(struct ibv_srq *srq)
+{
+	(void)srq;
+	return EOPNOTSUPP;
+}
+
+RVC_EXPORT int ibv_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
+{
+	(void)qp, (void)gid, (void)lid;
+	return EOPNOTSUPP;
+}
+
+RVC_EXPORT int ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
+{
+	(void)qp, (void)gid, (void)lid;
+	return EOPNOTSUPP;
+}
+
+RVC_EXPORT int ibv_set_ece(struct ibv_qp *qp, struct ibv_ece *ece)
+{
+	(void)qp, (void)ece;
+	return EOPNOTSUPP;
+}
+
+RVC_EXPORT int ibv_query_ece(struct ibv_qp *qp, struct ibv_ece *ece)
+{
+	(void)qp, (void)ece;
+	return EOPNOTSUPP;
+}
+
+RVC_EXPORT int ibv_query_qp_data_in_order(struct ibv_qp *qp, enum ibv_wr_opcode op, uint32_t flags)
+{
+	(void)qp, (void)op, (void)flags;
+	return 0; /* no in-order data guarantee is promised */
+}
+
+RVC_EXPORT struct ibv_context *ibv_import_device(int cmd_fd)
+{
+	(void)cmd_fd;
+	errno = EOPNOTSUPP;
+	return NULL;
+}
+
+RVC_EXPORT struct ibv_pd *ibv_import_pd(struct ibv_context *ctx, uint32_t handle)
+{
+	(void)ctx, (void)handle;
+	errno = EOPNOTSUPP;
+	return NULL;
+}
+
+RVC_EXPORT void ibv_unimport_pd(struct ibv_pd *pd) { (void)pd; }
+
+RVC_EXPORT struct ibv_mr *ibv_import_mr(struct ibv_pd *pd, uint32_t handle)
+{
+	(void)pd, (void)handle;
+	errno = EOPNOTSUPP;
+	return NULL;
+}
+
+RVC_EXPORT void ibv_unimport_mr(struct ibv_mr *mr) { (void)mr; }
+
+RVC_EXPORT struct ibv_dm *ibv_import_dm(struct ibv_context *ctx, uint32_t handle)
+{
+	(void)ctx, (void)handle;
+	errno = EOPNOTSUPP;
+	return NULL;
+}
+
+RVC_EXPORT void ibv_unimport_dm(struct ibv_dm *dm) { (void)dm; }
