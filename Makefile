@@ -7,7 +7,7 @@ PKGS := ./...
 FUZZTIME ?= 20000x
 SIM_SEEDS ?= 300
 
-.PHONY: all build deps test race bench fuzz lint demo interop interop-quick perftest-table
+.PHONY: all build deps libs test race bench fuzz lint demo interop interop-quick perftest-table
 
 all: lint build test
 
@@ -19,9 +19,18 @@ build:
 deps:
 	@bash scripts/deps.sh
 
+# The drop-in C libraries over rvtd (rvtd/libibverbs, issue 20) into
+# build/lib, with their C test programs in build/test. Needs gcc and the
+# rdma-core headers (deps installs them as root); without them it says so
+# and builds nothing (rvtd/dropin's tests then skip, or fail as root).
+libs:
+	@if command -v $${CC:-gcc} >/dev/null 2>&1 && [ -f /usr/include/infiniband/verbs.h ]; then \
+	  $(MAKE) --no-print-directory -C rvtd/libibverbs OUT=$(CURDIR)/build; \
+	else echo "libs: gcc or libibverbs-dev missing (make deps as root); not built"; fi
+
 # The README's test command; .ci/run calls exactly this. It installs what its
 # tests need first, so it works by itself on a fresh machine.
-test: deps lint
+test: deps lint libs
 	SIM_SEEDS=$(SIM_SEEDS) $(GO) test -count=1 -timeout 12m $(PKGS)
 
 race:
