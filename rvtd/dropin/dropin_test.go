@@ -169,3 +169,17 @@ func TestRingC(t *testing.T) {
 		t.Fatalf("ring_test: %v\n%s", err, out)
 	}
 }
+
+// The verbs the pingpongs do not use, from C through the library
+// (rvtd/libibverbs/tests/verbs_test.c): RDMA WRITE and READ, SEND with
+// immediate and inline data, completion channel events, resize_cq, four
+// threads posting on one QP, ibv_fork_init and fork, MRs sharing pages and
+// deregistration, and unsupported verbs failing with EOPNOTSUPP.
+func TestVerbsC(t *testing.T) {
+	build := libs(t)
+	sock := startDaemon(t)
+	err, out := run(t, build, sock, 120*time.Second, filepath.Join(build, "test", "verbs_test"))
+	if err != nil || !strings.Contains(out, "PASS") {
+		t.Fatalf("verbs_test: %v\n%s", err, out)
+	}
+}

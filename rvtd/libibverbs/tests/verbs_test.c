@@ -1,0 +1,383 @@
+/* Verbs through the drop-in libibverbs.so.1 in one process: an RC QP on
+ * rvt0 connected to one on rvt1 (GID index 1). RDMA WRITE and READ, SEND
+ * with immediate, completion channel events, resize_cq, posting from
+ * several threads at once, ibv_fork_init and fork, deregistration giving
+ * the pages back, and verbs rvtd does not serve failing cleanly. Run by
+ * rvtd/dropin's TestVerbsC with RVTD_SOCKET set; prints PASS. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <infiniband/verbs.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static int failures;
+#define CHECK(c)                                                                               \
+	do {                                                                                   \
+		if (!(c)) {                                                                    \
+			fprintf(stderr, "%s:%d: %s: CHECK(%s) failed (errno %d)\n", __FILE__,  \
+				__LINE__, __func__, #c, errno);                                 \
+			failures++;                                                            \
+		}                                                                              \
+	} while (0)
+#define REQUIRE(c)                                                                             \
+	do {                                                                                   \
+		if (!(c)) {                                                                    \
+			fprintf(stderr, "%s:%d: REQUIRE(%s) failed (errno %d: %s)\n", __FILE__, \
+				__LINE__, #c, errno, strerror(errno));                          \
+			exit(1);                                                               \
+		}                                                                              \
+	} while (0)
+
+#define BUF (1 << 20)
+
+struct side {
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	struct ibv_comp_channel *ch;
+	struct ibv_cq *cq;
+	struct ibv_qp *qp;
+	struct ibv_mr *mr;
+	uint8_t *buf;
+	union ibv_gid gid;
+};
+
+static struct ibv_context *open_dev(const char *name)
+{
+	int n;
+	struct ibv_device **l = ibv_get_device_list(&n);
+	REQUIRE(l && n >= 2);
+	struct ibv_context *ctx = NULL;
+	for (int i = 0; i < n; i++)
+		if (!strcmp(ibv_get_device_name(l[i]), name))
+			ctx = ibv_open_device(l[i]);
+	ibv_free_device_list(l); /* the context keeps its device */
+	REQUIRE(ctx);
+	CHECK(!strcmp(ibv_get_device_name(ctx->device), name));
+	return ctx;
+}
+
+static void setup(struct side *s, const char *dev)
+{
+	s->ctx = open_dev(dev);
+	REQUIRE(s->pd = ibv_alloc_pd(s->ctx));
+	REQUIRE(s->ch = ibv_create_comp_channel(s->ctx));
+	REQUIRE(s->cq = ibv_create_cq(s->ctx, 64, s, s->ch, 0));
+	CHECK(s->cq->cqe >= 64);
+	REQUIRE(posix_memalign((void **)&s->buf, 4096, BUF) == 0);
+	memset(s->buf, 0, BUF);
+	REQUIRE(s->mr = ibv_reg_mr(s->pd, s->buf, BUF,
+				   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ));
+	struct ibv_qp_init_attr ia = {.send_cq = s->cq, .recv_cq = s->cq, .qp_type = IBV_QPT_RC,
+				      .cap = {.max_send_wr = 256, .max_recv_wr = 64, .max_send_sge = 2,
+					      .max_recv_sge = 2, .max_inline_data = 64}};
+	REQUIRE(s->qp = ibv_create_qp(s->pd, &ia));
+	CHECK(ia.cap.max_send_wr >= 256 && ia.cap.max_inline_data >= 64);
+	REQUIRE(ibv_query_gid(s->ctx, 1, 1, &s->gid) == 0);
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1,
+				.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ};
+	REQUIRE(ibv_modify_qp(s->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+					     IBV_QP_ACCESS_FLAGS) == 0);
+}
+
+static void connect_to(struct side *s, struct side *peer)
+{
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_1024,
+				.dest_qp_num = peer->qp->qp_num, .rq_psn = 7,
+				.max_dest_rd_atomic = 4, .min_rnr_timer = 1};
+	a.ah_attr.is_global = 1;
+	a.ah_attr.grh.dgid = peer->gid;
+	a.ah_attr.grh.sgid_index = 1;
+	a.ah_attr.grh.hop_limit = 1;
+	a.ah_attr.port_num = 1;
+	REQUIRE(ibv_modify_qp(s->qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+					     IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+					     IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) == 0);
+	struct ibv_qp_attr r = {.qp_state = IBV_QPS_RTS, .timeout = 14, .retry_cnt = 7,
+				.rnr_retry = 7, .sq_psn = 7, .max_rd_atomic = 4};
+	REQUIRE(ibv_modify_qp(s->qp, &r, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+					     IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+					     IBV_QP_MAX_QP_RD_ATOMIC) == 0);
+	struct ibv_qp_attr q;
+	struct ibv_qp_init_attr qi;
+	REQUIRE(ibv_query_qp(s->qp, &q, IBV_QP_STATE | IBV_QP_DEST_QPN, &qi) == 0);
+	CHECK(q.qp_state == IBV_QPS_RTS && q.dest_qp_num == peer->qp->qp_num);
+	CHECK(qi.qp_type == IBV_QPT_RC && qi.send_cq == s->cq);
+}
+
+/* wait_wc polls until n completions arrived (10 s at most). */
+static int wait_wc(struct ibv_cq *cq, struct ibv_wc *wc, int n)
+{
+	int got = 0;
+	for (long spins = 0; got < n && spins < 200000000L; spins++) {
+		int k = ibv_poll_cq(cq, n - got, wc + got);
+		if (k < 0)
+			return k;
+		got += k;
+		if (!k && spins % 64 == 0)
+			usleep(10);
+	}
+	return got;
+}
+
+static void test_write_read(struct side *a, struct side *b)
+{
+	for (int i = 0; i < 65536; i++)
+		a->buf[i] = (uint8_t)(i * 7 + 1);
+	struct ibv_sge sge = {(uintptr_t)a->buf, 65536, a->mr->lkey};
+	struct ibv_send_wr wr = {.wr_id = 11, .sg_list = &sge, .num_sge = 1,
+				 .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED}, *bad;
+	wr.wr.rdma.remote_addr = (uintptr_t)b->buf + 4096;
+	wr.wr.rdma.rkey = b->mr->rkey;
+	REQUIRE(ibv_post_send(a->qp, &wr, &bad) == 0);
+	struct ibv_wc wc;
+	REQUIRE(wait_wc(a->cq, &wc, 1) == 1);
+	CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == 11 && wc.opcode == IBV_WC_RDMA_WRITE);
+	CHECK(!memcmp(b->buf + 4096, a->buf, 65536));
+	/* READ it back into another place of a's buffer. */
+	sge.addr = (uintptr_t)a->buf + 131072;
+	wr.wr_id = 12;
+	wr.opcode = IBV_WR_RDMA_READ;
+	REQUIRE(ibv_post_send(a->qp, &wr, &bad) == 0);
+	REQUIRE(wait_wc(a->cq, &wc, 1) == 1);
+	CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == 12 && wc.opcode == IBV_WC_RDMA_READ &&
+	      wc.byte_len == 65536);
+	CHECK(!memcmp(a->buf + 131072, a->buf, 65536));
+}
+
+static void test_send_imm_events(struct side *a, struct side *b)
+{
+	struct ibv_sge rs[2] = {{(uintptr_t)b->buf + 300000, 10, b->mr->lkey},
+				{(uintptr_t)b->buf + 400000, 100, b->mr->lkey}};
+	struct ibv_recv_wr rw = {.wr_id = 21, .sg_list = rs, .num_sge = 2}, *rbad;
+	REQUIRE(ibv_post_recv(b->qp, &rw, &rbad) == 0);
+	REQUIRE(ibv_req_notify_cq(b->cq, 0) == 0);
+	char msg[] = "inline hello, softverbs";
+	struct ibv_sge ss = {(uintptr_t)msg, sizeof(msg), 0};
+	struct ibv_send_wr sw = {.wr_id = 22, .sg_list = &ss, .num_sge = 1,
+				 .opcode = IBV_WR_SEND_WITH_IMM,
+				 .send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE,
+				 .imm_data = htobe32(0xabcd1234)}, *sbad;
+	REQUIRE(ibv_post_send(a->qp, &sw, &sbad) == 0);
+	memset(msg, 'x', sizeof(msg) - 1); /* inline: the buffer is ours again */
+	struct pollfd pfd = {.fd = b->ch->fd, .events = POLLIN};
+	CHECK(poll(&pfd, 1, 10000) == 1);
+	struct ibv_cq *ecq;
+	void *ectx;
+	REQUIRE(ibv_get_cq_event(b->ch, &ecq, &ectx) == 0);
+	CHECK(ecq == b->cq && ectx == b);
+	ibv_ack_cq_events(ecq, 1);
+	struct ibv_wc wc;
+	REQUIRE(wait_wc(b->cq, &wc, 1) == 1);
+	CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == 21 && wc.opcode == IBV_WC_RECV);
+	CHECK(wc.byte_len == sizeof(msg) && (wc.wc_flags & IBV_WC_WITH_IMM) &&
+	      be32toh(wc.imm_data) == 0xabcd1234 && wc.qp_num == b->qp->qp_num &&
+	      wc.src_qp == a->qp->qp_num);
+	CHECK(!memcmp(b->buf + 300000, "inline hel", 10) &&
+	      !memcmp(b->buf + 400000, "lo, softverbs", 14));
+	REQUIRE(wait_wc(a->cq, &wc, 1) == 1);
+	CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == 22 && wc.opcode == IBV_WC_SEND);
+	/* No arm: no event. */
+	CHECK(poll(&pfd, 1, 50) == 0);
+}
+
+#define THREADS 4
+#define PER_THREAD 3000
+struct poster {
+	struct side *a, *b;
+	int id;
+	int busy;
+};
+
+static void *post_thread(void *arg)
+{
+	struct poster *p = arg;
+	for (int i = 0; i < PER_THREAD; i++) {
+		uint64_t *src = (uint64_t *)(void *)(p->a->buf + 524288 + (p->id * PER_THREAD + i) * 8);
+		*src = ((uint64_t)p->id << 32) | (uint64_t)i;
+		struct ibv_sge sge = {(uintptr_t)src, 8, p->a->mr->lkey};
+		struct ibv_send_wr wr = {.wr_id = ((uint64_t)p->id << 32) | (uint64_t)i, .sg_list = &sge,
+					 .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+					 .send_flags = IBV_SEND_SIGNALED}, *bad;
+		wr.wr.rdma.remote_addr = (uintptr_t)p->b->buf + 524288 + (p->id * PER_THREAD + i) * 8;
+		wr.wr.rdma.rkey = p->b->mr->rkey;
+		int err;
+		while ((err = ibv_post_send(p->a->qp, &wr, &bad)) == ENOMEM) {
+			p->busy++;
+			usleep(20);
+		}
+		if (err) {
+			fprintf(stderr, "post_send: %d\n", err);
+			failures++;
+			return NULL;
+		}
+	}
+	return NULL;
+}
+
+static void test_threads(struct side *a, struct side *b)
+{
+	/* The CQ must hold the completions the posting threads race to make:
+	 * grow it (resize_cq) while it is empty, then poll as we go. */
+	REQUIRE(ibv_resize_cq(a->cq, 1024) == 0);
+	CHECK(a->cq->cqe >= 1024);
+	pthread_t th[THREADS];
+	struct poster ps[THREADS];
+	for (int t = 0; t < THREADS; t++) {
+		ps[t] = (struct poster){a, b, t, 0};
+		pthread_create(&th[t], NULL, post_thread, &ps[t]);
+	}
+	static uint8_t seen[THREADS][PER_THREAD];
+	int total = 0, bad = 0;
+	struct ibv_wc wc[32];
+	for (long spins = 0; total < THREADS * PER_THREAD && spins < 100000000L; spins++) {
+		int k = ibv_poll_cq(a->cq, 32, wc);
+		REQUIRE(k >= 0);
+		for (int i = 0; i < k; i++) {
+			uint32_t t = (uint32_t)(wc[i].wr_id >> 32), n = (uint32_t)wc[i].wr_id;
+			if (wc[i].status != IBV_WC_SUCCESS || t >= THREADS || n >= PER_THREAD || seen[t][n]++)
+				bad++;
+		}
+		total += k;
+		if (!k)
+			usleep(5);
+	}
+	for (int t = 0; t < THREADS; t++)
+		pthread_join(th[t], NULL);
+	CHECK(total == THREADS * PER_THREAD);
+	CHECK(bad == 0);
+	CHECK(!memcmp(a->buf + 524288, b->buf + 524288, THREADS * PER_THREAD * 8));
+}
+
+static int mapped(void *p)
+{
+	unsigned char v;
+	return mincore((void *)((uintptr_t)p & ~4095ul), 4096, &v) == 0;
+}
+
+static void test_fork(struct side *a)
+{
+	CHECK(ibv_is_fork_initialized() == IBV_FORK_ENABLED);
+	pid_t pid = fork();
+	REQUIRE(pid >= 0);
+	if (pid == 0) {
+		/* Registered pages are not in the child (MADV_DONTFORK). */
+		_exit(mapped(a->buf) ? 3 : 0);
+	}
+	int st;
+	REQUIRE(waitpid(pid, &st, 0) == pid);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	CHECK(mapped(a->buf));
+}
+
+/* Is addr in a shared (rvtd segment) mapping? */
+static int in_shared_mapping(void *addr)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[512];
+	int shared = 0;
+	while (f && fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+		char perms[8];
+		if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) == 3 && lo <= (uintptr_t)addr &&
+		    (uintptr_t)addr < hi)
+			shared = perms[3] == 's';
+	}
+	if (f)
+		fclose(f);
+	return shared;
+}
+
+static void test_dereg(struct side *a)
+{
+	uint8_t *p;
+	REQUIRE(posix_memalign((void **)&p, 4096, 3 * 4096) == 0);
+	memset(p, 0x5a, 3 * 4096);
+	struct ibv_mr *m1 = ibv_reg_mr(a->pd, p + 100, 5000, IBV_ACCESS_LOCAL_WRITE);
+	REQUIRE(m1);
+	CHECK(in_shared_mapping(p + 100));
+	/* A second region in the same pages shares the segment. */
+	struct ibv_mr *m2 = ibv_reg_mr(a->pd, p + 4096, 100, IBV_ACCESS_LOCAL_WRITE);
+	REQUIRE(m2);
+	CHECK(m1->lkey != m2->lkey);
+	p[5000] = 0x77;
+	CHECK(ibv_dereg_mr(m1) == 0);
+	CHECK(in_shared_mapping(p + 4096));
+	CHECK(ibv_dereg_mr(m2) == 0);
+	CHECK(!in_shared_mapping(p + 4096));
+	CHECK(p[5000] == 0x77 && p[0] == 0x5a && p[3 * 4096 - 1] == 0x5a);
+	CHECK(ibv_reg_mr(a->pd, p, 0, 0) == NULL && errno == EINVAL);
+	free(p);
+}
+
+static void test_unsupported(struct side *a)
+{
+	struct ibv_srq_init_attr sa = {.attr = {.max_wr = 16, .max_sge = 1}};
+	struct ibv_srq *srq = ibv_create_srq(a->pd, &sa);
+	CHECK(srq == NULL && errno == EOPNOTSUPP);
+	errno = 0;
+	CHECK(ibv_alloc_mw(a->pd, IBV_MW_TYPE_2) == NULL && errno == EOPNOTSUPP);
+	struct ibv_cq_init_attr_ex ca = {.cqe = 4};
+	errno = 0;
+	CHECK(ibv_create_cq_ex(a->ctx, &ca) == NULL && errno == EOPNOTSUPP);
+	CHECK(ibv_qp_to_qp_ex(a->qp) == NULL);
+	struct ibv_device_attr_ex dx;
+	CHECK(ibv_query_device_ex(a->ctx, NULL, &dx) == 0 && dx.orig_attr.phys_port_cnt == 1);
+	struct ibv_port_attr pa;
+	CHECK(ibv_query_port(a->ctx, 1, &pa) == 0 && pa.state == IBV_PORT_ACTIVE &&
+	      pa.link_layer == IBV_LINK_LAYER_ETHERNET);
+	__be16 pkey;
+	CHECK(ibv_query_pkey(a->ctx, 1, 0, &pkey) == 0 && pkey == 0xffff);
+	struct ibv_gid_entry ge;
+	CHECK(ibv_query_gid_ex(a->ctx, 1, 1, &ge, 0) == 0 && ge.gid_type == IBV_GID_TYPE_ROCE_V2 &&
+	      !memcmp(&ge.gid, &a->gid, 16));
+	CHECK(ibv_query_gid_ex(a->ctx, 1, 99, &ge, 0) == ENODATA);
+	CHECK(!strcmp(ibv_wc_status_str(IBV_WC_RETRY_EXC_ERR), "transport retry counter exceeded"));
+	CHECK(!strcmp(ibv_wc_status_str(200), "unknown"));
+	/* A bad WR: too many SGEs is refused with bad_wr set. */
+	struct ibv_sge sg[3];
+	struct ibv_send_wr wr = {.sg_list = sg, .num_sge = 3, .opcode = IBV_WR_SEND}, *bad = NULL;
+	CHECK(ibv_post_send(a->qp, &wr, &bad) == EINVAL && bad == &wr);
+}
+
+static void teardown(struct side *s)
+{
+	CHECK(ibv_destroy_qp(s->qp) == 0);
+	CHECK(ibv_dereg_mr(s->mr) == 0);
+	CHECK(ibv_destroy_cq(s->cq) == 0);
+	CHECK(ibv_destroy_comp_channel(s->ch) == 0);
+	CHECK(ibv_dealloc_pd(s->pd) == 0);
+	CHECK(ibv_close_device(s->ctx) == 0);
+	free(s->buf);
+}
+
+int main(void)
+{
+	CHECK(ibv_fork_init() == 0);
+	struct side a = {0}, b = {0};
+	setup(&a, "rvt0");
+	setup(&b, "rvt1");
+	connect_to(&a, &b);
+	connect_to(&b, &a);
+	test_write_read(&a, &b);
+	test_send_imm_events(&a, &b);
+	test_threads(&a, &b);
+	test_fork(&a);
+	test_dereg(&a);
+	test_unsupported(&a);
+	/* The data path still works after all that. */
+	test_write_read(&b, &a);
+	teardown(&a);
+	teardown(&b);
+	if (failures) {
+		printf("FAIL: %d checks\n", failures);
+		return 1;
+	}
+	printf("PASS\n");
+	return 0;
+}
