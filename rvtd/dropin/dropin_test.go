@@ -183,3 +183,42 @@ func TestVerbsC(t *testing.T) {
 		t.Fatalf("verbs_test: %v\n%s", err, out)
 	}
 }
+
+// RVTD_MR=vm registers every region for process_vm_readv/writev (reg_mr
+// kind 2). A daemon that serves it runs the pingpong pair; one that does
+// not answers EOPNOTSUPP, and the program fails cleanly with the library's
+// message and its own.
+func TestRegMRProcessVM(t *testing.T) {
+	build := libs(t)
+	bin := tool(t, "ibv_rc_pingpong")
+	sock := startDaemon(t)
+	port := freePort(t)
+	env := []string{"RVTD_MR=vm"}
+	args := []string{"-g", "1", "-p", fmt.Sprint(port), "-n", "100", "-s", "4096"}
+	srv := start(t, build, sock, 60*time.Second, env, bin, append([]string{"-d", "rvt0"}, args...)...)
+	for !listening(port) {
+		select {
+		case <-srv.done:
+			serr, sout := srv.wait()
+			var ee *exec.ExitError
+			if !strings.Contains(sout, "does not serve process_vm registration") || !errorAs(serr, &ee) ||
+				ee.ExitCode() != 1 || !strings.Contains(sout, "Couldn't register MR") || !strings.Contains(sout, "RVTD_MR=vm") {
+				t.Fatalf("server: %v, want kind 2 served or exit 1 with the messages\n%s", serr, sout)
+			}
+			t.Logf("this rvtd has no reg_mr kind 2: clean failure checked")
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	cli := start(t, build, sock, 60*time.Second, env, bin, append(append([]string{"-d", "rvt1"}, args...), "127.0.0.1")...)
+	cerr, cout := cli.wait()
+	serr, sout := srv.wait()
+	if cerr != nil || serr != nil {
+		t.Fatalf("kind 2 pingpong: client %v, server %v\n%s\n%s", cerr, serr, cout, sout)
+	}
+	for _, out := range []string{cout, sout} {
+		if r := parsePingpong(t, "ibv_rc_pingpong", out); r.iters != 100 || r.bytes != 2*4096*100 {
+			t.Errorf("kind 2 pingpong: %+v\n%s", r, out)
+		}
+	}
+}

@@ -239,9 +239,10 @@ static struct ibv_mr *reg(struct ibv_pd *pd, void *addr, size_t length, uint64_t
 		if (s && --s->refs == 0)
 			seg_free_locked(rc, s);
 		if (req.kind == RVC_MR_VM && err == EOPNOTSUPP)
-			rvc_warn("ibv_reg_mr(%p, %zu): the region is not anonymous private memory the "
-				 "library can move into shared memory, and this rvtd does not serve "
-				 "process_vm registration (reg_mr kind 2)", addr, length);
+			rvc_warn("ibv_reg_mr(%p, %zu): this rvtd does not serve process_vm "
+				 "registration (reg_mr kind 2), which this region needs (%s)", addr,
+				 length, force_vm ? "RVTD_MR=vm" :
+				 "not anonymous private memory the library can move into shared memory");
 		else if (req.kind == RVC_MR_VM && err == EPERM)
 			rvc_warn("ibv_reg_mr(%p, %zu): rvtd (pid %u) may not read this process: run it "
 				 "as the same user, and see PR_SET_PTRACER and "
