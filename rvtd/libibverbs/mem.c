@@ -231,6 +231,15 @@ static struct ibv_mr *reg(struct ibv_pd *pd, void *addr, size_t length, uint64_t
 	} else {
 		req.kind = RVC_MR_VM;
 		vm_allowed(rc);
+		if (fork_wanted()) {
+			/* As rdma-core after ibv_fork_init: registered pages are not
+			 * in a child. (Never undone at dereg: another MR may share
+			 * the pages, and the library keeps no count of them.) */
+			size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+			uintptr_t s0 = (uintptr_t)addr & ~(uintptr_t)(pg - 1);
+			uintptr_t e0 = ((uintptr_t)addr + length + pg - 1) & ~(uintptr_t)(pg - 1);
+			madvise((void *)s0, e0 - s0, MADV_DONTFORK);
+		}
 	}
 	struct rvc_reg_mr_reply r;
 	err = rvc_call(&rc->conn, RVC_OP_REG_MR, pd->handle, &req, sizeof(req), NULL, 0, &r,
