@@ -90,18 +90,35 @@ func parsePingpong(t testing.TB, who, out string) pingpongResult {
 	return pingpongResult{bytes: atoi(t, b[1]), mbit: atoi(t, b[3]), iters: atoi(t, i[1]), usec: atoi(t, i[3])}
 }
 
-// pingpong runs a server on rvt0 and a client on rvt1 (GID index 1, the
+// earlyExit is a pingpong server that ended before it listened.
+type earlyExit struct {
+	err error
+	out string
+}
+
+// pingpongTry runs a server on rvt0 and a client on rvt1 (GID index 1, the
 // IPv4-mapped address), checks both exit 0 and print size*iters*2 bytes and
-// iters iterations, and returns the client's result.
-func pingpong(t testing.TB, build, sock, prog string, size, iters int, extra ...string) pingpongResult {
+// iters iterations, and returns the client's result; or, if the server
+// exits before it listens (a verb the daemon does not serve), how it ended.
+func pingpongTry(t testing.TB, build, sock string, env []string, prog string, size, iters int, extra ...string) (pingpongResult, *earlyExit) {
 	t.Helper()
 	bin := tool(t, prog)
 	port := freePort(t)
 	args := append([]string{"-g", "1", "-p", fmt.Sprint(port), "-s", fmt.Sprint(size), "-n", fmt.Sprint(iters)}, extra...)
 	timeout := 60*time.Second + time.Duration(iters)*time.Millisecond
-	srv := start(t, build, sock, timeout, nil, bin, append([]string{"-d", "rvt0"}, args...)...)
-	waitListening(t, srv, port)
-	cli := start(t, build, sock, timeout, nil, bin, append(append([]string{"-d", "rvt1"}, args...), "127.0.0.1")...)
+	srv := start(t, build, sock, timeout, env, bin, append([]string{"-d", "rvt0"}, args...)...)
+	for deadline := time.Now().Add(20 * time.Second); !listening(port); time.Sleep(10 * time.Millisecond) {
+		select {
+		case <-srv.done:
+			err, out := srv.wait()
+			return pingpongResult{}, &earlyExit{err, out}
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: port %d never listened", srv.name, port)
+		}
+	}
+	cli := start(t, build, sock, timeout, env, bin, append(append([]string{"-d", "rvt1"}, args...), "127.0.0.1")...)
 	cerr, cout := cli.wait()
 	serr, sout := srv.wait()
 	if cerr != nil || serr != nil {
@@ -120,7 +137,27 @@ func pingpong(t testing.TB, build, sock, prog string, size, iters int, extra ...
 			res = r
 		}
 	}
-	return res
+	return res, nil
+}
+
+// pingpong is pingpongTry where the daemon must serve everything.
+func pingpong(t testing.TB, build, sock, prog string, size, iters int, extra ...string) pingpongResult {
+	t.Helper()
+	r, early := pingpongTry(t, build, sock, nil, prog, size, iters, extra...)
+	if early != nil {
+		t.Fatalf("%s %v: the server ended before listening: %v\n%s", prog, extra, early.err, early.out)
+	}
+	return r
+}
+
+// wantUnsupported checks a server that ended early did so cleanly: exit
+// status 1 and the program's own message (marker).
+func wantUnsupported(t testing.TB, early *earlyExit, marker string) {
+	t.Helper()
+	var ee *exec.ExitError
+	if !errorAs(early.err, &ee) || ee.ExitCode() != 1 || !strings.Contains(early.out, marker) {
+		t.Fatalf("server: %v, want exit status 1 and %q\n%s", early.err, marker, early.out)
+	}
 }
 
 func TestPingpong(t *testing.T) {
@@ -203,35 +240,33 @@ func TestVerbsC(t *testing.T) {
 // message and its own.
 func TestRegMRProcessVM(t *testing.T) {
 	build := libs(t)
-	bin := tool(t, "ibv_rc_pingpong")
 	sock := startDaemon(t)
-	port := freePort(t)
-	env := []string{"RVTD_MR=vm"}
-	args := []string{"-g", "1", "-p", fmt.Sprint(port), "-n", "100", "-s", "4096"}
-	srv := start(t, build, sock, 60*time.Second, env, bin, append([]string{"-d", "rvt0"}, args...)...)
-	for !listening(port) {
-		select {
-		case <-srv.done:
-			serr, sout := srv.wait()
-			var ee *exec.ExitError
-			if !strings.Contains(sout, "does not serve process_vm registration") || !errorAs(serr, &ee) ||
-				ee.ExitCode() != 1 || !strings.Contains(sout, "Couldn't register MR") || !strings.Contains(sout, "RVTD_MR=vm") {
-				t.Fatalf("server: %v, want kind 2 served or exit 1 with the messages\n%s", serr, sout)
-			}
-			t.Logf("this rvtd has no reg_mr kind 2: clean failure checked")
-			return
-		case <-time.After(10 * time.Millisecond):
+	_, early := pingpongTry(t, build, sock, []string{"RVTD_MR=vm"}, "ibv_rc_pingpong", 4096, 100)
+	if early != nil {
+		wantUnsupported(t, early, "Couldn't register MR")
+		if !strings.Contains(early.out, "does not serve process_vm registration (reg_mr kind 2), which this region needs (RVTD_MR=vm)") {
+			t.Fatalf("no reason given:\n%s", early.out)
 		}
+		t.Logf("this rvtd has no reg_mr kind 2: clean failure checked")
 	}
-	cli := start(t, build, sock, 60*time.Second, env, bin, append(append([]string{"-d", "rvt1"}, args...), "127.0.0.1")...)
-	cerr, cout := cli.wait()
-	serr, sout := srv.wait()
-	if cerr != nil || serr != nil {
-		t.Fatalf("kind 2 pingpong: client %v, server %v\n%s\n%s", cerr, serr, cout, sout)
-	}
-	for _, out := range []string{cout, sout} {
-		if r := parsePingpong(t, "ibv_rc_pingpong", out); r.iters != 100 || r.bytes != 2*4096*100 {
-			t.Errorf("kind 2 pingpong: %+v\n%s", r, out)
+}
+
+// ibv_srq_pingpong: 16 RC QPs taking receives from one SRQ. A daemon
+// without SRQs answers create_srq with EOPNOTSUPP and the program ends
+// cleanly.
+func TestSRQPingpong(t *testing.T) {
+	build := libs(t)
+	sock := startDaemon(t)
+	for _, events := range []bool{false, true} {
+		var extra []string
+		if events {
+			extra = []string{"-e"}
+		}
+		_, early := pingpongTry(t, build, sock, nil, "ibv_srq_pingpong", 4096, 200, extra...)
+		if early != nil {
+			wantUnsupported(t, early, "Couldn't create SRQ")
+			t.Logf("this rvtd has no SRQs: clean failure checked")
+			return
 		}
 	}
 }

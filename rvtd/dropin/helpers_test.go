@@ -83,9 +83,14 @@ func tool(t testing.TB, name string) string {
 }
 
 // startDaemon runs an in-process rvtd on a socket in a temporary directory,
-// serving rvt0 and rvt1 on one in-memory fabric.
+// serving rvt0 and rvt1 on one in-memory fabric. DROPIN_RVTD_SOCKET names
+// a running daemon to use instead (another build, or one on a TAP link
+// whose rvt0 and rvt1 are the same two names).
 func startDaemon(t testing.TB) string {
 	t.Helper()
+	if s := os.Getenv("DROPIN_RVTD_SOCKET"); s != "" {
+		return s
+	}
 	var log *slog.Logger
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))

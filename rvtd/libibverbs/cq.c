@@ -115,6 +115,14 @@ RVC_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *
 	c->cq.cq_context = cq_context;
 	c->cq.handle = r.cq;
 	c->cq.cqe = (int)r.cqe;
+	if (rvc_live_add(rc, RVC_K_CQ, r.cq, c)) {
+		rvc_call(&rc->conn, RVC_OP_DESTROY_CQ, r.cq, NULL, 0, NULL, 0, NULL,
+			 sizeof(struct rvc_destroy_reply), 0, 0, 0, NULL);
+		munmap(c->map, c->map_size);
+		free(c);
+		errno = ENOMEM;
+		return NULL;
+	}
 	if (channel)
 		__atomic_add_fetch(&channel->refcnt, 1, __ATOMIC_ACQ_REL);
 	return &c->cq;
@@ -150,16 +158,22 @@ RVC_EXPORT int ibv_destroy_cq(struct ibv_cq *cq)
 	struct rvc_cq *c = to_rcq(cq);
 	struct rvc_context *rc = to_rctx(cq->context);
 	struct rvc_destroy_reply r;
+	/* From now on events about the CQ are dropped, not handed out. */
+	rvc_live_del(rc, RVC_K_CQ, cq->handle);
 	int err = rvc_call(&rc->conn, RVC_OP_DESTROY_CQ, cq->handle, NULL, 0, NULL, 0, &r,
 			   sizeof(r), 0, 0, 0, NULL);
-	if (err)
+	if (err) {
+		rvc_live_add(rc, RVC_K_CQ, cq->handle, c);
 		return err;
+	}
 	if (cq->channel)
 		__atomic_sub_fetch(&cq->channel->refcnt, 1, __ATOMIC_ACQ_REL);
-	/* As rdma-core: wait until the program acknowledged every event. */
+	/* As rdma-core: wait until the program acknowledged every event it
+	 * was given (the daemon's counts include events still unread in the
+	 * sockets, which are dropped). */
 	pthread_mutex_lock(&cq->mutex);
-	while (cq->comp_events_completed != r.comp_events_reported ||
-	       cq->async_events_completed != r.async_events_reported)
+	while (cq->comp_events_completed != c->comp_delivered ||
+	       cq->async_events_completed != c->async_delivered)
 		pthread_cond_wait(&cq->cond, &cq->mutex);
 	pthread_mutex_unlock(&cq->mutex);
 	munmap(c->map, c->map_size);
@@ -226,19 +240,34 @@ int rvc_req_notify_cq(struct ibv_cq *cq, int solicited_only)
 RVC_EXPORT int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq,
 				void **cq_context)
 {
-	struct rvc_comp_event ev;
-	ssize_t n;
-	do
-		n = read(channel->fd, &ev, sizeof(ev));
-	while (n < 0 && errno == EINTR);
-	if (n != (ssize_t)sizeof(ev)) {
-		if (n >= 0)
-			errno = n == 0 ? ENODEV : EPROTO;
-		return -1;
+	struct rvc_context *rc = to_rctx(channel->context);
+	for (;;) {
+		struct rvc_comp_event ev;
+		ssize_t n;
+		do
+			n = read(channel->fd, &ev, sizeof(ev));
+		while (n < 0 && errno == EINTR);
+		if (n != (ssize_t)sizeof(ev)) {
+			if (n >= 0)
+				errno = n == 0 ? ENODEV : EPROTO;
+			return -1;
+		}
+		/* The CQ by its handle, not by the cookie: an event of a CQ
+		 * destroyed since is dropped. */
+		pthread_mutex_lock(&rc->live_lock);
+		struct rvc_cq *c = rvc_live_get_locked(rc, RVC_K_CQ, ev.cq);
+		if (c) {
+			pthread_mutex_lock(&c->cq.mutex);
+			c->comp_delivered++;
+			pthread_mutex_unlock(&c->cq.mutex);
+		}
+		pthread_mutex_unlock(&rc->live_lock);
+		if (c) {
+			*cq = &c->cq;
+			*cq_context = c->cq.cq_context;
+			return 0;
+		}
 	}
-	*cq = (struct ibv_cq *)(uintptr_t)ev.cq_cookie;
-	*cq_context = (*cq)->cq_context;
-	return 0;
 }
 
 RVC_EXPORT void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)

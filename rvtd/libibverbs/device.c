@@ -12,6 +12,43 @@
 
 #define RVC_SYSFS_PREFIX "/rvtd-device/"
 
+int rvc_live_add(struct rvc_context *rc, uint32_t kind, uint32_t handle, void *obj)
+{
+	pthread_mutex_lock(&rc->live_lock);
+	if (rc->nlive == rc->caplive) {
+		size_t n = rc->caplive ? 2 * rc->caplive : 16;
+		struct rvc_live *l = realloc(rc->live, n * sizeof(*l));
+		if (!l) {
+			pthread_mutex_unlock(&rc->live_lock);
+			return ENOMEM;
+		}
+		rc->live = l;
+		rc->caplive = n;
+	}
+	rc->live[rc->nlive++] = (struct rvc_live){handle, kind, obj};
+	pthread_mutex_unlock(&rc->live_lock);
+	return 0;
+}
+
+void rvc_live_del(struct rvc_context *rc, uint32_t kind, uint32_t handle)
+{
+	pthread_mutex_lock(&rc->live_lock);
+	for (size_t i = 0; i < rc->nlive; i++)
+		if (rc->live[i].handle == handle && rc->live[i].kind == kind) {
+			rc->live[i] = rc->live[--rc->nlive];
+			break;
+		}
+	pthread_mutex_unlock(&rc->live_lock);
+}
+
+void *rvc_live_get_locked(struct rvc_context *rc, uint32_t kind, uint32_t handle)
+{
+	for (size_t i = 0; i < rc->nlive; i++)
+		if (rc->live[i].handle == handle && rc->live[i].kind == kind)
+			return rc->live[i].obj;
+	return NULL;
+}
+
 static void device_put(struct rvc_device *d)
 {
 	if (__atomic_sub_fetch(&d->refs, 1, __ATOMIC_ACQ_REL) == 0)
@@ -109,13 +146,6 @@ static int rvc_query_port_ex(struct ibv_context *ctx, uint8_t port, struct ibv_p
 static int rvc_query_device_ex(struct ibv_context *ctx, const struct ibv_query_device_ex_input *in,
 			       struct ibv_device_attr_ex *attr, size_t len);
 
-static int unsupported_post_srq(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
-{
-	(void)srq;
-	*bad = wr;
-	return EOPNOTSUPP;
-}
-
 RVC_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *dev)
 {
 	struct rvc_device *rd = rvc_container_of(dev, struct rvc_device, dev);
@@ -148,6 +178,7 @@ RVC_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *dev)
 	__atomic_add_fetch(&rd->refs, 1, __ATOMIC_ACQ_REL);
 	rc->rdev = rd;
 	pthread_mutex_init(&rc->mr_lock, NULL);
+	pthread_mutex_init(&rc->live_lock, NULL);
 
 	struct verbs_context *v = &rc->vctx;
 	struct ibv_context *ctx = &v->context;
@@ -164,7 +195,7 @@ RVC_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *dev)
 	ctx->ops.req_notify_cq = rvc_req_notify_cq;
 	ctx->ops.post_send = rvc_post_send;
 	ctx->ops.post_recv = rvc_post_recv;
-	ctx->ops.post_srq_recv = unsupported_post_srq;
+	ctx->ops.post_srq_recv = rvc_post_srq_recv;
 	return ctx;
 }
 
@@ -177,6 +208,8 @@ RVC_EXPORT int ibv_close_device(struct ibv_context *ctx)
 	rvc_disconnect(&rc->conn);
 	pthread_mutex_destroy(&ctx->mutex);
 	pthread_mutex_destroy(&rc->mr_lock);
+	pthread_mutex_destroy(&rc->live_lock);
+	free(rc->live);
 	device_put(rc->rdev);
 	free(rc);
 	return 0;
@@ -424,25 +457,11 @@ RVC_EXPORT int ibv_read_sysfs_file(const char *dir, const char *file, char *buf,
 	return (int)n;
 }
 
-/* Asynchronous events: one 16-byte record per read of the async socket. */
-RVC_EXPORT int ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_event *ev)
+static uint32_t event_kind(enum ibv_event_type t)
 {
-	struct rvc_async_event r;
-	ssize_t n;
-	do
-		n = read(ctx->async_fd, &r, sizeof(r));
-	while (n < 0 && errno == EINTR);
-	if (n != (ssize_t)sizeof(r)) {
-		if (n >= 0)
-			errno = n == 0 ? ENODEV : EPROTO;
-		return -1;
-	}
-	memset(ev, 0, sizeof(*ev));
-	ev->event_type = (enum ibv_event_type)r.event_type;
-	switch (ev->event_type) {
+	switch (t) {
 	case IBV_EVENT_CQ_ERR:
-		ev->element.cq = (struct ibv_cq *)(uintptr_t)r.element_cookie;
-		break;
+		return RVC_K_CQ;
 	case IBV_EVENT_QP_FATAL:
 	case IBV_EVENT_QP_REQ_ERR:
 	case IBV_EVENT_QP_ACCESS_ERR:
@@ -451,26 +470,74 @@ RVC_EXPORT int ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_eve
 	case IBV_EVENT_PATH_MIG:
 	case IBV_EVENT_PATH_MIG_ERR:
 	case IBV_EVENT_QP_LAST_WQE_REACHED:
-		ev->element.qp = (struct ibv_qp *)(uintptr_t)r.element_cookie;
-		break;
+		return RVC_K_QP;
 	case IBV_EVENT_SRQ_ERR:
 	case IBV_EVENT_SRQ_LIMIT_REACHED:
-		ev->element.srq = (struct ibv_srq *)(uintptr_t)r.element_cookie;
-		break;
-	case IBV_EVENT_WQ_FATAL:
-		ev->element.wq = (struct ibv_wq *)(uintptr_t)r.element_cookie;
-		break;
+		return RVC_K_SRQ;
 	default:
-		ev->element.port_num = (int)r.element;
-		break;
+		return 0; /* port and device events */
 	}
-	return 0;
+}
+
+/* Asynchronous events: one 16-byte record per read of the async socket.
+ * An event about an object destroyed since is dropped; one handed out is
+ * counted on its object, whose destroy waits for as many acks. */
+RVC_EXPORT int ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_event *ev)
+{
+	struct rvc_context *rc = to_rctx(ctx);
+	for (;;) {
+		struct rvc_async_event r;
+		ssize_t n;
+		do
+			n = read(ctx->async_fd, &r, sizeof(r));
+		while (n < 0 && errno == EINTR);
+		if (n != (ssize_t)sizeof(r)) {
+			if (n >= 0)
+				errno = n == 0 ? ENODEV : EPROTO;
+			return -1;
+		}
+		memset(ev, 0, sizeof(*ev));
+		ev->event_type = (enum ibv_event_type)r.event_type;
+		uint32_t kind = event_kind(ev->event_type);
+		if (!kind) {
+			ev->element.port_num = (int)r.element;
+			return 0;
+		}
+		pthread_mutex_lock(&rc->live_lock);
+		void *obj = rvc_live_get_locked(rc, kind, r.element);
+		if (obj) {
+			pthread_mutex_t *mu;
+			uint32_t *count;
+			if (kind == RVC_K_CQ) {
+				struct rvc_cq *c = obj;
+				ev->element.cq = &c->cq;
+				mu = &c->cq.mutex;
+				count = &c->async_delivered;
+			} else if (kind == RVC_K_QP) {
+				struct rvc_qp *q = obj;
+				ev->element.qp = &q->qp;
+				mu = &q->qp.mutex;
+				count = &q->async_delivered;
+			} else {
+				struct rvc_srq *s = obj;
+				ev->element.srq = &s->srq;
+				mu = &s->srq.mutex;
+				count = &s->async_delivered;
+			}
+			pthread_mutex_lock(mu);
+			(*count)++;
+			pthread_mutex_unlock(mu);
+		}
+		pthread_mutex_unlock(&rc->live_lock);
+		if (obj)
+			return 0;
+	}
 }
 
 RVC_EXPORT void ibv_ack_async_event(struct ibv_async_event *ev)
 {
-	switch (ev->event_type) {
-	case IBV_EVENT_CQ_ERR: {
+	switch (event_kind(ev->event_type)) {
+	case RVC_K_CQ: {
 		struct ibv_cq *cq = ev->element.cq;
 		pthread_mutex_lock(&cq->mutex);
 		cq->async_events_completed++;
@@ -478,19 +545,20 @@ RVC_EXPORT void ibv_ack_async_event(struct ibv_async_event *ev)
 		pthread_mutex_unlock(&cq->mutex);
 		break;
 	}
-	case IBV_EVENT_QP_FATAL:
-	case IBV_EVENT_QP_REQ_ERR:
-	case IBV_EVENT_QP_ACCESS_ERR:
-	case IBV_EVENT_COMM_EST:
-	case IBV_EVENT_SQ_DRAINED:
-	case IBV_EVENT_PATH_MIG:
-	case IBV_EVENT_PATH_MIG_ERR:
-	case IBV_EVENT_QP_LAST_WQE_REACHED: {
+	case RVC_K_QP: {
 		struct ibv_qp *qp = ev->element.qp;
 		pthread_mutex_lock(&qp->mutex);
 		qp->events_completed++;
 		pthread_cond_signal(&qp->cond);
 		pthread_mutex_unlock(&qp->mutex);
+		break;
+	}
+	case RVC_K_SRQ: {
+		struct ibv_srq *srq = ev->element.srq;
+		pthread_mutex_lock(&srq->mutex);
+		srq->events_completed++;
+		pthread_cond_signal(&srq->cond);
+		pthread_mutex_unlock(&srq->mutex);
 		break;
 	}
 	default:

@@ -54,6 +54,16 @@ struct rvc_device {
 
 struct rvc_seg;
 
+/* Live objects that events name, by daemon handle: an event about an
+ * object destroyed meanwhile (still queued in a socket) is dropped, as the
+ * kernel drops a destroyed CQ's unread events. */
+enum rvc_kind { RVC_K_CQ = 1, RVC_K_QP, RVC_K_SRQ };
+struct rvc_live {
+	uint32_t handle;
+	uint32_t kind;
+	void *obj;
+};
+
 struct rvc_context {
 	struct rvc_conn conn;
 	uint32_t dev_handle;
@@ -61,6 +71,9 @@ struct rvc_context {
 	pthread_mutex_t mr_lock;
 	struct rvc_seg *segs;
 	int ptracer_set;
+	pthread_mutex_t live_lock; /* then an object's mutex */
+	struct rvc_live *live;
+	size_t nlive, caplive;
 	struct verbs_context vctx; /* ibv_context last, as verbs.h wants */
 };
 
@@ -76,6 +89,9 @@ struct rvc_mr {
 
 struct rvc_cq {
 	struct ibv_cq cq;
+	/* Events handed to the program (ibv_get_cq_event, ibv_get_async_event),
+	 * under cq.mutex: ibv_destroy_cq waits for as many acks. */
+	uint32_t comp_delivered, async_delivered;
 	pthread_mutex_t lock;
 	void *map;
 	size_t map_size;
@@ -91,6 +107,7 @@ struct rvc_channel {
 
 struct rvc_qp {
 	struct ibv_qp qp;
+	uint32_t async_delivered; /* under qp.mutex */
 	void *map;
 	size_t map_size;
 	int doorbell;
@@ -99,6 +116,18 @@ struct rvc_qp {
 	struct rvc_ring sq, rq;
 };
 
+struct rvc_srq {
+	struct ibv_srq srq;
+	uint32_t async_delivered; /* under srq.mutex */
+	void *map;
+	size_t map_size;
+	uint32_t max_wr, max_sge;
+	pthread_mutex_t lock;
+	struct rvc_ring ring;
+};
+
+static inline struct rvc_srq *to_rsrq(struct ibv_srq *s) { return rvc_container_of(s, struct rvc_srq, srq); }
+
 static inline struct rvc_qp *to_rqp(struct ibv_qp *q) { return rvc_container_of(q, struct rvc_qp, qp); }
 
 /* Data path (qp.c, cq.c). */
@@ -106,6 +135,15 @@ int rvc_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr 
 int rvc_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 int rvc_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
 int rvc_req_notify_cq(struct ibv_cq *cq, int solicited_only);
+int rvc_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
+/* write_recv fills one receive WQE record (receive rings and SRQs). */
+void rvc_write_recv(uint8_t *rec, const struct ibv_recv_wr *wr);
+
+/* Live objects (device.c). */
+int rvc_live_add(struct rvc_context *rc, uint32_t kind, uint32_t handle, void *obj);
+void rvc_live_del(struct rvc_context *rc, uint32_t kind, uint32_t handle);
+/* Under live_lock. */
+void *rvc_live_get_locked(struct rvc_context *rc, uint32_t kind, uint32_t handle);
 
 /* Memory (mem.c). */
 void rvc_release_segments(struct rvc_context *ctx);

@@ -163,45 +163,8 @@ RVC_EXPORT int ibv_dofork_range(void *base, size_t size)
 	return ibv_is_fork_initialized() == IBV_FORK_ENABLED ? fork_range(base, size, MADV_DOFORK) : 0;
 }
 
-/* Not served by rvtd 1.0 (SRQs, multicast and ECE come with later daemon
- * work; import/export needs the kernel's shared uverbs file). */
-RVC_EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr)
-{
-	(void)pd, (void)attr;
-	errno = EOPNOTSUPP;
-	return NULL;
-}
-
-RVC_EXPORT int ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, int mask)
-{
-	(void)srq, (void)attr, (void)mask;
-	return EOPNOTSUPP;
-}
-
-RVC_EXPORT int ibv_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr)
-{
-	(void)srq, (void)attr;
-	return EOPNOTSUPP;
-}
-
-RVC_EXPORT int ibv_destroy_srq(struct ibv_srq *srq)
-{
-	(void)srq;
-	return EOPNOTSUPP;
-}
-
-RVC_EXPORT int ibv_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
-{
-	(void)qp, (void)gid, (void)lid;
-	return EOPNOTSUPP;
-}
-
-RVC_EXPORT int ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
-{
-	(void)qp, (void)gid, (void)lid;
-	return EOPNOTSUPP;
-}
-
+/* Not served: ECE, and import/export (it needs the kernel's shared uverbs
+ * file). */
 RVC_EXPORT int ibv_set_ece(struct ibv_qp *qp, struct ibv_ece *ece)
 {
 	(void)qp, (void)ece;

@@ -9,17 +9,18 @@
 #include <unistd.h>
 #include "internal.h"
 
-static int map_qp(struct rvc_qp *q, const struct rvc_create_qp_reply *r, int memfd)
+static int map_qp(struct rvc_qp *q, const struct rvc_create_qp_reply *r, int memfd, int has_srq)
 {
 	int err = rvc_check_ring(&r->sq, r->map_size, 128);
-	if (!err && r->rq.entries)
+	if (!err && !has_srq)
 		err = rvc_check_ring(&r->rq, r->map_size, 32);
-	else if (!err)
-		err = EPROTO; /* no SRQ support: a receive ring is expected */
+	else if (!err && (r->rq.entries || r->cap.max_recv_wr))
+		err = EPROTO; /* on an SRQ: no receive ring */
 	if (!err && (r->cap.max_send_sge > (r->sq.stride - 64) / 16 ||
 		     r->cap.max_inline_data > r->sq.stride - 64 ||
-		     r->cap.max_recv_sge > (r->rq.stride - 16) / 16 ||
-		     r->cap.max_send_wr > r->sq.entries || r->cap.max_recv_wr > r->rq.entries))
+		     r->cap.max_send_wr > r->sq.entries ||
+		     (!has_srq && (r->cap.max_recv_sge > (r->rq.stride - 16) / 16 ||
+				   r->cap.max_recv_wr > r->rq.entries))))
 		err = EPROTO;
 	void *m = MAP_FAILED;
 	if (!err) {
@@ -29,7 +30,8 @@ static int map_qp(struct rvc_qp *q, const struct rvc_create_qp_reply *r, int mem
 	}
 	close(memfd);
 	if (!err && (rvc_check_ring_header((uint8_t *)m + r->sq.offset, &r->sq, RVC_RING_SEND) ||
-		     rvc_check_ring_header((uint8_t *)m + r->rq.offset, &r->rq, RVC_RING_RECV)))
+		     (!has_srq &&
+		      rvc_check_ring_header((uint8_t *)m + r->rq.offset, &r->rq, RVC_RING_RECV))))
 		err = EPROTO;
 	if (err) {
 		if (m != MAP_FAILED)
@@ -39,7 +41,8 @@ static int map_qp(struct rvc_qp *q, const struct rvc_create_qp_reply *r, int mem
 	q->map = m;
 	q->map_size = r->map_size;
 	rvc_ring_init(&q->sq, m, &r->sq, 1);
-	rvc_ring_init(&q->rq, m, &r->rq, 1);
+	if (!has_srq)
+		rvc_ring_init(&q->rq, m, &r->rq, 1);
 	q->cap = r->cap;
 	return 0;
 }
@@ -47,10 +50,6 @@ static int map_qp(struct rvc_qp *q, const struct rvc_create_qp_reply *r, int mem
 RVC_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 {
 	struct rvc_context *rc = to_rctx(pd->context);
-	if (attr->srq) {
-		errno = EOPNOTSUPP;
-		return NULL;
-	}
 	if (!attr->send_cq || !attr->recv_cq) {
 		errno = EINVAL;
 		return NULL;
@@ -65,6 +64,7 @@ RVC_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_at
 		.sq_sig_all = attr->sq_sig_all ? 1 : 0,
 		.send_cq = attr->send_cq->handle,
 		.recv_cq = attr->recv_cq->handle,
+		.srq = attr->srq ? attr->srq->handle : 0,
 		.cap = {attr->cap.max_send_wr, attr->cap.max_recv_wr, attr->cap.max_send_sge,
 			attr->cap.max_recv_sge, attr->cap.max_inline_data},
 		.cookie = (uintptr_t)&q->qp,
@@ -75,7 +75,7 @@ RVC_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_at
 			   sizeof(r), 0, 0, 2, &rep);
 	if (!err) {
 		q->doorbell = rep.fds[1];
-		err = map_qp(q, &r, rep.fds[0]);
+		err = map_qp(q, &r, rep.fds[0], attr->srq != NULL);
 		if (err) {
 			close(q->doorbell);
 			rvc_call(&rc->conn, RVC_OP_DESTROY_QP, r.qp, NULL, 0, NULL, 0, NULL,
@@ -96,10 +96,20 @@ RVC_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_at
 	q->qp.pd = pd;
 	q->qp.send_cq = attr->send_cq;
 	q->qp.recv_cq = attr->recv_cq;
+	q->qp.srq = attr->srq;
 	q->qp.handle = r.qp;
 	q->qp.qp_num = r.qp_num;
 	q->qp.state = IBV_QPS_RESET;
 	q->qp.qp_type = attr->qp_type;
+	if (rvc_live_add(rc, RVC_K_QP, r.qp, q)) {
+		rvc_call(&rc->conn, RVC_OP_DESTROY_QP, r.qp, NULL, 0, NULL, 0, NULL,
+			 sizeof(struct rvc_destroy_reply), 0, 0, 0, NULL);
+		munmap(q->map, q->map_size);
+		close(q->doorbell);
+		free(q);
+		errno = ENOMEM;
+		return NULL;
+	}
 	attr->cap.max_send_wr = r.cap.max_send_wr;
 	attr->cap.max_recv_wr = r.cap.max_recv_wr;
 	attr->cap.max_send_sge = r.cap.max_send_sge;
@@ -174,8 +184,26 @@ RVC_EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask)
 	w->rnr_retry = a->rnr_retry;
 	if (mask & IBV_QP_AV)
 		av_to_wire(&a->ah_attr, &w->ah);
+	/* To RESET the daemon restarts the rings (indices 0): no post while
+	 * it does, and our producer indices restart from the headers. */
+	int reset = (mask & IBV_QP_STATE) && a->qp_state == IBV_QPS_RESET;
+	struct rvc_qp *q = to_rqp(qp);
+	if (reset) {
+		pthread_mutex_lock(&q->sq_lock);
+		pthread_mutex_lock(&q->rq_lock);
+	}
 	int err = rvc_call(&rc->conn, RVC_OP_MODIFY_QP, qp->handle, &req, sizeof(req), NULL, 0,
 			   NULL, 0, 0, 0, 0, NULL);
+	if (reset) {
+		if (!err) {
+			q->sq.idx = __atomic_load_n(rvc_word(&q->sq, RVC_RING_PROD), __ATOMIC_ACQUIRE);
+			if (q->rq.hdr)
+				q->rq.idx = __atomic_load_n(rvc_word(&q->rq, RVC_RING_PROD),
+							    __ATOMIC_ACQUIRE);
+		}
+		pthread_mutex_unlock(&q->rq_lock);
+		pthread_mutex_unlock(&q->sq_lock);
+	}
 	if (!err && (mask & IBV_QP_STATE))
 		qp->state = a->qp_state;
 	return err;
@@ -237,12 +265,15 @@ RVC_EXPORT int ibv_destroy_qp(struct ibv_qp *qp)
 	struct rvc_qp *q = to_rqp(qp);
 	struct rvc_context *rc = to_rctx(qp->context);
 	struct rvc_destroy_reply r;
+	rvc_live_del(rc, RVC_K_QP, qp->handle);
 	int err = rvc_call(&rc->conn, RVC_OP_DESTROY_QP, qp->handle, NULL, 0, NULL, 0, &r, sizeof(r),
 			   0, 0, 0, NULL);
-	if (err)
+	if (err) {
+		rvc_live_add(rc, RVC_K_QP, qp->handle, q);
 		return err;
+	}
 	pthread_mutex_lock(&qp->mutex);
-	while (qp->events_completed != r.async_events_reported)
+	while (qp->events_completed != q->async_delivered)
 		pthread_cond_wait(&qp->cond, &qp->mutex);
 	pthread_mutex_unlock(&qp->mutex);
 	munmap(q->map, q->map_size);
@@ -344,10 +375,24 @@ int rvc_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr 
 	return err;
 }
 
+void rvc_write_recv(uint8_t *rec, const struct ibv_recv_wr *wr)
+{
+	struct rvc_recv_wqe w;
+	memset(&w, 0, sizeof(w));
+	w.wr_id = wr->wr_id;
+	w.num_sge = (uint8_t)wr->num_sge;
+	memcpy(rec, &w, sizeof(w));
+	memcpy(rec + sizeof(w), wr->sg_list, sizeof(struct ibv_sge) * (size_t)wr->num_sge);
+}
+
 int rvc_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
 {
 	struct rvc_qp *q = to_rqp(qp);
 	int err = 0;
+	if (qp->srq) {
+		*bad = wr;
+		return EINVAL; /* receives go to the SRQ */
+	}
 	pthread_mutex_lock(&q->rq_lock);
 	uint32_t out = rvc_outstanding(&q->rq), start = q->rq.idx;
 	for (; wr; wr = wr->next) {
@@ -359,13 +404,7 @@ int rvc_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr 
 			err = EINVAL;
 			break;
 		}
-		uint8_t *rec = rvc_slot(&q->rq, q->rq.idx);
-		struct rvc_recv_wqe w;
-		memset(&w, 0, sizeof(w));
-		w.wr_id = wr->wr_id;
-		w.num_sge = (uint8_t)wr->num_sge;
-		memcpy(rec, &w, sizeof(w));
-		memcpy(rec + sizeof(w), wr->sg_list, sizeof(struct ibv_sge) * (size_t)wr->num_sge);
+		rvc_write_recv(rvc_slot(&q->rq, q->rq.idx), wr);
 		q->rq.idx++;
 		out++;
 	}

@@ -44,8 +44,14 @@ enum rvc_op {
 	RVC_OP_MODIFY_QP = 0x0051,
 	RVC_OP_QUERY_QP = 0x0052,
 	RVC_OP_DESTROY_QP = 0x0053,
+	RVC_OP_CREATE_SRQ = 0x0058,
+	RVC_OP_MODIFY_SRQ = 0x0059,
+	RVC_OP_QUERY_SRQ = 0x005a,
+	RVC_OP_DESTROY_SRQ = 0x005b,
 	RVC_OP_CREATE_AH = 0x0060,
 	RVC_OP_DESTROY_AH = 0x0061,
+	RVC_OP_ATTACH_MCAST = 0x0068,
+	RVC_OP_DETACH_MCAST = 0x0069,
 };
 
 struct rvc_hdr {
@@ -257,6 +263,27 @@ struct rvc_query_qp_reply {
 	uint8_t reserved[6];
 };
 
+struct rvc_create_srq {
+	uint32_t max_wr, max_sge, srq_limit, reserved;
+	uint64_t cookie;
+};
+
+struct rvc_create_srq_reply {
+	uint32_t srq, max_wr, max_sge, reserved;
+	uint64_t map_size;
+	struct rvc_ring_desc ring;
+};
+
+struct rvc_srq_attr {
+	uint32_t srq_attr_mask, max_wr, max_sge, srq_limit;
+};
+
+struct rvc_mcast {
+	uint8_t gid[16];
+	uint16_t lid;
+	uint8_t reserved[6];
+};
+
 struct rvc_comp_event {
 	uint64_t cq_cookie;
 	uint32_t cq;
@@ -334,6 +361,10 @@ static_assert(sizeof(struct rvc_send_wqe) == 64, "send wqe");
 static_assert(sizeof(struct rvc_recv_wqe) == 16, "recv wqe");
 static_assert(sizeof(struct rvc_cqe) == 64, "cqe");
 static_assert(sizeof(struct rvc_comp_event) == 16, "comp_event");
+static_assert(sizeof(struct rvc_create_srq) == 24, "create_srq");
+static_assert(sizeof(struct rvc_create_srq_reply) == 40, "create_srq reply");
+static_assert(sizeof(struct rvc_srq_attr) == 16, "srq attr");
+static_assert(sizeof(struct rvc_mcast) == 24, "mcast");
 static_assert(sizeof(struct rvc_async_event) == 16, "async_event");
 
 /* Ring header (section 7). */

@@ -1,0 +1,166 @@
+/* Shared receive queues (a ring of receive WQEs the daemon takes from
+ * when a message for one of its QPs arrives; no doorbell) and multicast
+ * membership. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include "internal.h"
+
+RVC_EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr)
+{
+	struct rvc_context *rc = to_rctx(pd->context);
+	struct rvc_srq *s = calloc(1, sizeof(*s));
+	if (!s) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	struct rvc_create_srq req = {.max_wr = attr->attr.max_wr, .max_sge = attr->attr.max_sge,
+				     .srq_limit = attr->attr.srq_limit, .cookie = (uintptr_t)&s->srq};
+	struct rvc_create_srq_reply r;
+	struct rvc_reply rep;
+	int err = rvc_call(&rc->conn, RVC_OP_CREATE_SRQ, pd->handle, &req, sizeof(req), NULL, 0, &r,
+			   sizeof(r), 0, 0, 1, &rep);
+	if (!err) {
+		err = rvc_check_ring(&r.ring, r.map_size, 32);
+		if (!err && (r.max_wr > r.ring.entries || r.max_sge > (r.ring.stride - 16) / 16))
+			err = EPROTO;
+		void *m = MAP_FAILED;
+		if (!err) {
+			m = mmap(NULL, r.map_size, PROT_READ | PROT_WRITE, MAP_SHARED, rep.fds[0], 0);
+			if (m == MAP_FAILED)
+				err = errno;
+		}
+		close(rep.fds[0]);
+		if (!err && rvc_check_ring_header((uint8_t *)m + r.ring.offset, &r.ring, RVC_RING_SRQ))
+			err = EPROTO;
+		if (err) {
+			if (m != MAP_FAILED)
+				munmap(m, r.map_size);
+			rvc_call(&rc->conn, RVC_OP_DESTROY_SRQ, r.srq, NULL, 0, NULL, 0, NULL,
+				 sizeof(struct rvc_destroy_reply), 0, 0, 0, NULL);
+		} else {
+			s->map = m;
+			s->map_size = r.map_size;
+			rvc_ring_init(&s->ring, m, &r.ring, 1);
+		}
+	}
+	if (err) {
+		free(s);
+		errno = err;
+		return NULL;
+	}
+	pthread_mutex_init(&s->lock, NULL);
+	pthread_mutex_init(&s->srq.mutex, NULL);
+	pthread_cond_init(&s->srq.cond, NULL);
+	s->srq.context = pd->context;
+	s->srq.srq_context = attr->srq_context;
+	s->srq.pd = pd;
+	s->srq.handle = r.srq;
+	if (rvc_live_add(rc, RVC_K_SRQ, r.srq, s)) {
+		rvc_call(&rc->conn, RVC_OP_DESTROY_SRQ, r.srq, NULL, 0, NULL, 0, NULL,
+			 sizeof(struct rvc_destroy_reply), 0, 0, 0, NULL);
+		munmap(s->map, s->map_size);
+		free(s);
+		errno = ENOMEM;
+		return NULL;
+	}
+	s->max_wr = r.max_wr;
+	s->max_sge = r.max_sge;
+	attr->attr.max_wr = r.max_wr;
+	attr->attr.max_sge = r.max_sge;
+	return &s->srq;
+}
+
+RVC_EXPORT int ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, int mask)
+{
+	struct rvc_context *rc = to_rctx(srq->context);
+	struct rvc_srq_attr req = {.srq_attr_mask = (uint32_t)mask, .max_wr = attr->max_wr,
+				   .max_sge = attr->max_sge, .srq_limit = attr->srq_limit};
+	return rvc_call(&rc->conn, RVC_OP_MODIFY_SRQ, srq->handle, &req, sizeof(req), NULL, 0, NULL,
+			0, 0, 0, 0, NULL);
+}
+
+RVC_EXPORT int ibv_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr)
+{
+	struct rvc_context *rc = to_rctx(srq->context);
+	struct rvc_srq_attr r;
+	int err = rvc_call(&rc->conn, RVC_OP_QUERY_SRQ, srq->handle, NULL, 0, NULL, 0, &r, sizeof(r),
+			   0, 0, 0, NULL);
+	if (err)
+		return err;
+	attr->max_wr = r.max_wr;
+	attr->max_sge = r.max_sge;
+	attr->srq_limit = r.srq_limit;
+	return 0;
+}
+
+RVC_EXPORT int ibv_destroy_srq(struct ibv_srq *srq)
+{
+	struct rvc_srq *s = to_rsrq(srq);
+	struct rvc_context *rc = to_rctx(srq->context);
+	struct rvc_destroy_reply r;
+	rvc_live_del(rc, RVC_K_SRQ, srq->handle);
+	int err = rvc_call(&rc->conn, RVC_OP_DESTROY_SRQ, srq->handle, NULL, 0, NULL, 0, &r,
+			   sizeof(r), 0, 0, 0, NULL);
+	if (err) {
+		rvc_live_add(rc, RVC_K_SRQ, srq->handle, s);
+		return err;
+	}
+	pthread_mutex_lock(&srq->mutex);
+	while (srq->events_completed != s->async_delivered)
+		pthread_cond_wait(&srq->cond, &srq->mutex);
+	pthread_mutex_unlock(&srq->mutex);
+	munmap(s->map, s->map_size);
+	free(s);
+	return 0;
+}
+
+int rvc_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+	struct rvc_srq *s = to_rsrq(srq);
+	int err = 0;
+	pthread_mutex_lock(&s->lock);
+	uint32_t out = rvc_outstanding(&s->ring), start = s->ring.idx;
+	for (; wr; wr = wr->next) {
+		if (out >= s->max_wr) {
+			err = ENOMEM;
+			break;
+		}
+		if (wr->num_sge < 0 || (uint32_t)wr->num_sge > s->max_sge) {
+			err = EINVAL;
+			break;
+		}
+		rvc_write_recv(rvc_slot(&s->ring, s->ring.idx), wr);
+		s->ring.idx++;
+		out++;
+	}
+	if (s->ring.idx != start)
+		rvc_publish(&s->ring); /* no doorbell: the daemon takes on arrival */
+	pthread_mutex_unlock(&s->lock);
+	if (err)
+		*bad = wr;
+	return err;
+}
+
+static int mcast(struct ibv_qp *qp, uint16_t op, const union ibv_gid *gid, uint16_t lid)
+{
+	struct rvc_context *rc = to_rctx(qp->context);
+	struct rvc_mcast req;
+	memset(&req, 0, sizeof(req));
+	memcpy(req.gid, gid->raw, 16);
+	req.lid = lid;
+	return rvc_call(&rc->conn, op, qp->handle, &req, sizeof(req), NULL, 0, NULL, 0, 0, 0, 0, NULL);
+}
+
+RVC_EXPORT int ibv_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
+{
+	return mcast(qp, RVC_OP_ATTACH_MCAST, gid, lid);
+}
+
+RVC_EXPORT int ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
+{
+	return mcast(qp, RVC_OP_DETACH_MCAST, gid, lid);
+}
