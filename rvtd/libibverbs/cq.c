@@ -2,6 +2,7 @@
  * call; req_notify_cq is two words in the ring header. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -115,6 +116,10 @@ RVC_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *
 	c->cq.cq_context = cq_context;
 	c->cq.handle = r.cq;
 	c->cq.cqe = (int)r.cqe;
+	const char *y = getenv("RVTD_POLL_YIELD");
+	/* A busy poller yields its CPU every 16 empty polls (RVTD_POLL_YIELD,
+	 * 0: never): rvtd does the work on the same CPUs. */
+	c->yield_every = y && *y ? (uint32_t)strtoul(y, NULL, 10) : 16;
 	if (rvc_live_add(rc, RVC_K_CQ, r.cq, c)) {
 		rvc_call(&rc->conn, RVC_OP_DESTROY_CQ, r.cq, NULL, 0, NULL, 0, NULL,
 			 sizeof(struct rvc_destroy_reply), 0, 0, 0, NULL);
@@ -216,15 +221,23 @@ int rvc_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 		memcpy(&e, rvc_slot(&c->ring, c->ring.idx + (uint32_t)i), sizeof(e));
 		cqe_to_wc(&e, &wc[i]);
 	}
-	if (k)
+	int yield = 0;
+	if (k) {
 		rvc_release(&c->ring, (uint32_t)k);
-	else if (rvc_status(&c->ring)) {
+		c->empty_polls = 0;
+	} else if (c->yield_every && ++c->empty_polls >= c->yield_every) {
+		c->empty_polls = 0;
+		yield = 1;
+	}
+	if (!k && rvc_status(&c->ring)) {
 		/* Overflow or a ring the daemon stopped serving: an error once
 		 * the completions left are read. */
 		pthread_mutex_unlock(&c->lock);
 		return -(int)rvc_status(&c->ring);
 	}
 	pthread_mutex_unlock(&c->lock);
+	if (yield)
+		sched_yield(); /* let the daemon run on a crowded CPU */
 	return k;
 }
 

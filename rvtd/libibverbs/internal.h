@@ -96,6 +96,7 @@ struct rvc_cq {
 	void *map;
 	size_t map_size;
 	struct rvc_ring ring;
+	uint32_t empty_polls, yield_every; /* RVTD_POLL_YIELD */
 };
 
 static inline struct rvc_cq *to_rcq(struct ibv_cq *c) { return rvc_container_of(c, struct rvc_cq, cq); }
