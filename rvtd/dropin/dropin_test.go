@@ -1,6 +1,7 @@
 package dropin_test
 
 import (
+	"context"
 	"fmt"
 	"os/exec"
 	"path/filepath"
@@ -8,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/softverbs/softverbs/rvtd"
 )
 
 func TestDevices(t *testing.T) {
@@ -268,5 +271,42 @@ func TestSRQPingpong(t *testing.T) {
 			t.Logf("this rvtd has no SRQs: clean failure checked")
 			return
 		}
+	}
+}
+
+// ibv_asyncwatch reads the context's async event socket: rvtd's shutdown
+// sends IBV_EVENT_DEVICE_FATAL, then the socket ends and the tool's next
+// ibv_get_async_event fails (exit 1).
+func TestAsyncwatch(t *testing.T) {
+	build := libs(t)
+	bin := tool(t, "ibv_asyncwatch")
+	srv, err := rvtd.New(nil, rvtd.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(t.TempDir(), "rvtd.sock")
+	if err := srv.Listen(sock); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve() }()
+	p := start(t, build, sock, 30*time.Second, nil, bin, "-d", "rvt0")
+	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(p.stdout.String(), "async event FD"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("ibv_asyncwatch never opened rvt0:\n%s%s", p.stdout.String(), p.stderr.String())
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	err, out := p.wait()
+	var ee *exec.ExitError
+	if !strings.Contains(out, "event_type IBV_EVENT_DEVICE_FATAL (8)") || !errorAs(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("ibv_asyncwatch: %v, want DEVICE_FATAL then exit 1\n%s", err, out)
 	}
 }

@@ -118,11 +118,30 @@ func startDaemon(t testing.TB) string {
 	return sock
 }
 
+// syncBuffer is a bytes.Buffer a running process writes while the test
+// reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
 // proc is one program run with the drop-in library.
 type proc struct {
 	name           string
 	cmd            *exec.Cmd
-	stdout, stderr bytes.Buffer
+	stdout, stderr syncBuffer
 	done           chan struct{}
 	err            error
 	cancel         context.CancelFunc
