@@ -196,6 +196,9 @@ RVC_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *dev)
 	ctx->ops.post_send = rvc_post_send;
 	ctx->ops.post_recv = rvc_post_recv;
 	ctx->ops.post_srq_recv = rvc_post_srq_recv;
+	ctx->ops.alloc_mw = rvc_alloc_mw;
+	ctx->ops.dealloc_mw = rvc_dealloc_mw;
+	ctx->ops.bind_mw = rvc_bind_mw;
 	return ctx;
 }
 

@@ -146,6 +146,11 @@ void rvc_live_del(struct rvc_context *rc, uint32_t kind, uint32_t handle);
 /* Under live_lock. */
 void *rvc_live_get_locked(struct rvc_context *rc, uint32_t kind, uint32_t handle);
 
+/* Memory windows (qp.c). */
+struct ibv_mw *rvc_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type);
+int rvc_dealloc_mw(struct ibv_mw *mw);
+int rvc_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *bind);
+
 /* Memory (mem.c). */
 void rvc_release_segments(struct rvc_context *ctx);
 

@@ -319,8 +319,23 @@ static int write_send(struct rvc_qp *q, const struct ibv_send_wr *wr, uint8_t *r
 	case IBV_WR_SEND_WITH_INV:
 	case IBV_WR_LOCAL_INV:
 		break;
+	case IBV_WR_BIND_MW: {
+		/* Section 7: the window and region by handle, the new rkey,
+		 * address, length and access in the RDMA/atomic fields. */
+		const struct ibv_mw_bind_info *b = &wr->bind_mw.bind_info;
+		if (!wr->bind_mw.mw)
+			return EINVAL;
+		w.rkey = wr->bind_mw.rkey;
+		w.remote_addr = b->addr;
+		w.compare_add = b->length;
+		w.swap = b->mw_access_flags;
+		w.ah = wr->bind_mw.mw->handle;
+		w.remote_qpn = b->mr ? b->mr->handle : 0;
+		memcpy(rec, &w, sizeof(w));
+		return 0;
+	}
 	default:
-		return EINVAL; /* BIND_MW (no windows here), TSO, driver ops */
+		return EINVAL; /* TSO, driver ops */
 	}
 	if (q->qp.qp_type == IBV_QPT_UD) {
 		if (!wr->wr.ud.ah)
@@ -413,6 +428,60 @@ int rvc_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr 
 	pthread_mutex_unlock(&q->rq_lock);
 	if (err)
 		*bad = wr;
+	return err;
+}
+
+struct ibv_mw *rvc_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
+{
+	struct rvc_context *rc = to_rctx(pd->context);
+	struct ibv_mw *mw = calloc(1, sizeof(*mw));
+	if (!mw) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	struct rvc_alloc_mw req = {.type = (uint8_t)type};
+	struct rvc_alloc_mw_reply r;
+	int err = rvc_call(&rc->conn, RVC_OP_ALLOC_MW, pd->handle, &req, sizeof(req), NULL, 0, &r,
+			   sizeof(r), 0, 0, 0, NULL);
+	if (err) {
+		free(mw);
+		errno = err;
+		return NULL;
+	}
+	mw->context = pd->context;
+	mw->pd = pd;
+	mw->rkey = r.rkey;
+	mw->handle = r.mw;
+	mw->type = type;
+	return mw;
+}
+
+int rvc_dealloc_mw(struct ibv_mw *mw)
+{
+	struct rvc_context *rc = to_rctx(mw->context);
+	int err = rvc_call(&rc->conn, RVC_OP_DEALLOC_MW, mw->handle, NULL, 0, NULL, 0, NULL, 0, 0, 0,
+			   0, NULL);
+	if (err)
+		return err;
+	free(mw);
+	return 0;
+}
+
+/* ibv_bind_mw of a type-1 window: a BIND_MW WQE in send-queue order with
+ * the window's next rkey, which the window takes once it is posted. */
+int rvc_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *bind)
+{
+	struct ibv_send_wr wr, *bad;
+	memset(&wr, 0, sizeof(wr));
+	wr.wr_id = bind->wr_id;
+	wr.send_flags = bind->send_flags;
+	wr.opcode = IBV_WR_BIND_MW;
+	wr.bind_mw.mw = mw;
+	wr.bind_mw.rkey = ibv_inc_rkey(mw->rkey);
+	wr.bind_mw.bind_info = bind->bind_info;
+	int err = rvc_post_send(qp, &wr, &bad);
+	if (!err)
+		mw->rkey = wr.bind_mw.rkey;
 	return err;
 }
 

@@ -35,6 +35,8 @@ enum rvc_op {
 	RVC_OP_SHM_FREE = 0x0032,
 	RVC_OP_REG_MR = 0x0033,
 	RVC_OP_DEREG_MR = 0x0034,
+	RVC_OP_ALLOC_MW = 0x0036,
+	RVC_OP_DEALLOC_MW = 0x0037,
 	RVC_OP_CREATE_COMP_CHANNEL = 0x0040,
 	RVC_OP_DESTROY_COMP_CHANNEL = 0x0041,
 	RVC_OP_CREATE_CQ = 0x0042,
@@ -175,6 +177,15 @@ struct rvc_reg_mr {
 
 struct rvc_reg_mr_reply {
 	uint32_t mr, lkey, rkey, reserved;
+};
+
+struct rvc_alloc_mw {
+	uint8_t type;
+	uint8_t reserved[7];
+};
+
+struct rvc_alloc_mw_reply {
+	uint32_t mw, rkey;
 };
 
 struct rvc_create_cq {
