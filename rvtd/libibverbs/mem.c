@@ -217,6 +217,9 @@ static struct ibv_mr *reg(struct ibv_pd *pd, void *addr, size_t length, uint64_t
 	}
 	const char *mode = getenv("RVTD_MR");
 	int force_vm = mode && !strcmp(mode, "vm");
+	/* Optional access flags (relaxed ordering, ...) are hints a device
+	 * may ignore, as rdma-core drops the ones a provider lacks. */
+	access &= ~IBV_ACCESS_OPTIONAL_RANGE;
 	struct rvc_reg_mr req = {.access = (uint32_t)access, .addr = (uintptr_t)addr,
 				 .length = length, .iova = iova};
 	int err = 0;
