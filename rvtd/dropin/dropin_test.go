@@ -189,6 +189,18 @@ func TestPingpong(t *testing.T) {
 	}
 }
 
+// ibv_rc_pingpong --new_send posts with the ibv_wr_* interface on a QP
+// from ibv_create_qp_ex (rvtd/libibverbs/wr.c).
+func TestPingpongNewSend(t *testing.T) {
+	build := libs(t)
+	sock := startDaemon(t)
+	for _, extra := range [][]string{{"--new_send"}, {"--new_send", "-e"}} {
+		t.Run(strings.Join(extra, " "), func(t *testing.T) {
+			pingpong(t, build, sock, "ibv_rc_pingpong", 4096, 300, extra...)
+		})
+	}
+}
+
 // A multi-SGE, inline-free size that spans several pages, and a message of
 // one byte (RC), through the remapped malloc'd buffers.
 func TestPingpongSizes(t *testing.T) {

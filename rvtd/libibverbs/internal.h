@@ -107,7 +107,11 @@ struct rvc_channel {
 };
 
 struct rvc_qp {
-	struct ibv_qp qp;
+	union {
+		struct ibv_qp qp;
+		struct ibv_qp_ex qpx; /* begins with the ibv_qp */
+	};
+	int has_qpx; /* created with send ops flags (ibv_qp_to_qp_ex) */
 	uint32_t async_delivered; /* under qp.mutex */
 	void *map;
 	size_t map_size;
@@ -115,6 +119,10 @@ struct rvc_qp {
 	struct rvc_cap cap;
 	pthread_mutex_t sq_lock, rq_lock;
 	struct rvc_ring sq, rq;
+	/* ibv_wr_* batch, between wr_start and wr_complete (sq_lock held). */
+	uint32_t wr_first;
+	int wr_err;
+	struct rvc_send_wqe *wr_cur;
 };
 
 struct rvc_srq {
@@ -145,6 +153,11 @@ int rvc_live_add(struct rvc_context *rc, uint32_t kind, uint32_t handle, void *o
 void rvc_live_del(struct rvc_context *rc, uint32_t kind, uint32_t handle);
 /* Under live_lock. */
 void *rvc_live_get_locked(struct rvc_context *rc, uint32_t kind, uint32_t handle);
+
+/* Extended QPs (wr.c). */
+struct ibv_qp *rvc_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *attr);
+void rvc_ring_doorbell(struct rvc_qp *q);
+struct ibv_qp *rvc_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr);
 
 /* Memory windows (qp.c). */
 struct ibv_mw *rvc_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type);

@@ -49,6 +49,11 @@ static int map_qp(struct rvc_qp *q, const struct rvc_create_qp_reply *r, int mem
 
 RVC_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 {
+	return rvc_create_qp(pd, attr);
+}
+
+struct ibv_qp *rvc_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+{
 	struct rvc_context *rc = to_rctx(pd->context);
 	if (!attr->send_cq || !attr->recv_cq) {
 		errno = EINVAL;
@@ -120,8 +125,8 @@ RVC_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_at
 
 RVC_EXPORT struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp)
 {
-	(void)qp;
-	return NULL; /* no QP here is created with the ibv_wr_* interface */
+	struct rvc_qp *q = to_rqp(qp);
+	return q->has_qpx ? &q->qpx : NULL; /* as rdma-core: only an extended QP */
 }
 
 static void av_to_wire(const struct ibv_ah_attr *a, struct rvc_av *w)
@@ -282,7 +287,7 @@ RVC_EXPORT int ibv_destroy_qp(struct ibv_qp *qp)
 	return 0;
 }
 
-static void ring_doorbell(struct rvc_qp *q)
+void rvc_ring_doorbell(struct rvc_qp *q)
 {
 	uint64_t one = 1;
 	ssize_t n = write(q->doorbell, &one, sizeof(one));
@@ -383,7 +388,7 @@ int rvc_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr 
 		out++;
 	}
 	if (q->sq.idx != start && rvc_publish(&q->sq))
-		ring_doorbell(q);
+		rvc_ring_doorbell(q);
 	pthread_mutex_unlock(&q->sq_lock);
 	if (err)
 		*bad = wr;
@@ -424,7 +429,7 @@ int rvc_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr 
 		out++;
 	}
 	if (q->rq.idx != start && rvc_publish(&q->rq))
-		ring_doorbell(q);
+		rvc_ring_doorbell(q);
 	pthread_mutex_unlock(&q->rq_lock);
 	if (err)
 		*bad = wr;
