@@ -63,7 +63,7 @@ static struct ibv_context *open_dev(const char *name)
 	return ctx;
 }
 
-static void setup(struct side *s, const char *dev)
+static void setup(struct side *s, const char *dev, int extended)
 {
 	s->ctx = open_dev(dev);
 	REQUIRE(s->pd = ibv_alloc_pd(s->ctx));
@@ -82,7 +82,18 @@ static void setup(struct side *s, const char *dev)
 	struct ibv_qp_init_attr ia = {.send_cq = s->cq, .recv_cq = s->cq, .qp_type = IBV_QPT_RC,
 				      .cap = {.max_send_wr = 256, .max_recv_wr = 64, .max_send_sge = 2,
 					      .max_recv_sge = 2, .max_inline_data = 64}};
-	REQUIRE(s->qp = ibv_create_qp(s->pd, &ia));
+	if (extended) {
+		struct ibv_qp_init_attr_ex ix = {
+			.send_cq = s->cq, .recv_cq = s->cq, .qp_type = IBV_QPT_RC, .cap = ia.cap,
+			.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, .pd = s->pd,
+			.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_SEND};
+		REQUIRE(s->qp = ibv_create_qp_ex(s->ctx, &ix));
+		ia.cap = ix.cap;
+		CHECK(ibv_qp_to_qp_ex(s->qp) != NULL);
+	} else {
+		REQUIRE(s->qp = ibv_create_qp(s->pd, &ia));
+		CHECK(ibv_qp_to_qp_ex(s->qp) == NULL);
+	}
 	CHECK(ia.cap.max_send_wr >= 256 && ia.cap.max_inline_data >= 64);
 	REQUIRE(ibv_query_gid(s->ctx, 1, 1, &s->gid) == 0);
 	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1,
@@ -391,6 +402,49 @@ static void test_mw(struct side *a, struct side *b)
 	CHECK(ibv_dereg_mr(mr) == 0);
 }
 
+/* The ibv_wr_* interface on a's extended QP: a batch of two WRITEs (one
+ * inline) is posted whole; a batch with a bad SGE list posts nothing; an
+ * aborted batch posts nothing. */
+static void test_wr(struct side *a, struct side *b)
+{
+	struct ibv_qp_ex *x = ibv_qp_to_qp_ex(a->qp);
+	REQUIRE(x);
+	memset(a->buf + 800000, 0x3c, 256);
+	char inl[16] = "inline via wr";
+	ibv_wr_start(x);
+	x->wr_id = 51;
+	x->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_rdma_write(x, b->mr->rkey, (uintptr_t)b->buf + 800000);
+	ibv_wr_set_sge(x, a->mr->lkey, (uintptr_t)a->buf + 800000, 256);
+	x->wr_id = 52;
+	ibv_wr_rdma_write(x, b->mr->rkey, (uintptr_t)b->buf + 801000);
+	ibv_wr_set_inline_data(x, inl, sizeof(inl));
+	CHECK(ibv_wr_complete(x) == 0);
+	struct ibv_wc wc[2];
+	REQUIRE(wait_wc(a->cq, wc, 2) == 2);
+	CHECK(wc[0].wr_id == 51 && wc[1].wr_id == 52 && wc[0].status == IBV_WC_SUCCESS &&
+	      wc[1].status == IBV_WC_SUCCESS);
+	CHECK(b->buf[800000] == 0x3c && b->buf[800255] == 0x3c && !strcmp((char *)b->buf + 801000, inl));
+
+	struct ibv_sge sg[3] = {{(uintptr_t)a->buf, 1, a->mr->lkey}, {(uintptr_t)a->buf, 1, a->mr->lkey},
+				{(uintptr_t)a->buf, 1, a->mr->lkey}};
+	ibv_wr_start(x);
+	x->wr_id = 53;
+	ibv_wr_send(x);
+	ibv_wr_set_sge(x, a->mr->lkey, (uintptr_t)a->buf, 8);
+	x->wr_id = 54;
+	ibv_wr_rdma_write(x, b->mr->rkey, (uintptr_t)b->buf);
+	ibv_wr_set_sge_list(x, 3, sg); /* more than max_send_sge */
+	CHECK(ibv_wr_complete(x) == EINVAL);
+	ibv_wr_start(x);
+	x->wr_id = 55;
+	ibv_wr_send(x);
+	ibv_wr_set_sge(x, a->mr->lkey, (uintptr_t)a->buf, 8);
+	ibv_wr_abort(x);
+	usleep(100000);
+	CHECK(ibv_poll_cq(a->cq, 2, wc) == 0); /* neither batch reached the ring */
+}
+
 static void test_unsupported(struct side *a)
 {
 	struct ibv_srq_init_attr sa = {.attr = {.max_wr = 16, .max_sge = 1}};
@@ -404,7 +458,6 @@ static void test_unsupported(struct side *a)
 	struct ibv_cq_init_attr_ex ca = {.cqe = 4};
 	errno = 0;
 	CHECK(ibv_create_cq_ex(a->ctx, &ca) == NULL && errno == EOPNOTSUPP);
-	CHECK(ibv_qp_to_qp_ex(a->qp) == NULL);
 	struct ibv_device_attr_ex dx;
 	CHECK(ibv_query_device_ex(a->ctx, NULL, &dx) == 0 && dx.orig_attr.phys_port_cnt == 1);
 	struct ibv_port_attr pa;
@@ -441,8 +494,8 @@ int main(void)
 	vm_mode = mode && !strcmp(mode, "vm");
 	CHECK(ibv_fork_init() == 0);
 	struct side a = {0}, b = {0};
-	setup(&a, "rvt0");
-	setup(&b, "rvt1");
+	setup(&a, "rvt0", 1);
+	setup(&b, "rvt1", 0);
 	connect_to(&a, &b);
 	connect_to(&b, &a);
 	test_write_read(&a, &b);
@@ -451,6 +504,7 @@ int main(void)
 	test_fork(&a);
 	test_dereg(&a);
 	test_mw(&a, &b);
+	test_wr(&a, &b);
 	test_unsupported(&a);
 	/* The data path still works after all that. */
 	test_write_read(&b, &a);
