@@ -322,3 +322,58 @@ func TestAsyncwatch(t *testing.T) {
 		t.Fatalf("ibv_asyncwatch: %v, want DEVICE_FATAL then exit 1\n%s", err, out)
 	}
 }
+
+// The library built with AddressSanitizer and UBSan (build/asan), the
+// sanitizer runtimes preloaded into Debian's tools: ibv_devinfo -v, the
+// RC, UC and UD pingpongs with and without -e, and verbs_test report no
+// memory error, undefined behaviour or leak.
+func TestASan(t *testing.T) {
+	build := libs(t)
+	var preload []string
+	for _, rt := range []string{"libasan.so", "libubsan.so"} {
+		out, err := exec.Command("gcc", "-print-file-name="+rt).Output()
+		p := strings.TrimSpace(string(out))
+		if err != nil || !filepath.IsAbs(p) {
+			t.Fatalf("gcc has no %s (%v): gcc's sanitizer runtimes are part of its package", rt, err)
+		}
+		preload = append(preload, p)
+	}
+	asan := filepath.Join(build, "asan")
+	env := []string{"LD_PRELOAD=" + strings.Join(preload, " "), "ASAN_OPTIONS=detect_leaks=1:exitcode=99",
+		"UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:exitcode=98"}
+	clean := func(t *testing.T, what, out string) {
+		for _, bad := range []string{"ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error"} {
+			if strings.Contains(out, bad) {
+				t.Fatalf("%s: %s\n%s", what, bad, out)
+			}
+		}
+	}
+	sock := startDaemon(t)
+	t.Run("devinfo", func(t *testing.T) {
+		err, out := start(t, asan, sock, 60*time.Second, env, tool(t, "ibv_devinfo"), "-v").wait()
+		clean(t, "ibv_devinfo", out)
+		if err != nil || !strings.Contains(out, "hca_id:\trvt1") {
+			t.Fatalf("ibv_devinfo: %v\n%s", err, out)
+		}
+	})
+	t.Run("verbs_test", func(t *testing.T) {
+		err, out := start(t, asan, sock, 120*time.Second, env, filepath.Join(build, "test", "verbs_test")).wait()
+		clean(t, "verbs_test", out)
+		if err != nil || !strings.Contains(out, "PASS") {
+			t.Fatalf("verbs_test: %v\n%s", err, out)
+		}
+	})
+	for _, prog := range []string{"ibv_rc_pingpong", "ibv_uc_pingpong", "ibv_ud_pingpong"} {
+		for _, extra := range [][]string{nil, {"-e"}} {
+			t.Run(strings.Join(append([]string{prog}, extra...), " "), func(t *testing.T) {
+				r, early := pingpongTry(t, asan, sock, env, prog, 1024, 100, extra...)
+				if early != nil {
+					t.Fatalf("server ended early: %v\n%s", early.err, early.out)
+				}
+				if r.iters != 100 {
+					t.Fatalf("%+v", r)
+				}
+			})
+		}
+	}
+}
