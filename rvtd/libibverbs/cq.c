@@ -290,3 +290,98 @@ RVC_EXPORT void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
 	pthread_cond_signal(&cq->cond);
 	pthread_mutex_unlock(&cq->mutex);
 }
+
+/* Extended CQs: ibv_create_cq_ex with the standard completion fields, and
+ * the ibv_start_poll/ibv_next_poll/ibv_end_poll interface over the same
+ * ring (the CQ's lock is held from a start that found a completion to the
+ * end). */
+static struct rvc_cq *xcq(struct ibv_cq_ex *x) { return rvc_container_of(x, struct rvc_cq, cqx); }
+
+static void load_cur(struct rvc_cq *c)
+{
+	memcpy(&c->cur, rvc_slot(&c->ring, c->ring.idx + c->batch), sizeof(c->cur));
+	c->cqx.status = (enum ibv_wc_status)c->cur.status;
+	c->cqx.wr_id = c->cur.wr_id;
+	c->batch++;
+}
+
+static int start_poll(struct ibv_cq_ex *x, struct ibv_poll_cq_attr *attr)
+{
+	struct rvc_cq *c = xcq(x);
+	if (attr->comp_mask)
+		return EINVAL;
+	pthread_mutex_lock(&c->lock);
+	int64_t avail = rvc_available(&c->ring);
+	if (avail <= 0) {
+		uint32_t st = avail < 0 ? EPROTO : rvc_status(&c->ring);
+		pthread_mutex_unlock(&c->lock);
+		return st ? (int)st : ENOENT; /* no end_poll after a failed start */
+	}
+	c->batch = 0;
+	load_cur(c);
+	return 0;
+}
+
+static int next_poll(struct ibv_cq_ex *x)
+{
+	struct rvc_cq *c = xcq(x);
+	int64_t avail = rvc_available(&c->ring);
+	if (avail < 0)
+		return EPROTO;
+	if ((uint32_t)avail <= c->batch)
+		return ENOENT;
+	load_cur(c);
+	return 0;
+}
+
+static void end_poll(struct ibv_cq_ex *x)
+{
+	struct rvc_cq *c = xcq(x);
+	rvc_release(&c->ring, c->batch);
+	c->batch = 0;
+	pthread_mutex_unlock(&c->lock);
+}
+
+static enum ibv_wc_opcode read_opcode(struct ibv_cq_ex *x) { return (enum ibv_wc_opcode)xcq(x)->cur.opcode; }
+static uint32_t read_vendor_err(struct ibv_cq_ex *x) { return xcq(x)->cur.vendor_err; }
+static uint32_t read_byte_len(struct ibv_cq_ex *x) { return xcq(x)->cur.byte_len; }
+static __be32 read_imm_data(struct ibv_cq_ex *x) { return xcq(x)->cur.imm_data; }
+static uint32_t read_qp_num(struct ibv_cq_ex *x) { return xcq(x)->cur.qp_num; }
+static uint32_t read_src_qp(struct ibv_cq_ex *x) { return xcq(x)->cur.src_qp; }
+static unsigned int read_wc_flags(struct ibv_cq_ex *x) { return xcq(x)->cur.wc_flags; }
+static uint32_t read_slid(struct ibv_cq_ex *x) { return xcq(x)->cur.slid; }
+static uint8_t read_sl(struct ibv_cq_ex *x) { return xcq(x)->cur.sl; }
+static uint8_t read_dlid_path_bits(struct ibv_cq_ex *x) { return xcq(x)->cur.dlid_path_bits; }
+
+struct ibv_cq_ex *rvc_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_attr_ex *a)
+{
+	/* No timestamps, VLANs, flow tags or tag matching; no parent domain;
+	 * a CQ that may overrun is not offered. */
+	if ((a->comp_mask & ~(uint32_t)IBV_CQ_INIT_ATTR_MASK_FLAGS) ||
+	    (a->wc_flags & ~(uint64_t)IBV_WC_STANDARD_FLAGS) ||
+	    ((a->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
+	     (a->flags & ~(uint32_t)IBV_CREATE_CQ_ATTR_SINGLE_THREADED))) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	struct ibv_cq *cq = ibv_create_cq(ctx, (int)a->cqe, a->cq_context, a->channel,
+					  (int)a->comp_vector);
+	if (!cq)
+		return NULL;
+	struct ibv_cq_ex *x = &to_rcq(cq)->cqx;
+	x->comp_mask = 0;
+	x->start_poll = start_poll;
+	x->next_poll = next_poll;
+	x->end_poll = end_poll;
+	x->read_opcode = read_opcode;
+	x->read_vendor_err = read_vendor_err;
+	x->read_byte_len = read_byte_len;
+	x->read_imm_data = read_imm_data;
+	x->read_qp_num = read_qp_num;
+	x->read_src_qp = read_src_qp;
+	x->read_wc_flags = read_wc_flags;
+	x->read_slid = read_slid;
+	x->read_sl = read_sl;
+	x->read_dlid_path_bits = read_dlid_path_bits;
+	return x;
+}

@@ -186,6 +186,7 @@ RVC_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *dev)
 	v->query_port = rvc_query_port_ex;
 	v->query_device_ex = rvc_query_device_ex;
 	v->create_qp_ex = rvc_create_qp_ex;
+	v->create_cq_ex = rvc_create_cq_ex;
 	ctx->abi_compat = __VERBS_ABI_IS_EXTENDED;
 	ctx->device = dev;
 	ctx->cmd_fd = rc->conn.fd;

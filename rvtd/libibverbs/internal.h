@@ -88,7 +88,14 @@ struct rvc_mr {
 };
 
 struct rvc_cq {
-	struct ibv_cq cq;
+	union {
+		struct ibv_cq cq;
+		struct ibv_cq_ex cqx; /* begins with ibv_cq's fields */
+	};
+	/* ibv_start_poll ... ibv_end_poll (lock held): the current CQE and
+	 * how many of the ring's records the batch has read. */
+	struct rvc_cqe cur;
+	uint32_t batch;
 	/* Events handed to the program (ibv_get_cq_event, ibv_get_async_event),
 	 * under cq.mutex: ibv_destroy_cq waits for as many acks. */
 	uint32_t comp_delivered, async_delivered;
@@ -153,6 +160,9 @@ int rvc_live_add(struct rvc_context *rc, uint32_t kind, uint32_t handle, void *o
 void rvc_live_del(struct rvc_context *rc, uint32_t kind, uint32_t handle);
 /* Under live_lock. */
 void *rvc_live_get_locked(struct rvc_context *rc, uint32_t kind, uint32_t handle);
+
+/* Extended CQs (cq.c). */
+struct ibv_cq_ex *rvc_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_attr_ex *attr);
 
 /* Extended QPs (wr.c). */
 struct ibv_qp *rvc_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *attr);

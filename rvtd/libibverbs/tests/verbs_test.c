@@ -42,6 +42,7 @@ struct side {
 	struct ibv_pd *pd;
 	struct ibv_comp_channel *ch;
 	struct ibv_cq *cq;
+	struct ibv_cq_ex *cqx; /* b's CQ is an extended one */
 	struct ibv_qp *qp;
 	struct ibv_mr *mr;
 	uint8_t *buf;
@@ -68,7 +69,14 @@ static void setup(struct side *s, const char *dev, int extended)
 	s->ctx = open_dev(dev);
 	REQUIRE(s->pd = ibv_alloc_pd(s->ctx));
 	REQUIRE(s->ch = ibv_create_comp_channel(s->ctx));
-	REQUIRE(s->cq = ibv_create_cq(s->ctx, 64, s, s->ch, 0));
+	if (extended) {
+		REQUIRE(s->cq = ibv_create_cq(s->ctx, 64, s, s->ch, 0));
+	} else {
+		struct ibv_cq_init_attr_ex ca = {.cqe = 64, .cq_context = s, .channel = s->ch,
+						 .wc_flags = IBV_WC_STANDARD_FLAGS};
+		REQUIRE(s->cqx = ibv_create_cq_ex(s->ctx, &ca));
+		s->cq = ibv_cq_ex_to_cq(s->cqx);
+	}
 	CHECK(s->cq->cqe >= 64);
 	REQUIRE(posix_memalign((void **)&s->buf, 4096, BUF) == 0);
 	memset(s->buf, 0, BUF);
@@ -189,12 +197,22 @@ static void test_send_imm_events(struct side *a, struct side *b)
 	REQUIRE(ibv_get_cq_event(b->ch, &ecq, &ectx) == 0);
 	CHECK(ecq == b->cq && ectx == b);
 	ibv_ack_cq_events(ecq, 1);
+	/* b's CQ is extended: read the completion with ibv_start_poll. */
+	struct ibv_cq_ex *x = b->cqx;
+	struct ibv_poll_cq_attr pa = {0};
+	int rc = ENOENT;
+	for (int i = 0; i < 100000 && rc == ENOENT; i++)
+		if ((rc = ibv_start_poll(x, &pa)) == ENOENT)
+			usleep(10);
+	REQUIRE(rc == 0);
+	CHECK(x->status == IBV_WC_SUCCESS && x->wr_id == 21 && ibv_wc_read_opcode(x) == IBV_WC_RECV);
+	CHECK(ibv_wc_read_byte_len(x) == sizeof(msg) && (ibv_wc_read_wc_flags(x) & IBV_WC_WITH_IMM) &&
+	      be32toh(ibv_wc_read_imm_data(x)) == 0xabcd1234 &&
+	      ibv_wc_read_qp_num(x) == b->qp->qp_num && ibv_wc_read_src_qp(x) == a->qp->qp_num);
+	CHECK(ibv_next_poll(x) == ENOENT);
+	ibv_end_poll(x);
+	CHECK(ibv_start_poll(x, &pa) == ENOENT);
 	struct ibv_wc wc;
-	REQUIRE(wait_wc(b->cq, &wc, 1) == 1);
-	CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == 21 && wc.opcode == IBV_WC_RECV);
-	CHECK(wc.byte_len == sizeof(msg) && (wc.wc_flags & IBV_WC_WITH_IMM) &&
-	      be32toh(wc.imm_data) == 0xabcd1234 && wc.qp_num == b->qp->qp_num &&
-	      wc.src_qp == a->qp->qp_num);
 	CHECK(!memcmp(b->buf + 300000, "inline hel", 10) &&
 	      !memcmp(b->buf + 400000, "lo, softverbs", 14));
 	REQUIRE(wait_wc(a->cq, &wc, 1) == 1);
@@ -455,7 +473,7 @@ static void test_unsupported(struct side *a)
 		CHECK(ibv_destroy_srq(srq) == 0);
 	} else
 		CHECK(errno == EOPNOTSUPP);
-	struct ibv_cq_init_attr_ex ca = {.cqe = 4};
+	struct ibv_cq_init_attr_ex ca = {.cqe = 4, .wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP};
 	errno = 0;
 	CHECK(ibv_create_cq_ex(a->ctx, &ca) == NULL && errno == EOPNOTSUPP);
 	struct ibv_device_attr_ex dx;
