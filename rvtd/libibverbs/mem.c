@@ -14,31 +14,69 @@
 #include "internal.h"
 
 struct rvc_seg {
-	struct rvc_seg *next;
+	struct rvc_seg *next;     /* the context's list (mr_lock) */
+	struct rvc_seg *gnext;    /* the process's list (seg_registry) */
 	uintptr_t start;
 	size_t len;
 	uint32_t handle;
 	int refs;
 };
 
-/* The one piece of process state the ABI forces: ibv_fork_init is global. */
-static int fork_enabled;
+/* fork(): registered memory behaves as with rdma-core on a kernel with
+ * fork-safe pinning (IBV_FORK_UNNEEDED): the child gets a private copy of
+ * every page, the parent keeps its registrations. Kind-2 regions are the
+ * kernel's copy-on-write memory already; shared segments (MAP_SHARED) are
+ * turned into private copies in the child by an atfork handler. That needs
+ * the process's segments in one list: the only process-wide state here
+ * besides what the ABI forces. */
+static pthread_mutex_t seg_registry = PTHREAD_MUTEX_INITIALIZER;
+static struct rvc_seg *all_segs;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
-static int fork_wanted(void)
+static void move_back(uintptr_t start, size_t len);
+
+static void fork_prepare(void) { pthread_mutex_lock(&seg_registry); }
+static void fork_parent(void) { pthread_mutex_unlock(&seg_registry); }
+
+static void fork_child(void)
 {
-	const char *a = getenv("RDMAV_FORK_SAFE"), *b = getenv("IBV_FORK_SAFE");
-	return __atomic_load_n(&fork_enabled, __ATOMIC_ACQUIRE) || (a && *a) || (b && *b);
+	for (struct rvc_seg *s = all_segs; s; s = s->gnext)
+		move_back(s->start, s->len);
+	pthread_mutex_unlock(&seg_registry);
 }
 
+static void install_atfork(void) { pthread_atfork(fork_prepare, fork_parent, fork_child); }
+
+static void registry_add(struct rvc_seg *s)
+{
+	pthread_once(&atfork_once, install_atfork);
+	pthread_mutex_lock(&seg_registry);
+	s->gnext = all_segs;
+	all_segs = s;
+	pthread_mutex_unlock(&seg_registry);
+}
+
+static void registry_del(struct rvc_seg *s)
+{
+	pthread_mutex_lock(&seg_registry);
+	for (struct rvc_seg **pp = &all_segs; *pp; pp = &(*pp)->gnext)
+		if (*pp == s) {
+			*pp = s->gnext;
+			break;
+		}
+	pthread_mutex_unlock(&seg_registry);
+}
+
+/* Nothing to do: fork is safe without it (above), as rdma-core says of
+ * kernels where ibv_is_fork_initialized is IBV_FORK_UNNEEDED. */
 RVC_EXPORT int ibv_fork_init(void)
 {
-	__atomic_store_n(&fork_enabled, 1, __ATOMIC_RELEASE);
 	return 0;
 }
 
 RVC_EXPORT enum ibv_fork_status ibv_is_fork_initialized(void)
 {
-	return fork_wanted() ? IBV_FORK_ENABLED : IBV_FORK_DISABLED;
+	return IBV_FORK_UNNEEDED;
 }
 
 RVC_EXPORT struct ibv_pd *ibv_alloc_pd(struct ibv_context *ctx)
@@ -149,6 +187,7 @@ static void seg_free_locked(struct rvc_context *rc, struct rvc_seg *s)
 			*pp = s->next;
 			break;
 		}
+	registry_del(s);
 	move_back(s->start, s->len);
 	rvc_call(&rc->conn, RVC_OP_SHM_FREE, s->handle, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, NULL);
 	free(s);
@@ -195,14 +234,13 @@ static struct rvc_seg *seg_for(struct rvc_context *rc, uintptr_t addr, size_t le
 		return NULL;
 	}
 	close(memfd);
-	if (fork_wanted())
-		madvise((void *)start, end - start, MADV_DONTFORK);
 	s->start = start;
 	s->len = end - start;
 	s->handle = r.shm;
 	s->refs = 1;
 	s->next = rc->segs;
 	rc->segs = s;
+	registry_add(s);
 	return s;
 }
 
@@ -247,15 +285,6 @@ static struct ibv_mr *reg(struct ibv_pd *pd, void *addr, size_t length, uint64_t
 	} else {
 		req.kind = RVC_MR_VM;
 		vm_allowed(rc);
-		if (fork_wanted()) {
-			/* As rdma-core after ibv_fork_init: registered pages are not
-			 * in a child. (Never undone at dereg: another MR may share
-			 * the pages, and the library keeps no count of them.) */
-			size_t pg = (size_t)sysconf(_SC_PAGESIZE);
-			uintptr_t s0 = (uintptr_t)addr & ~(uintptr_t)(pg - 1);
-			uintptr_t e0 = ((uintptr_t)addr + length + pg - 1) & ~(uintptr_t)(pg - 1);
-			madvise((void *)s0, e0 - s0, MADV_DONTFORK);
-		}
 	}
 	struct rvc_reg_mr_reply r;
 	err = rvc_call(&rc->conn, RVC_OP_REG_MR, pd->handle, &req, sizeof(req), NULL, 0, &r,
@@ -348,6 +377,7 @@ void rvc_release_segments(struct rvc_context *rc)
 	while (rc->segs) {
 		struct rvc_seg *s = rc->segs;
 		rc->segs = s->next;
+		registry_del(s);
 		move_back(s->start, s->len);
 		free(s);
 	}

@@ -145,22 +145,18 @@ RVC_EXPORT const char *ibv_get_sysfs_path(void)
 	return "/sys";
 }
 
-static int fork_range(void *base, size_t size, int advice)
-{
-	long pg = sysconf(_SC_PAGESIZE);
-	uintptr_t s = (uintptr_t)base & ~(uintptr_t)(pg - 1);
-	uintptr_t e = ((uintptr_t)base + size + pg - 1) & ~(uintptr_t)(pg - 1);
-	return madvise((void *)s, e - s, advice) ? errno : 0;
-}
-
+/* Fork-safe without advice (mem.c): these change nothing, as rdma-core's
+ * when ibv_is_fork_initialized is IBV_FORK_UNNEEDED. */
 RVC_EXPORT int ibv_dontfork_range(void *base, size_t size)
 {
-	return ibv_is_fork_initialized() == IBV_FORK_ENABLED ? fork_range(base, size, MADV_DONTFORK) : 0;
+	(void)base, (void)size;
+	return 0;
 }
 
 RVC_EXPORT int ibv_dofork_range(void *base, size_t size)
 {
-	return ibv_is_fork_initialized() == IBV_FORK_ENABLED ? fork_range(base, size, MADV_DOFORK) : 0;
+	(void)base, (void)size;
+	return 0;
 }
 
 /* Not served: ECE, and import/export (it needs the kernel's shared uverbs
