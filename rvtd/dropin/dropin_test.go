@@ -224,9 +224,10 @@ func TestRingC(t *testing.T) {
 
 // The verbs the pingpongs do not use, from C through the library
 // (rvtd/libibverbs/tests/verbs_test.c): RDMA WRITE and READ, SEND with
-// immediate and inline data, completion channel events, resize_cq, four
-// threads posting on one QP, ibv_fork_init and fork, MRs sharing pages and
-// deregistration, and unsupported verbs failing with EOPNOTSUPP.
+// immediate and inline data, completion channel events, an extended CQ,
+// resize_cq, four threads posting on one QP, fork, MRs sharing pages and
+// deregistration, memory windows, the ibv_wr_* interface, and unsupported
+// verbs failing with EOPNOTSUPP.
 // With RVTD_MR=vm every MR is kind 2; a daemon without kind 2 makes the
 // program exit 77 with NOKIND2 at its first registration.
 func TestVerbsC(t *testing.T) {

@@ -1,8 +1,10 @@
 /* Verbs through the drop-in libibverbs.so.1 in one process: an RC QP on
- * rvt0 connected to one on rvt1 (GID index 1). RDMA WRITE and READ, SEND
- * with immediate, completion channel events, resize_cq, posting from
- * several threads at once, ibv_fork_init and fork, deregistration giving
- * the pages back, and verbs rvtd does not serve failing cleanly. Run by
+ * rvt0 (extended, ibv_create_qp_ex) connected to one on rvt1 (with an
+ * extended CQ), GID index 1. RDMA WRITE and READ, SEND with immediate,
+ * completion channel events, ibv_start_poll, resize_cq, posting from
+ * several threads at once, fork (the child's copy is its own), MRs sharing
+ * pages and deregistration giving them back, memory windows, the ibv_wr_*
+ * interface, and verbs rvtd does not serve failing cleanly. Run by
  * rvtd/dropin's TestVerbsC with RVTD_SOCKET set; prints PASS. */
 #define _GNU_SOURCE
 #include <errno.h>
