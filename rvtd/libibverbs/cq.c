@@ -68,6 +68,7 @@ static int map_cq(struct rvc_cq *c, const struct rvc_cq_reply *r, int memfd)
 			munmap(m, r->map_size);
 		return err;
 	}
+	madvise(m, r->map_size, MADV_DONTFORK); /* as the kernel's queue mappings */
 	c->map = m;
 	c->map_size = r->map_size;
 	rvc_ring_init(&c->ring, m, &r->ring, 0);

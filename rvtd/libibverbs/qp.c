@@ -38,6 +38,7 @@ static int map_qp(struct rvc_qp *q, const struct rvc_create_qp_reply *r, int mem
 			munmap(m, r->map_size);
 		return err;
 	}
+	madvise(m, r->map_size, MADV_DONTFORK); /* a child must not write the rings */
 	q->map = m;
 	q->map_size = r->map_size;
 	rvc_ring_init(&q->sq, m, &r->sq, 1);

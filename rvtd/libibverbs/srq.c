@@ -42,6 +42,7 @@ RVC_EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init
 			rvc_call(&rc->conn, RVC_OP_DESTROY_SRQ, r.srq, NULL, 0, NULL, 0, NULL,
 				 sizeof(struct rvc_destroy_reply), 0, 0, 0, NULL);
 		} else {
+			madvise(m, r.map_size, MADV_DONTFORK);
 			s->map = m;
 			s->map_size = r.map_size;
 			rvc_ring_init(&s->ring, m, &r.ring, 1);
