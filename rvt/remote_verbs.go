@@ -88,8 +88,11 @@ func (r *remoteDev) mrHandle(mr *MR) uint32 {
 
 func (r *remoteDev) deregMR(mr *MR) error {
 	h := r.mrHandle(mr)
+	if h == 0 && !mr.Valid() {
+		return fmt.Errorf("dereg MR: %w: already deregistered", ErrInvalidState)
+	}
 	if h == 0 {
-		return fmt.Errorf("dereg MR: %w: not an MR of this device, or deregistered", ErrInvalidArgument)
+		return fmt.Errorf("dereg MR: %w: not an MR of this device", ErrInvalidArgument)
 	}
 	if err := r.dev.DeregMR(h); err != nil {
 		return remoteErr("dereg MR", err)

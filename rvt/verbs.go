@@ -133,11 +133,11 @@ func (d *Device) BindMW(mw *MW, mr *MR, addr, length uint64, access Access) (uin
 
 // CreateAH creates an address handle (ibv_create_ah).
 func (pd *PD) CreateAH(av AddressVector) (*AH, error) {
+	if pd.d.rd != nil {
+		return pd.d.rd.createAH(pd, av) // the daemon checks the GID index
+	}
 	if err := pd.d.limits.CheckSGID(av.SGIDIndex); err != nil {
 		return nil, fmt.Errorf("create AH: %w", err)
-	}
-	if pd.d.rd != nil {
-		return pd.d.rd.createAH(pd, av)
 	}
 	if err := pd.TryRef(); err != nil {
 		return nil, fmt.Errorf("create AH: %w", err)
