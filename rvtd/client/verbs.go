@@ -256,3 +256,12 @@ func (q *QP) DetachMcast(gid [16]byte, lid uint16) error {
 // CloseAsync closes the device's async event socket on this side, which
 // ends a reader blocked in ReadAsyncEvent.
 func (d *Device) CloseAsync() error { return d.Async.Close() }
+
+// ListDevices is ibv_get_device_list: the daemon's devices.
+func (c *Client) ListDevices() ([]proto.DeviceEntry, error) {
+	r, err := c.Call(proto.OpListDevices, 0, nil)
+	if err != nil {
+		return nil, err
+	}
+	return r.(*proto.ListDevicesReply).Devices, nil
+}
