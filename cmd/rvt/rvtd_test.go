@@ -167,3 +167,38 @@ func TestJoinRVTDValue(t *testing.T) {
 }
 
 func slicesEqual(a, b []string) bool { return strings.Join(a, "\x00") == strings.Join(b, "\x00") }
+
+// TestPerftestThroughRVTD runs perftest tools as server and client
+// processes on the daemon's rvt1 and rvt0 (devopen.Link.OpenDevice).
+func TestPerftestThroughRVTD(t *testing.T) {
+	sock := startDaemon(t)
+	for i, tool := range []string{"ib_write_bw", "ib_read_lat", "ib_atomic_bw"} {
+		t.Run(tool, func(t *testing.T) {
+			port := fmt.Sprint(21515 + os.Getpid()%500 + 500*i)
+			common := []string{tool, "--rvtd", sock, "-n", "100", "-p", port, "--timeout", "60s"}
+			srv, srvOut := rvtProcess(append(common, "-d", "rvt1")...)
+			if err := srv.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer srv.Process.Kill() // by PID, if it is still running
+			var cli *exec.Cmd
+			var cliOut *bytes.Buffer
+			var err error
+			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+				cli, cliOut = rvtProcess(append(common, "-d", "rvt0", "127.0.0.1")...)
+				if err = cli.Run(); err == nil || time.Now().After(deadline) || !strings.Contains(cliOut.String(), "onnect") {
+					break
+				}
+			}
+			if err != nil {
+				t.Fatalf("client: %v\n%s\nserver:\n%s", err, cliOut, srvOut)
+			}
+			if err := srv.Wait(); err != nil {
+				t.Fatalf("server: %v\n%s", err, srvOut)
+			}
+			if !regexp.MustCompile(`(?m)^ (2|8|65536) +100 `).MatchString(cliOut.String()) {
+				t.Errorf("client output has no result line:\n%s", cliOut)
+			}
+		})
+	}
+}
