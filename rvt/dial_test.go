@@ -309,12 +309,19 @@ func TestDialVerbsTable(t *testing.T) {
 				t.Fatal(err)
 			}
 			poll(t, a.cq, 1)
-			deadline := time.Now().Add(5 * time.Second)
-			for !bytes.Equal(b.buf[8192:8192+7000], a.buf[:7000]) {
-				if time.Now().After(deadline) {
-					t.Fatal("UC WRITE: bytes differ")
-				}
-				time.Sleep(time.Millisecond)
+			// A SEND after the WRITE on the same QP: its receive completion
+			// says the WRITE's bytes are in place (UC delivers in order).
+			if err := b.qp.PostRecv(rvt.RecvWR{WRID: 4, SGL: []rvt.SGE{sge(b, 0, 64)}}); err != nil {
+				t.Fatal(err)
+			}
+			settleRecv()
+			if err := a.qp.PostSend(rvt.SendWR{WRID: 5, Opcode: qp.OpSend, Flags: qp.Signaled, SGL: []rvt.SGE{sge(a, 0, 8)}}); err != nil {
+				t.Fatal(err)
+			}
+			poll(t, a.cq, 1)
+			poll(t, b.cq, 1)
+			if !bytes.Equal(b.buf[8192:8192+7000], a.buf[:7000]) {
+				t.Fatal("UC WRITE: bytes differ")
 			}
 		}},
 		{"UD send through an AH", qp.UD, func(t *testing.T, a, b *end) {
@@ -706,5 +713,42 @@ func BenchmarkDialRoundTrip(b *testing.B) {
 			}
 			<-done
 		})
+	}
+}
+
+// TestDialUseAfterClose: posts and polls after Device.Close, or after the
+// QP or CQ is destroyed, return errors or nothing; they never touch the
+// unmapped rings.
+func TestDialUseAfterClose(t *testing.T) {
+	sock := startRVTD(t)
+	d, err := rvt.Dial(sock, "rvt0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnd(t, d, qp.RC)
+	c2, err := d.CreateCQ(4, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.DestroyCQ(c2); err != nil {
+		t.Fatal(err)
+	}
+	if n := c2.Poll(make([]rvt.WC, 4)); n != 0 {
+		t.Errorf("Poll of a destroyed CQ: %d", n)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.qp.PostSend(rvt.SendWR{Opcode: qp.OpSend, SGL: []rvt.SGE{sge(e, 0, 8)}}); err == nil {
+		t.Error("PostSend after Close succeeded")
+	}
+	if err := e.qp.PostRecv(rvt.RecvWR{SGL: []rvt.SGE{sge(e, 0, 8)}}); err == nil {
+		t.Error("PostRecv after Close succeeded")
+	}
+	if n := e.cq.Poll(make([]rvt.WC, 4)); n != 0 {
+		t.Errorf("Poll after Close: %d", n)
+	}
+	if err := e.cq.Arm(false); err == nil {
+		t.Error("Arm after Close succeeded")
 	}
 }

@@ -123,7 +123,7 @@ func DialWith(o DialOptions) (*Device, error) {
 	r := &remoteDev{
 		c: c, dev: cd, ch: ch, attr: fromDeviceAttr(pa), mirror: keys.NewTable(keys.MinTableBits),
 		cqs: map[uint32]*cq.CQ{}, qps: map[uint32]*QP{}, mrs: map[*MR]uint32{}, mws: map[*MW]uint32{},
-		ahs: map[*AH]uint32{}, bufs: map[uintptr]*client.Shm{},
+		ahs: map[*AH]uint32{}, bufs: map[uintptr]*client.Shm{}, srqs: map[*remoteSRQ]struct{}{},
 	}
 	r.limits = qp.Limits{MaxMTU: qp.MTU4096, MaxRdAtomic: maxRdAtom, MaxDestRdAtomic: maxRdAtom,
 		PkeyTableLen: 1, GIDTableLen: gidTableLen, GIDs: func() int { return gidTableLen }, Ports: 1}
@@ -159,12 +159,51 @@ type remoteDev struct {
 	mws  map[*MW]uint32
 	ahs  map[*AH]uint32
 	bufs map[uintptr]*client.Shm // AllocBuf's segments by address
+	srqs map[*remoteSRQ]struct{}
 }
 
 // close ends the session: the daemon tears down everything it owned, and
 // the event readers end with their sockets.
 func (r *remoteDev) close() {
+	// No post or poll may touch a ring once the session's mappings go.
+	r.mu.Lock()
+	qps := make([]*remoteQP, 0, len(r.qps))
+	for _, q := range r.qps {
+		qps = append(qps, q.r)
+	}
+	cqs := make([]*remoteCQ, 0, len(r.cqs))
+	for _, c := range r.cqs {
+		cqs = append(cqs, c.External().(*remoteCQ))
+	}
+	srqs := make([]*remoteSRQ, 0, len(r.srqs))
+	for s := range r.srqs {
+		srqs = append(srqs, s)
+	}
+	r.mu.Unlock()
+	for _, x := range qps {
+		x.smu.Lock()
+		x.rmu.Lock()
+		x.dead = true
+	}
+	for _, c := range cqs {
+		c.mu.Lock()
+		c.dead = true
+	}
+	for _, s := range srqs {
+		s.mu.Lock()
+		s.dead = true
+	}
 	_ = r.c.Close()
+	for _, s := range srqs {
+		s.mu.Unlock()
+	}
+	for _, c := range cqs {
+		c.mu.Unlock()
+	}
+	for _, x := range qps {
+		x.rmu.Unlock()
+		x.smu.Unlock()
+	}
 	r.wg.Wait()
 }
 

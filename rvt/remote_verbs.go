@@ -184,9 +184,10 @@ func (r *remoteDev) destroyAH(ah *AH) error {
 
 // remoteCQ is the source of a Dial'd device's CQ: its CQE ring.
 type remoteCQ struct {
-	r  *remoteDev
-	mu sync.Mutex // serialises the ring's consumer
-	c  *client.CQ
+	r    *remoteDev
+	mu   sync.Mutex // serialises the ring's consumer
+	c    *client.CQ
+	dead bool // guarded by mu: the ring is unmapped (destroyed, or the device closed)
 }
 
 func (r *remoteDev) createCQ(d *Device, depth int, onComp func(*CQ)) (*CQ, error) {
@@ -209,7 +210,7 @@ func (r *remoteDev) createCQ(d *Device, depth int, onComp func(*CQ)) (*CQ, error
 func (s *remoteCQ) Poll(out []WC) int {
 	s.mu.Lock()
 	rg := s.c.Ring()
-	if rg == nil {
+	if s.dead {
 		s.mu.Unlock()
 		return 0
 	}
@@ -243,7 +244,7 @@ func (s *remoteCQ) Poll(out []WC) int {
 func (s *remoteCQ) Len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.c.Ring() == nil {
+	if s.dead {
 		return 0
 	}
 	n, _ := s.c.Ring().Available()
@@ -260,6 +261,9 @@ func (s *remoteCQ) Depth() int {
 func (s *remoteCQ) Arm(solicitedOnly bool) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.dead {
+		return false, fmt.Errorf("arm cq: %w", ErrClosed)
+	}
 	if st := s.c.Status(); st != 0 {
 		return false, fmt.Errorf("arm cq: %w (%w)", cq.ErrOverflow, proto.Errno(st))
 	}
@@ -274,6 +278,9 @@ func (s *remoteCQ) Resize(depth int) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.dead {
+		return fmt.Errorf("resize cq: %w", ErrClosed)
+	}
 	if err := s.c.Resize(uint32(depth)); err != nil {
 		return remoteErr("resize cq", err)
 	}
@@ -283,9 +290,13 @@ func (s *remoteCQ) Resize(depth int) error {
 func (s *remoteCQ) Destroy() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.dead {
+		return fmt.Errorf("destroy cq: %w", ErrClosed)
+	}
 	if err := s.c.Destroy(); err != nil {
 		return remoteErr("destroy cq", err)
 	}
+	s.dead = true
 	s.r.mu.Lock()
 	delete(s.r.cqs, s.c.Handle)
 	s.r.mu.Unlock()
@@ -307,8 +318,10 @@ func (r *remoteDev) remoteCQOf(c *CQ) *remoteCQ {
 
 // remoteSRQ is a Dial'd device's SRQ: its ring of receive WQEs.
 type remoteSRQ struct {
-	mu sync.Mutex // the ring's producer
-	s  *client.SRQ
+	r    *remoteDev
+	mu   sync.Mutex // the ring's producer
+	s    *client.SRQ
+	dead bool // guarded by mu: the ring is unmapped
 }
 
 func (r *remoteDev) createSRQ(pd *PD, maxWR, maxSGEs uint32) (*SRQ, error) {
@@ -321,7 +334,11 @@ func (r *remoteDev) createSRQ(pd *PD, maxWR, maxSGEs uint32) (*SRQ, error) {
 		_ = s.Destroy()
 		return nil, err
 	}
-	return &SRQ{SRQ: sh, r: &remoteSRQ{s: s}}, nil
+	x := &remoteSRQ{r: r, s: s}
+	r.mu.Lock()
+	r.srqs[x] = struct{}{}
+	r.mu.Unlock()
+	return &SRQ{SRQ: sh, r: x}, nil
 }
 
 // remoteQP is a Dial'd device's QP: its rings.
@@ -331,6 +348,9 @@ type remoteQP struct {
 	smu sync.Mutex // the send ring's producer
 	rmu sync.Mutex // the receive ring's producer
 	srq *remoteSRQ
+	// dead: the rings are unmapped (QP destroyed, device closed); set with
+	// smu and rmu held, so a post never touches an unmapped ring.
+	dead bool
 }
 
 func (r *remoteDev) createQP(pd *PD, ia QPInitAttr) (*QP, error) {
@@ -400,6 +420,9 @@ func (x *remoteQP) query() (QPAttr, error) {
 func (x *remoteQP) postSend(wrs []SendWR) error {
 	x.smu.Lock()
 	defer x.smu.Unlock()
+	if x.dead {
+		return fmt.Errorf("post send: %w: QP destroyed or device closed", ErrInvalidState)
+	}
 	p := x.q.SendRing()
 	free, err := p.Free()
 	if err != nil {
@@ -492,6 +515,9 @@ func (x *remoteQP) postRecv(wrs []RecvWR) error {
 	}
 	x.rmu.Lock()
 	defer x.rmu.Unlock()
+	if x.dead {
+		return fmt.Errorf("post recv: %w: QP destroyed or device closed", ErrInvalidState)
+	}
 	return postRecvRing(x.q.RecvRing(), wrs)
 }
 
@@ -522,9 +548,30 @@ func postRecvRing(p *ring.Producer, wrs []RecvWR) error {
 	return nil
 }
 
+func (s *remoteSRQ) destroy() error {
+	s.mu.Lock()
+	if s.dead {
+		s.mu.Unlock()
+		return fmt.Errorf("destroy SRQ: %w", ErrClosed)
+	}
+	err := s.s.Destroy()
+	s.dead = err == nil
+	s.mu.Unlock()
+	if err != nil {
+		return remoteErr("destroy SRQ", err)
+	}
+	s.r.mu.Lock()
+	delete(s.r.srqs, s)
+	s.r.mu.Unlock()
+	return nil
+}
+
 func (s *remoteSRQ) post(wrs []RecvWR) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.dead {
+		return fmt.Errorf("post SRQ recv: %w: SRQ destroyed or device closed", ErrInvalidState)
+	}
 	return postRecvRing(s.s.Ring(), wrs)
 }
 
@@ -538,6 +585,9 @@ func (x *remoteQP) drain(ctx context.Context) error {
 		}
 		mu.Lock()
 		defer mu.Unlock()
+		if x.dead {
+			return true
+		}
 		n, err := p.Free()
 		return err != nil || n == p.Entries()
 	}
@@ -578,10 +628,14 @@ func (r *remoteDev) destroyQP(q *QP) error {
 	}
 	q.destroyed = true
 	d.mu.Unlock()
-	if err := q.r.q.Destroy(); err != nil {
-		d.mu.Lock()
-		q.destroyed = false
-		d.mu.Unlock()
+	x := q.r
+	x.smu.Lock()
+	x.rmu.Lock()
+	err := x.q.Destroy() // unmaps the rings, even when the daemon refuses
+	x.dead = true
+	x.rmu.Unlock()
+	x.smu.Unlock()
+	if err != nil {
 		return remoteErr("destroy QP", err)
 	}
 	r.mu.Lock()

@@ -206,10 +206,7 @@ func (s *SRQ) Destroy() error {
 	if err := s.SRQ.Destroy(); err != nil || s.r == nil {
 		return err // ErrBusy while QPs use it
 	}
-	if err := s.r.s.Destroy(); err != nil {
-		return remoteErr("destroy SRQ", err)
-	}
-	return nil
+	return s.r.destroy()
 }
 
 // CreateSRQ creates a shared receive queue (ibv_create_srq).
