@@ -370,6 +370,9 @@ func TestDialVerbsTable(t *testing.T) {
 					if !slices.ContainsFunc(a.dev.QPs(), func(i rvt.QPInfo) bool { return i.Num == a.qp.Num() && i.State == qp.RTS }) {
 						t.Errorf("QPs() %+v lacks QP %#x in RTS", a.dev.QPs(), a.qp.Num())
 					}
+					if a.qp.Counters() == nil {
+						t.Error("QP counters nil")
+					}
 					if got := a.qp.Query(); got.State != qp.RTS || got.CurState != qp.RTS {
 						t.Errorf("Query state %v/%v", got.State, got.CurState)
 					}

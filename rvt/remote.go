@@ -361,3 +361,7 @@ func (r *remoteDev) segmentOf(buf []byte) (*client.Shm, uint64, bool) {
 	}
 	return nil, 0, false
 }
+
+// RemoteHandle is the PD's handle in its rvtd session, or 0 for a PD of
+// an embedded device.
+func (pd *PD) RemoteHandle() uint32 { return pd.rh }
