@@ -265,7 +265,7 @@ func remoteErr(op string, err error) error {
 	switch e {
 	case proto.EINVAL, proto.EPROTO, proto.EBADF:
 		s = verr.ErrInvalidArgument
-	case proto.EOPNOTSUPP, proto.ENOSYS, proto.EPERM:
+	case proto.EOPNOTSUPP, proto.ENOSYS:
 		s = verr.ErrNotSupported
 	case proto.EBUSY:
 		s = verr.ErrBusy

@@ -2,6 +2,7 @@ package rvt
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -51,8 +52,12 @@ func (r *remoteDev) regMR(pd *PD, buf []byte, iova uint64, access Access) (*MR, 
 			addr = uint64(uintptr(unsafe.Pointer(&buf[0])))
 		}
 		m, err = r.dev.RegMRVM(pd.rh, addr, uint64(len(buf)), iova, uint32(access))
-		if err != nil {
-			return nil, remoteErr("reg MR (not in a buffer of AllocBuf: process_vm registration)", err)
+		switch {
+		case errors.Is(err, proto.EPERM):
+			return nil, remoteErr("reg MR: rvtd may not read this process's memory (process_vm_readv refused: "+
+				"see /proc/sys/kernel/yama/ptrace_scope; a buffer of AllocBuf needs no such access)", err)
+		case err != nil:
+			return nil, remoteErr("reg MR (memory not from AllocBuf: a process_vm registration)", err)
 		}
 	}
 	if err != nil {

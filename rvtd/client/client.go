@@ -26,6 +26,8 @@ type Client struct {
 
 	omu    sync.Mutex
 	closer []func() // what Close releases: mappings, doorbells, sockets
+
+	ptracer sync.Once // prctl(PR_SET_PTRACER) before the first process_vm MR
 }
 
 // own adds f to what Close runs.

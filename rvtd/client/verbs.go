@@ -3,6 +3,8 @@ package client
 import (
 	"errors"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/softverbs/softverbs/rvtd/proto"
 	"github.com/softverbs/softverbs/rvtd/ring"
 )
@@ -85,7 +87,14 @@ func (d *Device) RegMRAt(pd uint32, s *Shm, off, length, iova uint64, access uin
 // RegMRVM registers length bytes of this process's memory at addr, not in
 // a segment (reg_mr kind 2: the daemon reaches it with process_vm_readv
 // and writev), with I/O virtual address iova.
+//
+// Before the first such registration the process lets the daemon trace
+// it (prctl(PR_SET_PTRACER, daemon pid), protocol section 8), which Yama's
+// ptrace_scope 1 requires; under scope 2 or 3 the daemon answers EPERM.
 func (d *Device) RegMRVM(pd uint32, addr, length, iova uint64, access uint32) (*MR, error) {
+	d.c.ptracer.Do(func() {
+		_ = unix.Prctl(unix.PR_SET_PTRACER, uintptr(d.c.Hello.DaemonPID), 0, 0, 0) // EINVAL without Yama: nothing to allow
+	})
 	r, err := d.c.Call(proto.OpRegMR, pd, &proto.RegMR{Kind: proto.MRVM, Access: access, Addr: addr, Length: length, IOVA: iova})
 	if err != nil {
 		return nil, err
