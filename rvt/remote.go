@@ -160,6 +160,9 @@ type remoteDev struct {
 	ahs  map[*AH]uint32
 	bufs map[uintptr]*client.Shm // AllocBuf's segments by address
 	srqs map[*remoteSRQ]struct{}
+	// closed: the session is ending; objects made meanwhile are born dead
+	// (their rings are unmapped with the session's).
+	closed bool
 }
 
 // close ends the session: the daemon tears down everything it owned, and
@@ -167,6 +170,7 @@ type remoteDev struct {
 func (r *remoteDev) close() {
 	// No post or poll may touch a ring once the session's mappings go.
 	r.mu.Lock()
+	r.closed = true
 	qps := make([]*remoteQP, 0, len(r.qps))
 	for _, q := range r.qps {
 		qps = append(qps, q.r)

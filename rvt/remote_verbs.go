@@ -203,10 +203,12 @@ func (r *remoteDev) createCQ(d *Device, depth int, onComp func(*CQ)) (*CQ, error
 	if err != nil {
 		return nil, remoteErr("create CQ", err)
 	}
-	x := cq.NewExternal(&remoteCQ{r: r, c: c})
+	src := &remoteCQ{r: r, c: c}
+	x := cq.NewExternal(src)
 	x.SetHandlers(onComp, nil)
 	r.mu.Lock()
 	r.cqs[c.Handle] = x
+	src.dead = r.closed
 	r.mu.Unlock()
 	return x, nil
 }
@@ -342,6 +344,7 @@ func (r *remoteDev) createSRQ(pd *PD, maxWR, maxSGEs uint32) (*SRQ, error) {
 	x := &remoteSRQ{r: r, s: s}
 	r.mu.Lock()
 	r.srqs[x] = struct{}{}
+	x.dead = r.closed
 	r.mu.Unlock()
 	return &SRQ{SRQ: sh, r: x}, nil
 }
@@ -398,6 +401,7 @@ func (r *remoteDev) createQP(pd *PD, ia QPInitAttr) (*QP, error) {
 	x := &QP{QP: sh, d: d, rhandle: cqp.Handle, r: &remoteQP{r: r, q: cqp, srq: srq}}
 	r.mu.Lock()
 	r.qps[cqp.Handle] = x
+	x.r.dead = r.closed
 	r.mu.Unlock()
 	d.mu.Lock()
 	d.qps[cqp.QPN] = x
