@@ -373,6 +373,9 @@ func TestDialVerbsTable(t *testing.T) {
 					if a.qp.Counters() == nil {
 						t.Error("QP counters nil")
 					}
+					if la := a.qp.QP.Query(); la.State != qp.RTS || (tc.typ != qp.UD && la.DestQPN != b.qp.Num()) {
+						t.Errorf("the local QP's attributes: state %v dest QPN %#x", la.State, la.DestQPN)
+					}
 					if got := a.qp.Query(); got.State != qp.RTS || got.CurState != qp.RTS {
 						t.Errorf("Query state %v/%v", got.State, got.CurState)
 					}

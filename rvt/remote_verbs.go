@@ -409,10 +409,19 @@ func (r *remoteDev) createQP(pd *PD, ia QPInitAttr) (*QP, error) {
 	return x, nil
 }
 
-func (x *remoteQP) modify(a *QPAttr, mask QPAttrMask) error {
+// modify asks the daemon, then applies the same change to the local QP,
+// so that its attributes follow (a change the local checks would refuse
+// moves its state only). State and Query still ask the daemon: it moves
+// QPs on its own too (to ERR, SQE).
+func (x *remoteQP) modify(local *qp.QP, a *QPAttr, mask QPAttrMask) error {
 	if err := x.q.Modify(fromQPAttr(*a), uint32(mask)); err != nil {
 		return remoteErr("modify QP", err)
 	}
+	local.Lock()
+	if _, _, err := local.ModifyLocked(a, mask); err != nil && mask&qp.AttrState != 0 {
+		local.SetStateLocked(a.State)
+	}
+	local.Unlock()
 	return nil
 }
 

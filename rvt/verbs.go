@@ -334,7 +334,7 @@ func (d *Device) unreserveQPN(num uint32) {
 // Modify changes the QP's attributes and state (ibv_modify_qp).
 func (q *QP) Modify(a *QPAttr, mask QPAttrMask) error {
 	if q.r != nil {
-		return q.r.modify(a, mask)
+		return q.r.modify(q.QP, a, mask)
 	}
 	return q.conn.Modify(a, mask)
 }
