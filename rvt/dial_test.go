@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"net/netip"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"github.com/softverbs/softverbs/cq"
 	"github.com/softverbs/softverbs/internal/devopen"
 	"github.com/softverbs/softverbs/keys"
+	"github.com/softverbs/softverbs/netdev"
 	"github.com/softverbs/softverbs/qp"
 	"github.com/softverbs/softverbs/rvt"
 	"github.com/softverbs/softverbs/rvtd"
@@ -27,6 +29,14 @@ import (
 
 // startRVTD runs an in-process rvtd on a socket in a temporary directory.
 func startRVTD(t testing.TB) string {
+	t.Helper()
+	_, sock := startRVTDServer(t)
+	return sock
+}
+
+// startRVTDServer is startRVTD that also returns the server, for a test
+// that changes the daemon's devices.
+func startRVTDServer(t testing.TB) (*rvtd.Server, string) {
 	t.Helper()
 	srv, err := rvtd.New(nil, rvtd.Options{})
 	if err != nil {
@@ -48,7 +58,7 @@ func startRVTD(t testing.TB) string {
 			t.Errorf("serve: %v", err)
 		}
 	})
-	return sock
+	return srv, sock
 }
 
 // pairOpeners open rvt0 and rvt1 each way.
@@ -756,5 +766,53 @@ func TestDialUseAfterClose(t *testing.T) {
 	}
 	if err := e.cq.Arm(false); err == nil {
 		t.Error("Arm after Close succeeded")
+	}
+}
+
+// TestDialPortEvent: a GID change of the port reaches Subscribe, and the
+// new GID QueryGID, on both kinds of device.
+func TestDialPortEvent(t *testing.T) {
+	mac, addrs := devopen.NodeAddrs(0)
+	extra := netip.MustParseAddr("2001:db8::5")
+	newAddrs := netdev.GIDOrder(mac, append(addrs[1:], extra))
+	for _, tc := range []struct {
+		name string
+		open func(t *testing.T) (dev, owner *rvt.Device)
+	}{
+		{"embedded", func(t *testing.T) (*rvt.Device, *rvt.Device) {
+			d := pairOpeners[0].open(t)[0]
+			return d, d
+		}},
+		{"rvtd", func(t *testing.T) (*rvt.Device, *rvt.Device) {
+			srv, sock := startRVTDServer(t)
+			d, err := rvt.Dial(sock, "rvt0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = d.Close() })
+			return d, srv.Device("rvt0")
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, owner := tc.open(t)
+			events := make(chan rvt.Event, 4)
+			cancel := d.Subscribe(func(ev rvt.Event) { events <- ev })
+			defer cancel()
+			if err := owner.SetAddrs(newAddrs); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case ev := <-events:
+				if ev.Type != transport.EventGIDChange || ev.Port != 1 {
+					t.Fatalf("event %+v, want GID change on port 1", ev)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("no GID change event")
+			}
+			i := slices.Index(newAddrs, extra)
+			if g, err := d.QueryGID(1, i); err != nil || g.IP() != extra {
+				t.Fatalf("GID %d: %v %v, want %v", i, g, err, extra)
+			}
+		})
 	}
 }
