@@ -20,6 +20,12 @@ import (
 // the same name in device.go and verbs.go when the device is remote.
 
 func (r *remoteDev) allocPD(d *Device) (*PD, error) {
+	d.mu.Lock()
+	closed := d.closed
+	d.mu.Unlock()
+	if closed {
+		return nil, fmt.Errorf("alloc PD: %w", ErrClosed)
+	}
 	h, err := r.dev.AllocPD()
 	if err != nil {
 		return nil, remoteErr("alloc PD", err)

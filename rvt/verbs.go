@@ -24,13 +24,13 @@ type PD struct {
 
 // AllocPD allocates a protection domain (ibv_alloc_pd).
 func (d *Device) AllocPD() (*PD, error) {
+	if d.rd != nil {
+		return d.rd.allocPD(d) // no device lock held across the daemon's call
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
 		return nil, fmt.Errorf("alloc PD: %w", ErrClosed)
-	}
-	if d.rd != nil {
-		return d.rd.allocPD(d)
 	}
 	if d.nPD.Load() >= maxPD {
 		return nil, fmt.Errorf("alloc PD: %w: %d PDs", ErrNoResources, maxPD)
