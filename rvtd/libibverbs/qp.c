@@ -45,6 +45,11 @@ static int map_qp(struct rvc_qp *q, const struct rvc_create_qp_reply *r, int mem
 	if (!has_srq)
 		rvc_ring_init(&q->rq, m, &r->rq, 1);
 	q->cap = r->cap;
+	/* num_sge is a u8 in the records. */
+	if (q->cap.max_send_sge > 255)
+		q->cap.max_send_sge = 255;
+	if (q->cap.max_recv_sge > 255)
+		q->cap.max_recv_sge = 255;
 	return 0;
 }
 
@@ -118,8 +123,8 @@ struct ibv_qp *rvc_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 	}
 	attr->cap.max_send_wr = r.cap.max_send_wr;
 	attr->cap.max_recv_wr = r.cap.max_recv_wr;
-	attr->cap.max_send_sge = r.cap.max_send_sge;
-	attr->cap.max_recv_sge = r.cap.max_recv_sge;
+	attr->cap.max_send_sge = q->cap.max_send_sge;
+	attr->cap.max_recv_sge = q->cap.max_recv_sge;
 	attr->cap.max_inline_data = r.cap.max_inline_data;
 	return &q->qp;
 }
@@ -365,7 +370,8 @@ static int write_send(struct rvc_qp *q, const struct ibv_send_wr *wr, uint8_t *r
 		if ((uint32_t)wr->num_sge > q->cap.max_send_sge)
 			return EINVAL;
 		w.num_sge = (uint8_t)wr->num_sge;
-		memcpy(data, wr->sg_list, sizeof(struct ibv_sge) * (size_t)wr->num_sge);
+		if (wr->num_sge)
+			memcpy(data, wr->sg_list, sizeof(struct ibv_sge) * (size_t)wr->num_sge);
 	}
 	memcpy(rec, &w, sizeof(w));
 	return 0;
@@ -403,7 +409,8 @@ void rvc_write_recv(uint8_t *rec, const struct ibv_recv_wr *wr)
 	w.wr_id = wr->wr_id;
 	w.num_sge = (uint8_t)wr->num_sge;
 	memcpy(rec, &w, sizeof(w));
-	memcpy(rec + sizeof(w), wr->sg_list, sizeof(struct ibv_sge) * (size_t)wr->num_sge);
+	if (wr->num_sge)
+		memcpy(rec + sizeof(w), wr->sg_list, sizeof(struct ibv_sge) * (size_t)wr->num_sge);
 }
 
 int rvc_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)

@@ -69,7 +69,7 @@ RVC_EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init
 		return NULL;
 	}
 	s->max_wr = r.max_wr;
-	s->max_sge = r.max_sge;
+	s->max_sge = r.max_sge > 255 ? 255 : r.max_sge; /* num_sge is a u8 */
 	attr->attr.max_wr = r.max_wr;
 	attr->attr.max_sge = r.max_sge;
 	return &s->srq;
