@@ -134,17 +134,23 @@ static void report_protocol_error(const struct rvc_msg *m)
 		 pe.err, pe.bad_request_id, pe.bad_opcode, tl, (const char *)m->body + sizeof(pe));
 }
 
+/* call_locked returns 0 or an errno; *fatal says the session can no longer
+ * be trusted (the socket failed, or a message broke the framing rules),
+ * as opposed to an error the daemon replied. */
 static int call_locked(struct rvc_conn *c, uint16_t op, uint32_t handle, const void *req,
 		       size_t reqlen, const int *fds, int nfds, void *out, size_t fixed,
-		       size_t tail, size_t cap, int want_fds, struct rvc_reply *rep)
+		       size_t tail, size_t cap, int want_fds, struct rvc_reply *rep, int *fatal)
 {
-	if (c->fd < 0)
+	*fatal = 1;
+	if (c->fd < 0 || c->broken)
 		return ENOTCONN;
 	struct rvc_hdr h = {.length = (uint32_t)(RVC_HDR_SIZE + reqlen), .opcode = op,
 			    .nfds = (uint8_t)nfds, .request_id = ++c->next_id, .handle = handle};
 	int err = send_msg(c->fd, &h, req, reqlen, fds, nfds);
-	if (err)
+	if (err) {
+		*fatal = err == EPIPE || err == ECONNRESET;
 		return err;
+	}
 	for (;;) {
 		int rfds[RVC_MAX_FDS], rn = 0;
 		ssize_t n = recv_msg(c, rfds, &rn);
@@ -167,6 +173,7 @@ static int call_locked(struct rvc_conn *c, uint16_t op, uint32_t handle, const v
 			close_fds(rfds, rn);
 			return EPROTO;
 		}
+		*fatal = 0;
 		if (m.hdr.status)
 			return (int)m.hdr.status;
 		size_t len = m.body_len < cap ? m.body_len : cap;
@@ -187,8 +194,18 @@ int rvc_call(struct rvc_conn *c, uint16_t op, uint32_t handle, const void *req, 
 	     int want_fds, struct rvc_reply *rep)
 {
 	pthread_mutex_lock(&c->lock);
+	int fatal;
 	int err = call_locked(c, op, handle, req, reqlen, fds, nfds, out, fixed, tail,
-			      cap ? cap : fixed, want_fds, rep);
+			      cap ? cap : fixed, want_fds, rep, &fatal);
+	if (err && fatal && err != ENOTCONN) {
+		/* Replies and requests may no longer pair up: end the session
+		 * (the daemon tears down its objects), keep the descriptor
+		 * until the context closes. Later calls fail with ENOTCONN. */
+		if (c->fd >= 0 && !c->broken) {
+			shutdown(c->fd, SHUT_RDWR);
+			c->broken = 1;
+		}
+	}
 	pthread_mutex_unlock(&c->lock);
 	return err;
 }

@@ -20,6 +20,7 @@
  * by lock (one request, one reply). */
 struct rvc_conn {
 	int fd;
+	int broken; /* a reply could not be trusted: the session is shut down */
 	pthread_mutex_t lock;
 	uint32_t next_id;
 	uint32_t daemon_pid;
