@@ -534,8 +534,11 @@ RVC_EXPORT int ibv_destroy_ah(struct ibv_ah *ah)
 	return 0;
 }
 
-/* ibv_init_ah_from_wc: the AH that answers a received UD datagram, from its
- * GRH (RoCE: always present) and the port's GID table. */
+/* ibv_init_ah_from_wc: the AH that answers a received UD datagram. Its
+ * first 40 bytes are the GRH as RoCE v2 delivers it: for IPv4, the IPv4
+ * header in bytes 20-39 (the first 20 undefined); for IPv6, the IPv6
+ * header, laid out as a GRH. The source becomes the destination GID; the
+ * local GID it was sent to picks the sgid_index. */
 RVC_EXPORT int ibv_init_ah_from_wc(struct ibv_context *ctx, uint8_t port, struct ibv_wc *wc,
 				   struct ibv_grh *grh, struct ibv_ah_attr *ah)
 {
@@ -547,16 +550,32 @@ RVC_EXPORT int ibv_init_ah_from_wc(struct ibv_context *ctx, uint8_t port, struct
 	if (!(wc->wc_flags & IBV_WC_GRH))
 		return 0;
 	ah->is_global = 1;
-	ah->grh.dgid = grh->sgid;
-	ah->grh.flow_label = be32toh(grh->version_tclass_flow) & 0xfffff;
-	ah->grh.hop_limit = 0xff;
-	ah->grh.traffic_class = (uint8_t)(be32toh(grh->version_tclass_flow) >> 20);
-	/* The local GID the datagram was sent to. */
-	for (int i = 0; i < 16; i++) {
+	union ibv_gid to; /* the local GID the datagram was sent to */
+	const uint8_t *raw = (const uint8_t *)grh;
+	if ((raw[20] >> 4) == 4) {
+		memset(&ah->grh.dgid, 0, sizeof(ah->grh.dgid));
+		memset(&to, 0, sizeof(to));
+		ah->grh.dgid.raw[10] = ah->grh.dgid.raw[11] = 0xff;
+		to.raw[10] = to.raw[11] = 0xff;
+		memcpy(&ah->grh.dgid.raw[12], raw + 20 + 12, 4); /* saddr */
+		memcpy(&to.raw[12], raw + 20 + 16, 4);           /* daddr */
+		ah->grh.traffic_class = raw[20 + 1];
+		ah->grh.hop_limit = 0xff;
+	} else {
+		ah->grh.dgid = grh->sgid;
+		to = grh->dgid;
+		uint32_t vtf = be32toh(grh->version_tclass_flow);
+		ah->grh.flow_label = vtf & 0xfffff;
+		ah->grh.traffic_class = (uint8_t)(vtf >> 20);
+		ah->grh.hop_limit = 0xff;
+	}
+	struct ibv_port_attr pa;
+	int n = ibv_query_port(ctx, port, &pa) == 0 ? pa.gid_tbl_len : 16;
+	for (int i = 0; i < n; i++) {
 		union ibv_gid g;
 		if (ibv_query_gid(ctx, port, i, &g))
 			break;
-		if (!memcmp(&g, &grh->dgid, sizeof(g))) {
+		if (!memcmp(&g, &to, sizeof(g))) {
 			ah->grh.sgid_index = (uint8_t)i;
 			return 0;
 		}

@@ -4,7 +4,8 @@
  * completion channel events, ibv_start_poll, resize_cq, posting from
  * several threads at once, fork (the child's copy is its own), MRs sharing
  * pages and deregistration giving them back, memory windows, the ibv_wr_*
- * interface, and verbs rvtd does not serve failing cleanly. Run by
+ * interface, UD with an AH made from a received GRH (ibv_create_ah_from_wc),
+ * and verbs rvtd does not serve failing cleanly. Run by
  * rvtd/dropin's TestVerbsC with RVTD_SOCKET set; prints PASS. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -477,6 +478,85 @@ static void test_wr(struct side *a, struct side *b)
 	CHECK(ibv_poll_cq(a->cq, 2, wc) == 0); /* neither batch reached the ring */
 }
 
+/* UD: a sends a datagram to b through an AH; b answers through the AH that
+ * ibv_create_ah_from_wc makes from the datagram's GRH. */
+struct ud {
+	struct ibv_cq *cq;
+	struct ibv_qp *qp;
+};
+
+static void ud_setup(struct side *s, struct ud *u)
+{
+	REQUIRE(u->cq = ibv_create_cq(s->ctx, 16, NULL, NULL, 0));
+	struct ibv_qp_init_attr ia = {.send_cq = u->cq, .recv_cq = u->cq, .qp_type = IBV_QPT_UD,
+				      .cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1,
+					      .max_recv_sge = 1}};
+	REQUIRE(u->qp = ibv_create_qp(s->pd, &ia));
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1, .qkey = 0x11111111};
+	REQUIRE(ibv_modify_qp(u->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY) == 0);
+	a.qp_state = IBV_QPS_RTR;
+	REQUIRE(ibv_modify_qp(u->qp, &a, IBV_QP_STATE) == 0);
+	a.qp_state = IBV_QPS_RTS;
+	a.sq_psn = 1;
+	REQUIRE(ibv_modify_qp(u->qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN) == 0);
+}
+
+static void ud_recv(struct side *s, struct ud *u, size_t off)
+{
+	struct ibv_sge sge = {(uintptr_t)s->buf + off, 40 + 512, s->mr->lkey};
+	struct ibv_recv_wr wr = {.wr_id = 61, .sg_list = &sge, .num_sge = 1}, *bad;
+	REQUIRE(ibv_post_recv(u->qp, &wr, &bad) == 0);
+}
+
+static void ud_send(struct side *s, struct ud *u, struct ibv_ah *ah, uint32_t qpn, size_t off)
+{
+	struct ibv_sge sge = {(uintptr_t)s->buf + off, 100, s->mr->lkey};
+	struct ibv_send_wr wr = {.wr_id = 62, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND,
+				 .send_flags = IBV_SEND_SIGNALED}, *bad;
+	wr.wr.ud.ah = ah;
+	wr.wr.ud.remote_qpn = qpn;
+	wr.wr.ud.remote_qkey = 0x11111111;
+	REQUIRE(ibv_post_send(u->qp, &wr, &bad) == 0);
+}
+
+static void test_ud(struct side *a, struct side *b)
+{
+	struct ud ua, ub;
+	ud_setup(a, &ua);
+	ud_setup(b, &ub);
+	ud_recv(b, &ub, 950000);
+	ud_recv(a, &ua, 950000);
+	struct ibv_ah_attr aa = {.is_global = 1, .port_num = 1};
+	aa.grh.dgid = b->gid;
+	aa.grh.sgid_index = 1;
+	aa.grh.hop_limit = 64;
+	struct ibv_ah *ah = ibv_create_ah(a->pd, &aa);
+	REQUIRE(ah);
+	memset(a->buf + 940000, 0x5d, 100);
+	ud_send(a, &ua, ah, ub.qp->qp_num, 940000);
+	struct ibv_wc wc[2];
+	REQUIRE(wait_wc(ub.cq, wc, 1) == 1);
+	CHECK(wc[0].status == IBV_WC_SUCCESS && wc[0].opcode == IBV_WC_RECV && wc[0].byte_len == 140 &&
+	      (wc[0].wc_flags & IBV_WC_GRH) && wc[0].src_qp == ua.qp->qp_num);
+	CHECK(b->buf[950040] == 0x5d && b->buf[950139] == 0x5d);
+	/* The answer's AH from the datagram. */
+	struct ibv_ah_attr back;
+	CHECK(ibv_init_ah_from_wc(b->ctx, 1, &wc[0], (struct ibv_grh *)(b->buf + 950000), &back) == 0);
+	CHECK(back.is_global && !memcmp(&back.grh.dgid, &a->gid, 16) && back.grh.sgid_index == 1);
+	struct ibv_ah *bah = ibv_create_ah_from_wc(b->pd, &wc[0], (struct ibv_grh *)(b->buf + 950000), 1);
+	REQUIRE(bah);
+	memset(b->buf + 940000, 0x6e, 100);
+	ud_send(b, &ub, bah, wc[0].src_qp, 940000);
+	int got = wait_wc(ua.cq, wc, 2); /* a's send and the answer */
+	CHECK(got == 2);
+	CHECK(a->buf[950040] == 0x6e && a->buf[950139] == 0x6e);
+	REQUIRE(wait_wc(ub.cq, wc, 1) == 1);
+	CHECK(wc[0].status == IBV_WC_SUCCESS && wc[0].wr_id == 62);
+	CHECK(ibv_destroy_ah(ah) == 0 && ibv_destroy_ah(bah) == 0);
+	CHECK(ibv_destroy_qp(ua.qp) == 0 && ibv_destroy_qp(ub.qp) == 0);
+	CHECK(ibv_destroy_cq(ua.cq) == 0 && ibv_destroy_cq(ub.cq) == 0);
+}
+
 static void test_unsupported(struct side *a)
 {
 	struct ibv_srq_init_attr sa = {.attr = {.max_wr = 16, .max_sge = 1}};
@@ -537,6 +617,7 @@ int main(void)
 	test_dereg(&a);
 	test_mw(&a, &b);
 	test_wr(&a, &b);
+	test_ud(&a, &b);
 	test_unsupported(&a);
 	/* The data path still works after all that. */
 	test_write_read(&b, &a);
