@@ -553,6 +553,33 @@ static void test_ud(struct side *a, struct side *b)
 	REQUIRE(wait_wc(ub.cq, wc, 1) == 1);
 	CHECK(wc[0].status == IBV_WC_SUCCESS && wc[0].wr_id == 62);
 	CHECK(ibv_destroy_ah(ah) == 0 && ibv_destroy_ah(bah) == 0);
+
+	/* Multicast: b joins a group, a sends to it (QPN 0xffffff). A daemon
+	 * without multicast answers EOPNOTSUPP. */
+	union ibv_gid mgid = {.raw = {0xff, 0x0e, [15] = 0x42}};
+	int err = ibv_attach_mcast(ub.qp, &mgid, 0);
+	if (err == EOPNOTSUPP) {
+		printf("no multicast in this rvtd\n");
+	} else {
+		CHECK(err == 0);
+		CHECK(ibv_attach_mcast(ub.qp, &mgid, 0) == EEXIST);
+		ud_recv(b, &ub, 960000);
+		struct ibv_ah_attr ma = {.is_global = 1, .port_num = 1};
+		ma.grh.dgid = mgid;
+		ma.grh.sgid_index = 1;
+		ma.grh.hop_limit = 1;
+		struct ibv_ah *mah = ibv_create_ah(a->pd, &ma);
+		REQUIRE(mah);
+		memset(a->buf + 940000, 0x7f, 100);
+		ud_send(a, &ua, mah, 0xffffff, 940000);
+		REQUIRE(wait_wc(ub.cq, wc, 1) == 1);
+		CHECK(wc[0].status == IBV_WC_SUCCESS && wc[0].opcode == IBV_WC_RECV &&
+		      wc[0].byte_len == 140 && b->buf[960040] == 0x7f);
+		REQUIRE(wait_wc(ua.cq, wc, 1) == 1);
+		CHECK(ibv_detach_mcast(ub.qp, &mgid, 0) == 0);
+		CHECK(ibv_detach_mcast(ub.qp, &mgid, 0) == EINVAL);
+		CHECK(ibv_destroy_ah(mah) == 0);
+	}
 	CHECK(ibv_destroy_qp(ua.qp) == 0 && ibv_destroy_qp(ub.qp) == 0);
 	CHECK(ibv_destroy_cq(ua.cq) == 0 && ibv_destroy_cq(ub.cq) == 0);
 }
