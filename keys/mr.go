@@ -43,6 +43,9 @@ type mapping struct {
 	pages [][]byte // page list (fast register)
 	shift uint     // log2 page size
 	first uint64   // offset of the first byte within pages[0]
+
+	acc     Accessor // memory reached through calls (RegMRAccessor), or nil
+	accAddr uint64   // acc's address of byte 0
 }
 
 var emptyMapping = &mapping{}
@@ -340,8 +343,10 @@ func (mr *MR) Windows() int {
 // bytes copied. Addresses are those of the checks: from IOVA, or from 0 for a
 // ZeroBased MR. The caller has checked the range (CheckLocal/CheckRemote); a
 // range that is not inside the MR is clamped, never a panic, so a short count
-// means the MR was remapped under the caller. Page-list MRs copy across page
-// boundaries. No locking, no allocation.
+// means the MR was remapped under the caller, or (RegMRAccessor) that its
+// accessor failed: the caller treats it as a protection error. Page-list MRs
+// copy across page boundaries. No locking, no allocation (beyond what an
+// accessor does).
 func (mr *MR) ReadAt(p []byte, iova uint64) int { return mr.mem.Load().copy(p, iova, false) }
 
 // WriteAt copies p into the MR at address iova and returns the number of
@@ -351,7 +356,8 @@ func (mr *MR) WriteAt(p []byte, iova uint64) int { return mr.mem.Load().copy(p, 
 // Word returns the 8 bytes of the MR at iova, for atomics: View(iova, 8). The
 // caller has checked bounds and alignment. It returns nil if the 8 bytes are
 // not inside the MR or not contiguous in memory (they straddle pages of a
-// ZeroBased page-list MR whose IOVA is not 8-byte aligned).
+// ZeroBased page-list MR whose IOVA is not 8-byte aligned), and always for
+// an accessor MR: the engine uses Atomic64, which handles every kind.
 func (mr *MR) Word(iova uint64) []byte {
 	b, _ := mr.View(iova, 8)
 	return b
@@ -401,6 +407,9 @@ func (m *mapping) copy(p []byte, addr uint64, write bool) int {
 		p = p[:rem]
 	}
 	if m.pages == nil {
+		if m.acc != nil {
+			return m.accCopy(p, off, write)
+		}
 		if write {
 			return memx.Copy(m.buf[off:], p)
 		}
@@ -443,6 +452,9 @@ func (mr *MR) View(iova uint64, n uint64) (b []byte, ok bool) {
 		return nil, false
 	}
 	if m.pages == nil {
+		if m.acc != nil {
+			return nil, false // no slice: the caller copies with ReadAt
+		}
 		return m.buf[off : off+n : off+n], true
 	}
 	pos := off + m.first

@@ -1,0 +1,106 @@
+package keys
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// Accessor is memory that the engine cannot hold as a byte slice: another
+// process's, which rvtd reaches with process_vm_readv/process_vm_writev.
+// An MR of this kind (RegMRAccessor) copies through it; it has no View and
+// no Word, and its reads and writes can fail (the process is gone, or the
+// range was unmapped since registration): ReadAt and WriteAt of the MR then
+// return a short count and the engine turns it into the IBTA outcome (a
+// local protection error, or a remote access error NAK).
+//
+// Addresses are the accessor's own (the client's virtual addresses), not
+// the MR's IOVA space. Both methods copy len(p) bytes and return nil, or
+// return the bytes copied before the failure and an error. They are called
+// from the engine's goroutines, concurrently, and must not block for long.
+type Accessor interface {
+	ReadAt(p []byte, addr uint64) (int, error)
+	WriteAt(p []byte, addr uint64) (int, error)
+}
+
+// RegMRAccessor registers length bytes of acc's memory at address addr as a
+// memory region of pd, at I/O virtual address iova with the given access,
+// and takes a reference on pd, as RegMR does for a slice. The memory is
+// reached only through acc: the region has no View or Word, and RDMA
+// atomics on it are made atomic by the engine's device-wide atomic lock
+// (Atomic64), not by the CPU.
+//
+// Errors: as RegMR; ErrInvalidArgument also for a nil acc or addr+length
+// overflowing.
+func (t *Table) RegMRAccessor(pd *PD, acc Accessor, addr, length, iova uint64, access Access) (*MR, error) {
+	if pd == nil || acc == nil {
+		return nil, fmt.Errorf("reg mr: nil pd or accessor: %w", ErrInvalidArgument)
+	}
+	if err := checkMRAccess(access); err != nil {
+		return nil, fmt.Errorf("reg mr: %w", err)
+	}
+	if iova+length < iova || addr+length < addr {
+		return nil, fmt.Errorf("reg mr: %#x/%#x + length %d overflows: %w", iova, addr, length, ErrInvalidArgument)
+	}
+	mr := &MR{PD: pd, IOVA: iova, Length: length, Access: access, table: t, valid: true}
+	m := &mapping{span: span{base: iova, length: length}, acc: acc, accAddr: addr}
+	if access&ZeroBased != 0 {
+		m.base = 0
+	}
+	mr.mem.Store(m)
+	if err := t.insertMR(mr); err != nil {
+		return nil, fmt.Errorf("reg mr: %w", err)
+	}
+	return mr, nil
+}
+
+// Accessed reports whether mr's memory is reached through an Accessor.
+func (mr *MR) Accessed() bool { return mr.mem.Load().acc != nil }
+
+// accCopy is copy for an accessor MR: off is the offset in the region and
+// p already clamped to it.
+func (m *mapping) accCopy(p []byte, off uint64, write bool) int {
+	var n int
+	if write {
+		n, _ = m.acc.WriteAt(p, m.accAddr+off)
+	} else {
+		n, _ = m.acc.ReadAt(p, m.accAddr+off)
+	}
+	return max(0, min(n, len(p)))
+}
+
+// Atomic64 performs an RDMA atomic on the 8-byte word at iova: f gets the
+// word's value and returns the value to store and whether to store it (a
+// failed compare stores nothing). It returns the original value; ok is false
+// if the word could not be read or written (outside the region, or an
+// accessor that failed), and then nothing was stored. The caller has checked
+// bounds and alignment and holds the device's atomic lock: that lock is
+// what makes the read-modify-write atomic, against the device's other
+// atomics only (IBV_ATOMIC_HCA), never against the CPU of the memory's
+// owner.
+func (mr *MR) Atomic64(iova uint64, f func(old uint64) (uint64, bool)) (orig uint64, ok bool) {
+	m := mr.mem.Load()
+	var w [8]byte
+	if m.acc == nil {
+		if b, in := mr.View(iova, 8); in {
+			orig = binary.NativeEndian.Uint64(b)
+			if v, store := f(orig); store {
+				binary.NativeEndian.PutUint64(b, v)
+			}
+			return orig, true
+		}
+	}
+	// An accessor MR, or a word that straddles two pages of a page list.
+	if m.copy(w[:], iova, false) != 8 {
+		return 0, false
+	}
+	orig = binary.NativeEndian.Uint64(w[:])
+	v, store := f(orig)
+	if !store {
+		return orig, true
+	}
+	binary.NativeEndian.PutUint64(w[:], v)
+	if m.copy(w[:], iova, true) != 8 {
+		return 0, false
+	}
+	return orig, true
+}
