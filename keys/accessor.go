@@ -3,6 +3,7 @@ package keys
 import (
 	"encoding/binary"
 	"fmt"
+	"sync"
 )
 
 // Accessor is memory that the engine cannot hold as a byte slice: another
@@ -57,16 +58,39 @@ func (t *Table) RegMRAccessor(pd *PD, acc Accessor, addr, length, iova uint64, a
 func (mr *MR) Accessed() bool { return mr.mem.Load().acc != nil }
 
 // accCopy is copy for an accessor MR: off is the offset in the region and
-// p already clamped to it.
+// p already clamped to it. It copies through a pooled bounce buffer: p
+// handed to an interface method would escape, and then every caller's
+// stack buffer (a UD GRH, an atomic's result) would be allocated on the
+// heap on the slice MRs' hot path too.
 func (m *mapping) accCopy(p []byte, off uint64, write bool) int {
-	var n int
-	if write {
-		n, _ = m.acc.WriteAt(p, m.accAddr+off)
-	} else {
-		n, _ = m.acc.ReadAt(p, m.accAddr+off)
+	bp := bouncePool.Get().(*[]byte)
+	defer bouncePool.Put(bp)
+	b := *bp
+	n := 0
+	for n < len(p) {
+		c := min(len(b), len(p)-n)
+		var got int
+		if write {
+			copy(b, p[n:n+c])
+			got, _ = m.acc.WriteAt(b[:c], m.accAddr+off+uint64(n))
+		} else {
+			got, _ = m.acc.ReadAt(b[:c], m.accAddr+off+uint64(n))
+			got = max(0, min(got, c))
+			copy(p[n:], b[:got])
+		}
+		got = max(0, min(got, c))
+		n += got
+		if got < c {
+			break
+		}
 	}
-	return max(0, min(n, len(p)))
+	return n
 }
+
+// bounceSize is the most one accessor call moves.
+const bounceSize = 64 << 10
+
+var bouncePool = sync.Pool{New: func() any { b := make([]byte, bounceSize); return &b }}
 
 // Atomic64 performs an RDMA atomic on the 8-byte word at iova: f gets the
 // word's value and returns the value to store and whether to store it (a

@@ -222,3 +222,25 @@ func TestAtomic64(t *testing.T) {
 		require.Equal(t, want+1, binary.NativeEndian.Uint64(b[:]))
 	})
 }
+
+// TestAccessorMRLargeCopy copies more than one bounce buffer, and stops at
+// the first failing chunk.
+func TestAccessorMRLargeCopy(t *testing.T) {
+	const n = 3*bounceSize + 100
+	proc := newFakeProc(0x100000, n, 4096)
+	tb := NewTable(8)
+	pd := NewPD(1)
+	mr, err := tb.RegMRAccessor(pd, proc, 0x100000, n, 0, LocalWrite)
+	require.NoError(t, err)
+	p := make([]byte, n)
+	require.Equal(t, n, mr.ReadAt(p, 0))
+	require.Equal(t, proc.mem, p)
+	for i := range p {
+		p[i] = byte(i)
+	}
+	require.Equal(t, n, mr.WriteAt(p, 0))
+	require.Equal(t, p, proc.mem)
+	proc.gone[(0x100000+bounceSize+5000)/4096] = true
+	got := mr.ReadAt(p, 0)
+	require.Equal(t, bounceSize+4096, got, "up to the unmapped page")
+}
