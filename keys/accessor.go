@@ -3,6 +3,7 @@ package keys
 import (
 	"encoding/binary"
 	"fmt"
+	"math/bits"
 	"sync"
 )
 
@@ -68,23 +69,78 @@ func (m *mapping) accCopy(p []byte, off uint64, write bool) int {
 	b := *bp
 	n := 0
 	for n < len(p) {
-		c := min(len(b), len(p)-n)
+		addr, room := m.accAt(off + uint64(n))
+		c := min(uint64(len(b)), uint64(len(p)-n), room)
+		if c == 0 {
+			break
+		}
 		var got int
 		if write {
-			copy(b, p[n:n+c])
-			got, _ = m.acc.WriteAt(b[:c], m.accAddr+off+uint64(n))
+			copy(b, p[n:n+int(c)])
+			got, _ = m.acc.WriteAt(b[:c], addr)
 		} else {
-			got, _ = m.acc.ReadAt(b[:c], m.accAddr+off+uint64(n))
-			got = max(0, min(got, c))
+			got, _ = m.acc.ReadAt(b[:c], addr)
+			got = max(0, min(got, int(c)))
 			copy(p[n:], b[:got])
 		}
-		got = max(0, min(got, c))
+		got = max(0, min(got, int(c)))
 		n += got
-		if got < c {
+		if got < int(c) {
 			break
 		}
 	}
 	return n
+}
+
+// accAt returns the accessor's address of region offset off and how many
+// bytes from there are contiguous (to the end of its page for a page list).
+func (m *mapping) accAt(off uint64) (addr, room uint64) {
+	if m.accPages == nil {
+		return m.accAddr + off, ^uint64(0)
+	}
+	pos := off + m.first
+	i := pos >> m.shift
+	if i >= uint64(len(m.accPages)) {
+		return 0, 0
+	}
+	in := pos & (1<<m.shift - 1)
+	return m.accPages[i] + in, 1<<m.shift - in
+}
+
+// MapAccessorPages is MapPages for a fast-register MR whose pages are
+// reached through acc: addrs holds acc's address of each page, with the
+// same rules as MapPages (iova's offset within a page is the region's
+// offset in the first page; exactly the pages the region touches).
+//
+// Errors: as MapPages; ErrInvalidArgument also for a nil acc.
+func (mr *MR) MapAccessorPages(acc Accessor, addrs []uint64, pageSize int, iova, length uint64) error {
+	if acc == nil {
+		return fmt.Errorf("map pages: nil accessor: %w", ErrInvalidArgument)
+	}
+	if pageSize < MinPageSize || pageSize&(pageSize-1) != 0 {
+		return fmt.Errorf("map pages: page size %d: %w", pageSize, ErrInvalidArgument)
+	}
+	for _, a := range addrs {
+		if a+uint64(pageSize) < a {
+			return fmt.Errorf("map pages: page at %#x overflows: %w", a, ErrInvalidArgument)
+		}
+	}
+	need, first, err := pagesFor(pageSize, iova, length)
+	if err != nil {
+		return err
+	}
+	if uint64(len(addrs)) != need {
+		return fmt.Errorf("map pages: %d pages given, %d needed for %d bytes at %#x: %w",
+			len(addrs), need, length, iova, ErrInvalidArgument)
+	}
+	m := &mapping{
+		span:     span{base: iova, length: length},
+		acc:      acc,
+		accPages: append([]uint64(nil), addrs...),
+		shift:    uint(bits.TrailingZeros64(uint64(pageSize))),
+		first:    first,
+	}
+	return mr.setPages(m, len(addrs))
 }
 
 // bounceSize is the most one accessor call moves.

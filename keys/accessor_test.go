@@ -244,3 +244,46 @@ func TestAccessorMRLargeCopy(t *testing.T) {
 	got := mr.ReadAt(p, 0)
 	require.Equal(t, bounceSize+4096, got, "up to the unmapped page")
 }
+
+// TestAccessorPages fast-registers pages of a process in scattered order
+// and copies across their boundaries.
+func TestAccessorPages(t *testing.T) {
+	const ps = 64
+	proc := newFakeProc(0x20000, 8*ps, ps)
+	tb := NewTable(8)
+	pd := NewPD(1)
+	mr, err := tb.AllocMR(pd, 3)
+	require.NoError(t, err)
+	// Pages 5, 1, 6 of the process; the region starts 10 bytes into the
+	// first and ends 20 bytes into the last.
+	addrs := []uint64{0x20000 + 5*ps, 0x20000 + 1*ps, 0x20000 + 6*ps}
+	const iova = 0x9000 + 10
+	const length = 2*ps - 10 + 20
+	require.ErrorIs(t, mr.MapAccessorPages(proc, addrs[:2], ps, iova, length), ErrInvalidArgument, "too few pages")
+	require.ErrorIs(t, mr.MapAccessorPages(nil, addrs, ps, iova, length), ErrInvalidArgument)
+	require.ErrorIs(t, mr.MapAccessorPages(proc, addrs, 12, iova, length), ErrInvalidArgument, "page size")
+	require.NoError(t, mr.MapAccessorPages(proc, addrs, ps, iova, length))
+	require.NoError(t, tb.FastReg(pd, mr, 3, LocalWrite|RemoteRead|RemoteWrite))
+	require.True(t, mr.Accessed())
+	_, err = tb.CheckRemote(pd, mr.Rkey, iova, length, RemoteRead)
+	require.NoError(t, err)
+
+	p := make([]byte, length)
+	require.Equal(t, length, mr.ReadAt(p, iova))
+	var want []byte
+	want = append(want, proc.mem[5*ps+10:6*ps]...)
+	want = append(want, proc.mem[1*ps:2*ps]...)
+	want = append(want, proc.mem[6*ps:6*ps+20]...)
+	require.Equal(t, want, p)
+	require.Equal(t, 8, mr.WriteAt([]byte("straddle"), iova+ps-10-4))
+	require.Equal(t, "stra", string(proc.mem[6*ps-4:6*ps]))
+	require.Equal(t, "ddle", string(proc.mem[1*ps:1*ps+4]))
+	_, ok := mr.View(iova, 8)
+	require.False(t, ok)
+
+	// Invalidate and map slice pages: the MR is an ordinary page list again.
+	require.NoError(t, tb.Invalidate(pd, mr.Rkey))
+	require.NoError(t, mr.MapPages(makePages(1, ps), ps, 0x1000, ps))
+	require.NoError(t, tb.FastReg(pd, mr, 4, LocalWrite))
+	require.False(t, mr.Accessed())
+}

@@ -44,8 +44,9 @@ type mapping struct {
 	shift uint     // log2 page size
 	first uint64   // offset of the first byte within pages[0]
 
-	acc     Accessor // memory reached through calls (RegMRAccessor), or nil
-	accAddr uint64   // acc's address of byte 0
+	acc      Accessor // memory reached through calls (RegMRAccessor), or nil
+	accAddr  uint64   // acc's address of byte 0
+	accPages []uint64 // or acc's address of each page (MapAccessorPages)
 }
 
 var emptyMapping = &mapping{}
@@ -143,19 +144,12 @@ func (mr *MR) MapPages(pages [][]byte, pageSize int, iova uint64, length uint64)
 	if pageSize < MinPageSize || pageSize&(pageSize-1) != 0 {
 		return fmt.Errorf("map pages: page size %d: %w", pageSize, ErrInvalidArgument)
 	}
-	if iova+length < iova {
-		return fmt.Errorf("map pages: iova %#x + length %d overflows: %w", iova, length, ErrInvalidArgument)
+	need, first, err := pagesFor(pageSize, iova, length)
+	if err != nil {
+		return err
 	}
 	ps := uint64(pageSize)
-	first := iova & (ps - 1)
-	end := first + length // cannot overflow: first <= iova
-	need := end / ps
-	if end%ps != 0 {
-		need++
-	}
-	if length == 0 {
-		need = 0
-	}
+	end := first + length
 	if uint64(len(pages)) != need {
 		return fmt.Errorf("map pages: %d pages given, %d needed for %d bytes at %#x: %w",
 			len(pages), need, length, iova, ErrInvalidArgument)
@@ -178,7 +172,34 @@ func (mr *MR) MapPages(pages [][]byte, pageSize int, iova uint64, length uint64)
 		shift: uint(bits.TrailingZeros64(ps)),
 		first: first,
 	}
+	return mr.setPages(m, len(pages))
+}
 
+// pagesFor returns how many pages of pageSize (a checked power of two) a
+// region of length bytes at iova touches, and iova's offset in the first.
+func pagesFor(pageSize int, iova, length uint64) (need, first uint64, err error) {
+	if iova+length < iova {
+		return 0, 0, fmt.Errorf("map pages: iova %#x + length %d overflows: %w", iova, length, ErrInvalidArgument)
+	}
+	ps := uint64(pageSize)
+	first = iova & (ps - 1)
+	end := first + length // cannot overflow: first <= iova
+	need = end / ps
+	if end%ps != 0 {
+		need++
+	}
+	if length == 0 {
+		need = 0
+	}
+	return need, first, nil
+}
+
+// setPages makes m, a page list of n pages, the memory of the
+// fast-register MR mr, if it is invalid.
+func (mr *MR) setPages(m *mapping, n int) error {
+	if mr == nil || mr.table == nil {
+		return fmt.Errorf("map pages: nil mr: %w", ErrInvalidArgument)
+	}
 	t := mr.table
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -189,10 +210,10 @@ func (mr *MR) MapPages(pages [][]byte, pageSize int, iova uint64, length uint64)
 		return fmt.Errorf("map pages: mr %#x is deregistered: %w", mr.Lkey, ErrInvalidState)
 	case mr.valid:
 		return fmt.Errorf("map pages: mr %#x is valid, invalidate it first: %w", mr.Lkey, ErrInvalidState)
-	case len(pages) > mr.maxPages:
-		return fmt.Errorf("map pages: %d pages, mr holds %d: %w", len(pages), mr.maxPages, ErrInvalidArgument)
+	case n > mr.maxPages:
+		return fmt.Errorf("map pages: %d pages, mr holds %d: %w", n, mr.maxPages, ErrInvalidArgument)
 	}
-	mr.IOVA, mr.Length = iova, length
+	mr.IOVA, mr.Length = m.base, m.length
 	mr.mem.Store(m)
 	return nil
 }

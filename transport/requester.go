@@ -493,7 +493,19 @@ func (c *Conn) execLocalLocked(w *qp.SendWQE) {
 	case qp.OpLocalInv:
 		err = kt.Invalidate(pd, w.WR.InvalidateRkey)
 	case qp.OpRegMR:
-		err = kt.FastReg(pd, w.WR.Reg.MR, w.WR.Reg.Key, w.WR.Reg.Access)
+		r := w.WR.Reg
+		switch m := r.Map; {
+		case m == nil:
+		case r.MR.PD != pd:
+			err = keys.ErrPDMismatch
+		case m.Acc != nil:
+			err = r.MR.MapAccessorPages(m.Acc, m.Addrs, m.PageSize, m.IOVA, m.Length)
+		default:
+			err = r.MR.MapPages(m.Pages, m.PageSize, m.IOVA, m.Length)
+		}
+		if err == nil {
+			err = kt.FastReg(pd, r.MR, r.Key, r.Access)
+		}
 	case qp.OpBindMW:
 		b := w.WR.Bind
 		if b.MW.PD != pd {
