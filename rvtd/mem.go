@@ -22,13 +22,18 @@ func mrKey(lkey uint32) uint32 { return lkey &^ 0xff }
 const maxFastRegPages = 1 << 18
 
 // regMRVM registers client memory the daemon reaches with process_vm:
-// checked at once by reading its first and last byte (EPERM, EFAULT).
+// checked at once by reading its first and last byte (EPERM, EFAULT). It
+// counts against the session's MR limit but not against mem_bytes, which
+// bounds the shared memory the daemon maps: kind-2 memory costs the daemon
+// nothing (it is neither mapped nor pinned).
 func (ss *session) regMRVM(h uint32, m *proto.RegMR) (proto.Body, []int, error) {
 	if m.Shm != 0 || m.ShmOffset != 0 || m.Length == 0 {
 		return nil, nil, proto.EINVAL
 	}
 	if ss.proc == nil {
-		return nil, nil, proto.EPERM // no access to the client's memory at all
+		// No pidfd for the client (logged at hello): the daemon could not
+		// tell the client from a later process with its pid.
+		return nil, nil, proto.EOPNOTSUPP
 	}
 	ss.mu.Lock()
 	p := lookupLocked[pdObj](ss, h)
@@ -36,7 +41,7 @@ func (ss *session) regMRVM(h uint32, m *proto.RegMR) (proto.Body, []int, error) 
 	case p == nil:
 		ss.mu.Unlock()
 		return nil, nil, proto.EINVAL
-	case ss.nmr >= ss.srv.cfg.Limits.MRs, ss.mem+m.Length > ss.srv.cfg.Limits.MemBytes, ss.mem+m.Length < ss.mem:
+	case ss.nmr >= ss.srv.cfg.Limits.MRs:
 		ss.mu.Unlock()
 		return nil, nil, proto.ENOMEM
 	}
@@ -50,7 +55,7 @@ func (ss *session) regMRVM(h uint32, m *proto.RegMR) (proto.Body, []int, error) 
 	if lookupLocked[pdObj](ss, h) != p {
 		return nil, nil, proto.EINVAL
 	}
-	if ss.nmr >= ss.srv.cfg.Limits.MRs || ss.mem+m.Length > ss.srv.cfg.Limits.MemBytes {
+	if ss.nmr >= ss.srv.cfg.Limits.MRs {
 		return nil, nil, proto.ENOMEM
 	}
 	mr, err := p.pd.RegMRAccessor(ss.proc, m.Addr, m.Length, m.IOVA, keys.Access(m.Access))
@@ -61,7 +66,6 @@ func (ss *session) regMRVM(h uint32, m *proto.RegMR) (proto.Body, []int, error) 
 	o.handle = ss.addLocked(o)
 	ss.lkeys[o.key] = o
 	ss.nmr++
-	ss.mem += m.Length
 	p.refs++
 	return &proto.MRReply{MR: o.handle, LKey: mr.Lkey, RKey: mr.Rkey}, nil, nil
 }

@@ -81,7 +81,7 @@ type mrObj struct {
 	iova   uint64
 	length uint64
 	key    uint32 // mrKey of its lkey, fixed for its life
-	vm     bool   // kind 2: length counts in the session's registered bytes
+	vm     bool   // kind 2
 	fast   bool   // alloc_mr: its keys and range change with REG_MR WQEs
 
 	maxPages uint32           // alloc_mr
@@ -658,9 +658,6 @@ func (ss *session) deregLocked(o *mrObj) error {
 	}
 	for sh := range o.segs {
 		sh.refs--
-	}
-	if o.vm {
-		ss.mem -= o.length
 	}
 	return nil
 }
