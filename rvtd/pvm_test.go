@@ -25,14 +25,17 @@ const (
 	accessAtomic = 8 // IBV_ACCESS_REMOTE_ATOMIC
 	testPD       = 2 // newNode's PD: the first handle after the device's
 
-	pvmSize    = 2 << 20
-	pvmReadOff = 512 << 10 // the owner's READ source
-	pvmReadLen = 64 << 10
-	pvmRecvOff = 1 << 20 // where the peer's SEND lands
-	pvmSendLen = 5000
-	pvmAtomOff = 1536 << 10 // the atomic word
-	pvmSeedR   = 3
-	pvmSeedS   = 4
+	pvmSize     = 2 << 20
+	pvmReadOff  = 512 << 10 // the owner's READ source
+	pvmReadLen  = 64 << 10
+	pvmRecvOff  = 1 << 20 // where the peer's SEND lands
+	pvmSendLen  = 5000
+	pvmAtomOff  = 1536 << 10 // the atomic word
+	pvmSeedR    = 3
+	pvmSeedS    = 4
+	pvmSeedB    = 5
+	pvmBackOff  = 2<<20 + 512<<10 // in the peer's segment: the owner's WRITE back
+	pvmBackRecv = 3<<20 + 512<<10 // and its SEND back
 
 	wcRemAccessErr = 10 // IBV_WC_REM_ACCESS_ERR
 	wcLocProtErr   = 4  // IBV_WC_LOC_PROT_ERR
@@ -113,9 +116,10 @@ func pvmRole(role, sock, dev string) error {
 			return err
 		}
 		ep.Addr, ep.RKey = mr.Addr, mr.RKey
-		if _, err := n.exchange(ep, func() error {
+		peerEP, err := n.exchange(ep, func() error {
 			return n.qp.PostRecv(7, client.SGE{Addr: mr.Addr + pvmRecvOff, Length: 8192, LKey: mr.LKey})
-		}); err != nil {
+		})
+		if err != nil {
 			return err
 		}
 		if role == "pvm-victim" {
@@ -148,6 +152,22 @@ func pvmRole(role, sock, dev string) error {
 		if v := binary.NativeEndian.Uint64(buf[pvmAtomOff:]); v != 7 {
 			return fmt.Errorf("atomics on kind-2 memory: the word is %d, want 7 (100 + 5, then swapped)", v)
 		}
+		// The other way: kind-2 memory as the source of its own SEND
+		// and WRITE (the daemon gathers with process_vm_readv).
+		for j := 0; j < pvmReadLen; j++ {
+			buf[pvmReadOff+j] = pattern(pvmSeedB, j)
+		}
+		wc, err := n.one(client.SendWR{WRID: 20, Opcode: 2, Flags: 2,
+			SGL: []client.SGE{{Addr: mr.Addr + pvmReadOff, Length: 3000, LKey: mr.LKey}}})
+		if err != nil || wc.Status != 0 {
+			return fmt.Errorf("SEND from kind-2 memory: %+v %v", wc, err)
+		}
+		wc, err = n.one(client.SendWR{WRID: 21, Opcode: 0, Flags: 2,
+			SGL:        []client.SGE{{Addr: mr.Addr + pvmReadOff, Length: pvmReadLen, LKey: mr.LKey}},
+			RemoteAddr: peerEP.Addr + pvmBackOff, RKey: peerEP.RKey})
+		if err != nil || wc.Status != 0 {
+			return fmt.Errorf("WRITE from kind-2 memory: %+v %v", wc, err)
+		}
 		if err := n.dev.DeregMR(mr); err != nil {
 			return err
 		}
@@ -157,7 +177,9 @@ func pvmRole(role, sock, dev string) error {
 		if err != nil {
 			return err
 		}
-		peer, err := n.exchange(ep, nil)
+		peer, err := n.exchange(ep, func() error {
+			return n.qp.PostRecv(30, client.SGE{Addr: n.mr.Addr + pvmBackRecv, Length: 4096, LKey: n.mr.LKey})
+		})
 		if err != nil {
 			return err
 		}
@@ -218,6 +240,27 @@ func pvmRole(role, sock, dev string) error {
 			return fmt.Errorf("CMP_SWAP returned %d, want 105", v)
 		}
 		fmt.Println("PEEROK")
+		if _, err := readLine("BACK"); err != nil {
+			return err
+		}
+		wcs, err := n.poll(1)
+		if err != nil {
+			return err
+		}
+		if wc := wcs[0]; wc.Status != 0 || wc.WRID != 30 || wc.ByteLen != 3000 {
+			return fmt.Errorf("receive of the SEND from kind-2 memory: %+v", wc)
+		}
+		for j := 0; j < 3000; j++ {
+			if mem[pvmBackRecv+j] != pattern(pvmSeedB, j) {
+				return fmt.Errorf("SEND from kind-2 memory: byte %d is %#x", j, mem[pvmBackRecv+j])
+			}
+		}
+		for j := 0; j < pvmReadLen; j++ {
+			if mem[pvmBackOff+j] != pattern(pvmSeedB, j) {
+				return fmt.Errorf("WRITE from kind-2 memory: byte %d is %#x", j, mem[pvmBackOff+j])
+			}
+		}
+		fmt.Println("BACKOK")
 	default:
 		return fmt.Errorf("unknown role %s", role)
 	}
@@ -268,6 +311,8 @@ func TestProcessVMBetweenProcesses(t *testing.T) {
 	peer.expect("PEEROK")
 	owner.send("CHECK")
 	owner.expect("PVMOK")
+	peer.send("BACK")
+	peer.expect("BACKOK")
 	owner.in.Close()
 	peer.in.Close()
 	if err := owner.cmd.Wait(); err != nil {
