@@ -60,6 +60,9 @@ func runRole(role, sock, dev string) error {
 	if role == "garbage" {
 		return garbageRole(sock)
 	}
+	if strings.HasPrefix(role, "pvm-") {
+		return pvmRole(role, sock, dev) // pvm_test.go
+	}
 	n, err := newNode(sock, dev)
 	if err != nil {
 		return err
