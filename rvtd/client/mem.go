@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
-	"sync"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -16,23 +15,21 @@ import (
 // Memory the daemon reaches with process_vm_readv/writev (reg_mr kind 2,
 // docs/rvtd-protocol.md section 8), and fast-register MRs.
 
-// ptracerSet records the sessions that have called PR_SET_PTRACER.
-var ptracerSet sync.Map // *Client -> struct{}
-
 // allowDaemon lets the daemon ptrace-read this process (Yama ptrace_scope
 // 1), once per session: prctl(PR_SET_PTRACER, daemon pid). Without Yama
 // the call fails with EINVAL and the ordinary ptrace rules apply (same
 // user, or CAP_SYS_PTRACE); that is not an error here.
 func (c *Client) allowDaemon() error {
-	if _, done := ptracerSet.Load(c); done {
-		return nil
-	}
-	err := unix.Prctl(unix.PR_SET_PTRACER, uintptr(c.Hello.DaemonPID), 0, 0, 0)
-	if err != nil && !errors.Is(err, unix.EINVAL) {
+	var err error
+	c.ptracer.Do(func() {
+		err = unix.Prctl(unix.PR_SET_PTRACER, uintptr(c.Hello.DaemonPID), 0, 0, 0)
+		if errors.Is(err, unix.EINVAL) {
+			err = nil
+		}
+	})
+	if err != nil {
 		return fmt.Errorf("prctl(PR_SET_PTRACER, %d): %w", c.Hello.DaemonPID, err)
 	}
-	ptracerSet.Store(c, struct{}{})
-	c.own(func() { ptracerSet.Delete(c) })
 	return nil
 }
 
