@@ -43,6 +43,10 @@ type mapping struct {
 	pages [][]byte // page list (fast register)
 	shift uint     // log2 page size
 	first uint64   // offset of the first byte within pages[0]
+
+	acc      Accessor // memory reached through calls (RegMRAccessor), or nil
+	accAddr  uint64   // acc's address of byte 0
+	accPages []uint64 // or acc's address of each page (MapAccessorPages)
 }
 
 var emptyMapping = &mapping{}
@@ -140,19 +144,12 @@ func (mr *MR) MapPages(pages [][]byte, pageSize int, iova uint64, length uint64)
 	if pageSize < MinPageSize || pageSize&(pageSize-1) != 0 {
 		return fmt.Errorf("map pages: page size %d: %w", pageSize, ErrInvalidArgument)
 	}
-	if iova+length < iova {
-		return fmt.Errorf("map pages: iova %#x + length %d overflows: %w", iova, length, ErrInvalidArgument)
+	need, first, err := pagesFor(pageSize, iova, length)
+	if err != nil {
+		return err
 	}
 	ps := uint64(pageSize)
-	first := iova & (ps - 1)
-	end := first + length // cannot overflow: first <= iova
-	need := end / ps
-	if end%ps != 0 {
-		need++
-	}
-	if length == 0 {
-		need = 0
-	}
+	end := first + length
 	if uint64(len(pages)) != need {
 		return fmt.Errorf("map pages: %d pages given, %d needed for %d bytes at %#x: %w",
 			len(pages), need, length, iova, ErrInvalidArgument)
@@ -175,7 +172,34 @@ func (mr *MR) MapPages(pages [][]byte, pageSize int, iova uint64, length uint64)
 		shift: uint(bits.TrailingZeros64(ps)),
 		first: first,
 	}
+	return mr.setPages(m, len(pages))
+}
 
+// pagesFor returns how many pages of pageSize (a checked power of two) a
+// region of length bytes at iova touches, and iova's offset in the first.
+func pagesFor(pageSize int, iova, length uint64) (need, first uint64, err error) {
+	if iova+length < iova {
+		return 0, 0, fmt.Errorf("map pages: iova %#x + length %d overflows: %w", iova, length, ErrInvalidArgument)
+	}
+	ps := uint64(pageSize)
+	first = iova & (ps - 1)
+	end := first + length // cannot overflow: first <= iova
+	need = end / ps
+	if end%ps != 0 {
+		need++
+	}
+	if length == 0 {
+		need = 0
+	}
+	return need, first, nil
+}
+
+// setPages makes m, a page list of n pages, the memory of the
+// fast-register MR mr, if it is invalid.
+func (mr *MR) setPages(m *mapping, n int) error {
+	if mr == nil || mr.table == nil {
+		return fmt.Errorf("map pages: nil mr: %w", ErrInvalidArgument)
+	}
 	t := mr.table
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -186,10 +210,10 @@ func (mr *MR) MapPages(pages [][]byte, pageSize int, iova uint64, length uint64)
 		return fmt.Errorf("map pages: mr %#x is deregistered: %w", mr.Lkey, ErrInvalidState)
 	case mr.valid:
 		return fmt.Errorf("map pages: mr %#x is valid, invalidate it first: %w", mr.Lkey, ErrInvalidState)
-	case len(pages) > mr.maxPages:
-		return fmt.Errorf("map pages: %d pages, mr holds %d: %w", len(pages), mr.maxPages, ErrInvalidArgument)
+	case n > mr.maxPages:
+		return fmt.Errorf("map pages: %d pages, mr holds %d: %w", n, mr.maxPages, ErrInvalidArgument)
 	}
-	mr.IOVA, mr.Length = iova, length
+	mr.IOVA, mr.Length = m.base, m.length
 	mr.mem.Store(m)
 	return nil
 }
@@ -340,8 +364,10 @@ func (mr *MR) Windows() int {
 // bytes copied. Addresses are those of the checks: from IOVA, or from 0 for a
 // ZeroBased MR. The caller has checked the range (CheckLocal/CheckRemote); a
 // range that is not inside the MR is clamped, never a panic, so a short count
-// means the MR was remapped under the caller. Page-list MRs copy across page
-// boundaries. No locking, no allocation.
+// means the MR was remapped under the caller, or (RegMRAccessor) that its
+// accessor failed: the caller treats it as a protection error. Page-list MRs
+// copy across page boundaries. No locking, no allocation (beyond what an
+// accessor does).
 func (mr *MR) ReadAt(p []byte, iova uint64) int { return mr.mem.Load().copy(p, iova, false) }
 
 // WriteAt copies p into the MR at address iova and returns the number of
@@ -351,7 +377,8 @@ func (mr *MR) WriteAt(p []byte, iova uint64) int { return mr.mem.Load().copy(p, 
 // Word returns the 8 bytes of the MR at iova, for atomics: View(iova, 8). The
 // caller has checked bounds and alignment. It returns nil if the 8 bytes are
 // not inside the MR or not contiguous in memory (they straddle pages of a
-// ZeroBased page-list MR whose IOVA is not 8-byte aligned).
+// ZeroBased page-list MR whose IOVA is not 8-byte aligned), and always for
+// an accessor MR: the engine uses Atomic64, which handles every kind.
 func (mr *MR) Word(iova uint64) []byte {
 	b, _ := mr.View(iova, 8)
 	return b
@@ -401,6 +428,9 @@ func (m *mapping) copy(p []byte, addr uint64, write bool) int {
 		p = p[:rem]
 	}
 	if m.pages == nil {
+		if m.acc != nil {
+			return m.accCopy(p, off, write)
+		}
 		if write {
 			return memx.Copy(m.buf[off:], p)
 		}
@@ -443,6 +473,9 @@ func (mr *MR) View(iova uint64, n uint64) (b []byte, ok bool) {
 		return nil, false
 	}
 	if m.pages == nil {
+		if m.acc != nil {
+			return nil, false // no slice: the caller copies with ReadAt
+		}
 		return m.buf[off : off+n : off+n], true
 	}
 	pos := off + m.first

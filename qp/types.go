@@ -337,6 +337,21 @@ type RegWR struct {
 	MR     *keys.MR
 	Key    uint8
 	Access keys.Access
+	// Map, if set, is the page list the WR maps before registering (the
+	// MR's MapPages or MapAccessorPages when the WR executes, in order with
+	// the send queue's LOCAL_INVs); nil registers what the MR has.
+	Map *PageMap
+}
+
+// PageMap is a fast-register page list: Pages (slices), or Addrs of
+// memory reached through Acc; the region is Length bytes at IOVA.
+type PageMap struct {
+	Pages    [][]byte
+	Acc      keys.Accessor
+	Addrs    []uint64
+	PageSize int
+	IOVA     uint64
+	Length   uint64
 }
 
 // RecvWR is a receive work request, as ibv_recv_wr.

@@ -57,7 +57,7 @@ func (r *remoteDev) regMR(pd *PD, buf []byte, iova uint64, access Access) (*MR, 
 		if len(buf) > 0 {
 			addr = uint64(uintptr(unsafe.Pointer(&buf[0])))
 		}
-		m, err = r.dev.RegMRVM(pd.rh, addr, uint64(len(buf)), iova, uint32(access))
+		m, err = r.dev.RegMemAt(pd.rh, addr, uint64(len(buf)), iova, uint32(access))
 		switch {
 		case errors.Is(err, proto.EPERM):
 			return nil, remoteErr("reg MR: rvtd may not read this process's memory (process_vm_readv refused: "+
@@ -105,7 +105,7 @@ func (r *remoteDev) deregMR(mr *MR) error {
 	if h == 0 {
 		return fmt.Errorf("dereg MR: %w: not an MR of this device", ErrInvalidArgument)
 	}
-	if err := r.dev.DeregMR(h); err != nil {
+	if err := r.dev.DeregMR(&client.MR{Handle: h}); err != nil {
 		return remoteErr("dereg MR", err)
 	}
 	r.mu.Lock()

@@ -384,6 +384,8 @@ func (q *qpObj) sendWR(k int, idx uint32) (qp.SendWR, uint64, cq.Status) {
 		wr.Bind = &qp.BindWR{MW: mw.mw, MR: mr.mr, Addr: w.RemoteAddr(), Length: w.CompareAdd(),
 			Access: keys.Access(uint32(w.Swap())), Key: uint8(w.RKey())}
 		return wr, w.WRID(), 0
+	case qp.OpRegMR:
+		return q.regMRWR(w, wr)
 	default:
 		return wr, w.WRID(), cq.LocQPOpErr // unknown opcodes
 	}

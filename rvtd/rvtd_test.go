@@ -60,6 +60,9 @@ func runRole(role, sock, dev string) error {
 	if role == "garbage" {
 		return garbageRole(sock)
 	}
+	if strings.HasPrefix(role, "pvm-") {
+		return pvmRole(role, sock, dev) // pvm_test.go
+	}
 	n, err := newNode(sock, dev)
 	if err != nil {
 		return err
@@ -192,6 +195,9 @@ func runRole(role, sock, dev string) error {
 				outstanding--
 				if wc.Status != 0 {
 					fmt.Println("ERR", wc.Status, done)
+					// Keep the session until the test has looked at
+					// the daemon: it closes stdin.
+					_, _ = line("NEVER")
 					return nil
 				}
 				done++

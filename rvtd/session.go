@@ -33,12 +33,14 @@ type session struct {
 	mu      sync.Mutex // guards the fields below
 	objs    map[uint32]any
 	next    uint32
-	lkeys   map[uint32]*mrObj // the session's MRs by lkey, for SGE checks
+	lkeys   map[uint32]*mrObj // the session's MRs by lkey without its key byte (mrKey), for SGE checks
 	nqp     int
 	nmr     int
 	ncqe    int
 	mem     uint64
 	helloed bool
+
+	proc procAccessor // the client's memory (reg_mr kind 2), from hello on; nil if unavailable
 }
 
 // The session's objects, named by handles.
@@ -74,10 +76,16 @@ type shmObj struct {
 type mrObj struct {
 	handle uint32
 	pd     *pdObj
-	shm    *shmObj
+	shm    *shmObj // kind 1; nil for kind 2 and fast-register MRs
 	mr     *rvt.MR
 	iova   uint64
 	length uint64
+	key    uint32 // mrKey of its lkey, fixed for its life
+	vm     bool   // kind 2
+	fast   bool   // alloc_mr: its keys and range change with REG_MR WQEs
+
+	maxPages uint32           // alloc_mr
+	segs     map[*shmObj]bool // segments REG_MR WQEs of a fast-register MR named (session.mu)
 }
 
 type mwObj struct {
@@ -235,6 +243,11 @@ func (ss *session) hello(msg proto.Msg) bool {
 		return false
 	}
 	ss.helloed = true
+	if p, err := openProcAccessor(int(ss.pid)); err == nil {
+		ss.proc = p
+	} else {
+		ss.log.Info("no process_vm access to the client: reg_mr kind 2 refused", "err", err)
+	}
 	ss.log.Info("hello", "client", m.Client, "version", fmt.Sprintf("%d.%d", m.Major, m.Minor))
 	return ss.reply(msg.Header, 0, &proto.HelloReply{
 		Magic: proto.Magic, Major: proto.Major, Minor: min(m.Minor, proto.Minor),
@@ -282,6 +295,8 @@ func (ss *session) dispatch(m proto.Msg) (proto.Body, []int, error) {
 		return ss.regMR(h, m.Body.(*proto.RegMR))
 	case proto.OpDeregMR:
 		return nil, nil, ss.deregMR(h)
+	case proto.OpAllocMR:
+		return ss.allocMR(h, m.Body.(*proto.AllocMR))
 	case proto.OpCreateCompChannel:
 		return ss.createChannel(h)
 	case proto.OpDestroyCompChannel:
@@ -592,7 +607,7 @@ func (ss *session) regMR(h uint32, m *proto.RegMR) (proto.Body, []int, error) {
 	switch m.Kind {
 	case proto.MRShm:
 	case proto.MRVM:
-		return nil, nil, proto.EOPNOTSUPP // process_vm MRs: not yet (docs/rvtd.md)
+		return ss.regMRVM(h, m)
 	default:
 		return nil, nil, proto.EINVAL
 	}
@@ -611,9 +626,9 @@ func (ss *session) regMR(h uint32, m *proto.RegMR) (proto.Body, []int, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	o := &mrObj{pd: p, shm: sh, mr: mr, iova: m.IOVA, length: m.Length}
+	o := &mrObj{pd: p, shm: sh, mr: mr, iova: m.IOVA, length: m.Length, key: mrKey(mr.Lkey)}
 	o.handle = ss.addLocked(o)
-	ss.lkeys[mr.Lkey] = o
+	ss.lkeys[o.key] = o
 	ss.nmr++
 	p.refs++
 	sh.refs++
@@ -631,15 +646,19 @@ func (ss *session) deregMR(h uint32) error {
 }
 
 func (ss *session) deregLocked(o *mrObj) error {
-	lkey := o.mr.Lkey
 	if err := o.pd.ctx.d.dev.DeregMR(o.mr); err != nil {
 		return err
 	}
 	delete(ss.objs, o.handle)
-	delete(ss.lkeys, lkey)
+	delete(ss.lkeys, o.key)
 	ss.nmr--
 	o.pd.refs--
-	o.shm.refs--
+	if o.shm != nil {
+		o.shm.refs--
+	}
+	for sh := range o.segs {
+		sh.refs--
+	}
 	return nil
 }
 
@@ -648,12 +667,15 @@ func (ss *session) deregLocked(o *mrObj) error {
 // the engine's.
 func (ss *session) sgeOK(pd *pdObj, lkey uint32, addr uint64, length uint32) bool {
 	ss.mu.Lock()
-	o := ss.lkeys[lkey]
+	o := ss.lkeys[mrKey(lkey)]
 	ss.mu.Unlock()
 	if o == nil || o.pd != pd {
 		return false
 	}
-	return addr >= o.iova && uint64(length) <= o.length && addr-o.iova <= o.length-uint64(length)
+	if o.fast {
+		return true // its key byte and range follow REG_MR WQEs: the engine checks
+	}
+	return o.mr.Lkey == lkey && addr >= o.iova && uint64(length) <= o.length && addr-o.iova <= o.length-uint64(length)
 }
 
 func (ss *session) allocMW(h uint32, m *proto.AllocMW) (proto.Body, []int, error) {
@@ -938,6 +960,9 @@ func (ss *session) teardown() {
 	clear(ss.objs)
 	clear(ss.lkeys)
 	ss.mu.Unlock()
+	if ss.proc != nil {
+		ss.proc.Close() // after the MRs that read through it are gone
+	}
 	ss.log.Info("session end", "qps", len(qps), "mrs", len(mrs), "cqs", len(cqs))
 }
 

@@ -253,7 +253,10 @@ func (c *Conn) readResponseLocked(p *Packet, a *qp.Attr) {
 		c.failOldestLocked(cq.BadRespErr)
 		return
 	}
-	scatter(w.WR.SGL, w.MRs, w.Done, p.Payload())
+	if !scatter(w.WR.SGL, w.MRs, w.Done, p.Payload()) {
+		c.failOldestLocked(cq.LocProtErr) // the READ's memory is gone
+		return
+	}
 	w.Done += n
 	c.progressLocked(p.LastPSN().Add(1))
 	if info.Has(FlagEnd) {
@@ -273,7 +276,10 @@ func (c *Conn) atomicAckLocked(p *Packet) {
 	}
 	var orig [8]byte
 	binary.NativeEndian.PutUint64(orig[:], p.AtomicAckETH().OrigData())
-	scatter(w.WR.SGL, w.MRs, 0, orig[:])
+	if !scatter(w.WR.SGL, w.MRs, 0, orig[:]) {
+		c.failOldestLocked(cq.LocProtErr)
+		return
+	}
 	w.Done = 8
 	w.State, w.Status = qp.WQEDone, cq.Success
 	c.req.rdAtomic--

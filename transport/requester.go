@@ -202,20 +202,25 @@ func seekSGE(sgl []qp.SGE, off uint32) (int, uint32) {
 }
 
 // gather copies len(dst) payload bytes of w, starting at message offset off.
-func gather(w *qp.SendWQE, off uint32, dst []byte) {
+// It reports false if an MR gave fewer bytes than asked: its memory is no
+// longer reachable (an accessor MR whose process is gone or unmapped the
+// range), a local protection error.
+func gather(w *qp.SendWQE, off uint32, dst []byte) bool {
 	if w.WR.Flags&qp.Inline != 0 {
 		copy(dst, w.WR.InlineData[off:])
-		return
+		return true
 	}
+	ok := true
 	i, at := seekSGE(w.WR.SGL, off)
 	for ; i < len(w.WR.SGL) && len(dst) > 0; i, at = i+1, 0 {
 		s := w.WR.SGL[i]
 		n := min(uint32(len(dst)), s.Length-at)
-		if w.MRs[i] != nil {
-			w.MRs[i].ReadAt(dst[:n], s.Addr+uint64(at))
+		if w.MRs[i] != nil && w.MRs[i].ReadAt(dst[:n], s.Addr+uint64(at)) != int(n) {
+			ok = false
 		}
 		dst = dst[n:]
 	}
+	return ok
 }
 
 // view returns the n payload bytes of w at message offset off in place, if
@@ -235,17 +240,20 @@ func view(w *qp.SendWQE, off, n uint32) []byte {
 	return b
 }
 
-// scatter copies src into the SGE list at message offset off.
-func scatter(sgl []qp.SGE, mrs []*keys.MR, off uint32, src []byte) {
+// scatter copies src into the SGE list at message offset off. It reports
+// false if an MR took fewer bytes than given (see gather).
+func scatter(sgl []qp.SGE, mrs []*keys.MR, off uint32, src []byte) bool {
+	ok := true
 	i, at := seekSGE(sgl, off)
 	for ; i < len(sgl) && len(src) > 0; i, at = i+1, 0 {
 		s := sgl[i]
 		n := min(uint32(len(src)), s.Length-at)
-		if mrs[i] != nil {
-			mrs[i].WriteAt(src[:n], s.Addr+uint64(at))
+		if mrs[i] != nil && mrs[i].WriteAt(src[:n], s.Addr+uint64(at)) != int(n) {
+			ok = false
 		}
 		src = src[n:]
 	}
+	return ok
 }
 
 // rcOpcode picks the RC opcode of a send or write packet by its position.
@@ -417,8 +425,15 @@ func (c *Conn) sendPacketLocked(w *qp.SendWQE, a *qp.Attr, pa *path) {
 		if inPlace {
 			ext = view(w, w.Sent, payload)
 		}
-		if ext == nil {
-			gather(w, w.Sent, b[hl:hl+int(payload)])
+		if ext == nil && !gather(w, w.Sent, b[hl:hl+int(payload)]) {
+			// The source memory is gone (an accessor MR): nothing of
+			// this packet leaves; the WQE fails with a local
+			// protection error and the QP goes to ERR, flushing the
+			// rest, as an HCA's DMA fault does.
+			c.e.abortTx(t, c.sendBufs)
+			w.State, w.Status = qp.WQEError, cq.LocProtErr
+			c.enterErrLocked()
+			return
 		}
 	}
 	pad := (4 - payload%4) % 4
@@ -478,7 +493,19 @@ func (c *Conn) execLocalLocked(w *qp.SendWQE) {
 	case qp.OpLocalInv:
 		err = kt.Invalidate(pd, w.WR.InvalidateRkey)
 	case qp.OpRegMR:
-		err = kt.FastReg(pd, w.WR.Reg.MR, w.WR.Reg.Key, w.WR.Reg.Access)
+		r := w.WR.Reg
+		switch m := r.Map; {
+		case m == nil:
+		case r.MR.PD != pd:
+			err = keys.ErrPDMismatch
+		case m.Acc != nil:
+			err = r.MR.MapAccessorPages(m.Acc, m.Addrs, m.PageSize, m.IOVA, m.Length)
+		default:
+			err = r.MR.MapPages(m.Pages, m.PageSize, m.IOVA, m.Length)
+		}
+		if err == nil {
+			err = kt.FastReg(pd, r.MR, r.Key, r.Access)
+		}
 	case qp.OpBindMW:
 		b := w.WR.Bind
 		if b.MW.PD != pd {

@@ -25,6 +25,7 @@ type respState struct {
 	wresid uint32
 	wlen   uint32
 
+	faultPSN   PSN  // respReadFault: the READ response PSN that could not be read
 	nakSent    bool // a sequence or RNR NAK is out; wait for the expected PSN
 	ackPending bool // coalesced ACK to send at the end of the batch
 	ackPSN     PSN
@@ -61,6 +62,7 @@ const (
 	respLocalLen             // the receive WQE is too small
 	respLocalProt            // the receive WQE's memory is gone
 	respInvRkey              // SEND_WITH_INV named a key that cannot be invalidated
+	respReadFault            // a READ's memory failed mid-response: NAK at resp.faultPSN
 )
 
 // respError says what an RC responder does on each failure (IBTA 9.7.5.2):
@@ -80,6 +82,7 @@ var respError = [...]struct {
 	respLocalLen:  {NAKInvalidRequest, cq.LocLenErr, EventQPReqErr},
 	respLocalProt: {nak: NAKRemoteOperationalError, event: EventQPFatal},
 	respInvRkey:   {NAKInvalidRequest, cq.RemInvReqErr, EventQPReqErr},
+	respReadFault: {NAKRemoteAccessError, cq.RemAccessErr, EventQPAccessErr},
 }
 
 // recvBatch bounds the requests one run of the receive task handles.
@@ -208,12 +211,16 @@ func (c *Conn) takeWQELocked() respResult {
 	return respOK
 }
 
-// place copies payload into the receive WQE at its current offset.
+// place copies payload into the receive WQE at its current offset. If the
+// WQE's memory fails (an accessor MR) it returns respLocalProt and leaves
+// the WQE in hand for the caller to complete.
 func (c *Conn) placeLocked(data []byte) respResult {
 	if uint64(c.resp.off)+uint64(len(data)) > uint64(c.resp.wqe.Length) {
 		return respLocalLen
 	}
-	scatter(c.resp.wqe.SGL, c.resp.wqe.MRs, c.resp.off, data)
+	if !scatter(c.resp.wqe.SGL, c.resp.wqe.MRs, c.resp.off, data) {
+		return respLocalProt
+	}
 	c.resp.off += uint32(len(data))
 	return respOK
 }
@@ -252,7 +259,11 @@ func (c *Conn) rcRequestLocked(p *Packet, a *qp.Attr) {
 		c.sendAckLocked(RNRNAKSyndrome(RNRTimerCode(a.MinRNRTimer)), p.PSN)
 	default:
 		e := respError[r]
-		c.sendAckLocked(NAKSyndrome(e.nak), p.PSN)
+		psn := p.PSN
+		if r == respReadFault {
+			psn = c.resp.faultPSN
+		}
+		c.sendAckLocked(NAKSyndrome(e.nak), psn)
 		if c.resp.haveWQE {
 			c.recvWC(c.resp.wqe.WRID, e.status, cq.Recv)
 			c.resp.haveWQE = false
@@ -308,6 +319,12 @@ func (c *Conn) sendLocked(p *Packet) respResult {
 		return r
 	}
 	if r := c.placeLocked(p.Payload()); r != respOK {
+		if r == respLocalProt {
+			// As takeWQELocked for memory gone: the WQE completes
+			// here (respLocalProt carries no status).
+			c.recvWC(c.resp.wqe.WRID, cq.LocProtErr, cq.Recv)
+			c.resp.haveWQE = false
+		}
 		return r
 	}
 	c.resp.epsn = p.PSN.Add(p.PSNs())
@@ -361,7 +378,9 @@ func (c *Conn) writeLocked(p *Packet) respResult {
 		}
 	}
 	if n > 0 {
-		c.resp.wmr.WriteAt(p.Payload(), c.resp.wva)
+		if c.resp.wmr.WriteAt(p.Payload(), c.resp.wva) != int(n) {
+			return respAccess // the region's memory failed (memfault.go)
+		}
 		c.resp.wva += uint64(n)
 		c.resp.wresid -= n
 	}
@@ -411,7 +430,10 @@ func (c *Conn) readLocked(p *Packet, a *qp.Attr) respResult {
 	c.resp.epsn = p.PSN.Add(k)
 	c.resp.msn = (c.resp.msn + 1) & 0xFFFFFF
 	c.flushAckLocked()
-	c.sendReadResponsesLocked(p.PSN, mr, va, n, a)
+	if sent, ok := c.sendReadResponsesLocked(p.PSN, mr, va, n, a); !ok {
+		c.resp.faultPSN = p.PSN.Add(sent)
+		return respReadFault
+	}
 	return respOK
 }
 
@@ -425,17 +447,29 @@ func (c *Conn) atomicLocked(p *Packet) respResult {
 	if err != nil {
 		return respAccess
 	}
+	// The engine's lock makes the read-modify-write atomic against the
+	// device's other atomics (IBV_ATOMIC_HCA), also on memory reached
+	// through an accessor, which the CPU cannot update atomically.
+	var orig uint64
+	var ok bool
+	cmp, swapAdd := ae.Compare(), ae.SwapAdd()
 	c.e.atomicMu.Lock()
-	word := mr.Word(va)
-	orig := binary.NativeEndian.Uint64(word)
-	if p.Opcode == RCCompareSwap {
-		if orig == ae.Compare() {
-			binary.NativeEndian.PutUint64(word, ae.SwapAdd())
+	if m := mr.Word(va); m != nil {
+		orig, ok = binary.NativeEndian.Uint64(m), true
+		if p.Opcode != RCCompareSwap {
+			binary.NativeEndian.PutUint64(m, orig+swapAdd)
+		} else if orig == cmp {
+			binary.NativeEndian.PutUint64(m, swapAdd)
 		}
+	} else if p.Opcode == RCCompareSwap {
+		orig, ok = mr.Atomic64(va, func(old uint64) (uint64, bool) { return swapAdd, old == cmp })
 	} else {
-		binary.NativeEndian.PutUint64(word, orig+ae.SwapAdd())
+		orig, ok = mr.Atomic64(va, func(old uint64) (uint64, bool) { return old + swapAdd, true })
 	}
 	c.e.atomicMu.Unlock()
+	if !ok {
+		return respAccess
+	}
 	res := c.newResource()
 	*res = resource{valid: true, atomic: true, first: p.PSN, last: p.PSN, va: va, orig: orig}
 	c.resp.epsn = p.PSN.Add(1)
@@ -473,6 +507,8 @@ func (c *Conn) duplicateLocked(p *Packet, a *qp.Attr) {
 				return
 			}
 		}
+		// A memory fault here sends nothing more: the requester
+		// times out and asks again, or gives up.
 		c.sendReadResponsesLocked(p.PSN, mr, va, n, a)
 	case info.Has(FlagAtomic):
 		if res := c.findResource(p.PSN, true); res != nil && res.first == p.PSN {
@@ -549,8 +585,9 @@ func (c *Conn) sendAtomicAckLocked(psn PSN, orig uint64) {
 }
 
 // sendReadResponsesLocked sends the responses to a READ of n bytes at va,
-// the first with PSN psn.
-func (c *Conn) sendReadResponsesLocked(psn PSN, mr *keys.MR, va uint64, n uint32, a *qp.Attr) {
+// the first with PSN psn. If the memory fails (an accessor MR) it stops
+// and returns false with the number of responses sent.
+func (c *Conn) sendReadResponsesLocked(psn PSN, mr *keys.MR, va uint64, n uint32, a *qp.Attr) (uint32, bool) {
 	mtu := c.pmtu(a)
 	r := &c.pathLocked(a).r
 	k := npkts(n, mtu)
@@ -561,7 +598,7 @@ func (c *Conn) sendReadResponsesLocked(psn PSN, mr *keys.MR, va uint64, n uint32
 			t, b, info := c.respHeaderLocked(r, RCReadResponseOnly, psn, syn, a)
 			BTH(b).SetPadCount(uint8((4 - n%4) % 4))
 			c.e.xmitSpan(c, r, t, info.HdrLen, ext, k)
-			return
+			return k, true
 		}
 	}
 	var off uint32
@@ -589,14 +626,16 @@ func (c *Conn) sendReadResponsesLocked(psn PSN, mr *keys.MR, va uint64, n uint32
 		if ext != nil {
 			c.e.xmit(c, r, t, hl, ext)
 		} else {
-			if m > 0 {
-				mr.ReadAt(b[hl:hl+int(m)], va+uint64(off))
+			if m > 0 && mr.ReadAt(b[hl:hl+int(m)], va+uint64(off)) != int(m) {
+				c.e.abortTx(t, c.recvBufs)
+				return i, false
 			}
 			clear(b[hl+int(m) : hl+int(m+pad)])
 			c.e.xmit(c, r, t, hl+int(m+pad), nil)
 		}
 		off += m
 	}
+	return k, true
 }
 
 // ucRequestLocked runs the UC responder: no ACKs, and a lost packet drops
@@ -663,7 +702,15 @@ func (c *Conn) udRequestLocked(pb *pktBuf, a *qp.Attr) {
 		copy(grh[20:], pb.ipHdr)
 	}
 	st := cq.Success
-	if c.placeLocked(grh[:]) != respOK || c.placeLocked(p.Payload()) != respOK {
+	r := c.placeLocked(grh[:])
+	if r == respOK {
+		r = c.placeLocked(p.Payload())
+	}
+	switch r {
+	case respOK:
+	case respLocalProt:
+		st = cq.LocProtErr // the WQE's memory failed (an accessor MR)
+	default:
 		st = cq.LocLenErr
 	}
 	wc := c.recvWC(c.resp.wqe.WRID, st, cq.Recv)

@@ -3,8 +3,6 @@ package client
 import (
 	"errors"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/softverbs/softverbs/rvtd/proto"
 	"github.com/softverbs/softverbs/rvtd/ring"
 )
@@ -82,41 +80,6 @@ func (d *Device) RegMRAt(pd uint32, s *Shm, off, length, iova uint64, access uin
 	}
 	o := r.(*proto.MRReply)
 	return &MR{Handle: o.MR, LKey: o.LKey, RKey: o.RKey, Addr: addr}, nil
-}
-
-// RegMRVM registers length bytes of this process's memory at addr, not in
-// a segment (reg_mr kind 2: the daemon reaches it with process_vm_readv
-// and writev), with I/O virtual address iova.
-//
-// Before the first such registration the process lets the daemon trace
-// it (prctl(PR_SET_PTRACER, daemon pid), protocol section 8), which Yama's
-// ptrace_scope 1 requires; under scope 2 or 3 the daemon answers EPERM.
-func (d *Device) RegMRVM(pd uint32, addr, length, iova uint64, access uint32) (*MR, error) {
-	d.c.ptracer.Do(func() {
-		_ = unix.Prctl(unix.PR_SET_PTRACER, uintptr(d.c.Hello.DaemonPID), 0, 0, 0) // EINVAL without Yama: nothing to allow
-	})
-	r, err := d.c.Call(proto.OpRegMR, pd, &proto.RegMR{Kind: proto.MRVM, Access: access, Addr: addr, Length: length, IOVA: iova})
-	if err != nil {
-		return nil, err
-	}
-	o := r.(*proto.MRReply)
-	return &MR{Handle: o.MR, LKey: o.LKey, RKey: o.RKey, Addr: addr}, nil
-}
-
-// AllocMR is alloc_mr: a fast-register MR of up to maxPages pages.
-func (d *Device) AllocMR(pd uint32, maxPages uint32) (*MR, error) {
-	r, err := d.c.Call(proto.OpAllocMR, pd, &proto.AllocMR{MaxPages: maxPages})
-	if err != nil {
-		return nil, err
-	}
-	o := r.(*proto.MRReply)
-	return &MR{Handle: o.MR, LKey: o.LKey, RKey: o.RKey}, nil
-}
-
-// DeregMR is ibv_dereg_mr.
-func (d *Device) DeregMR(mr uint32) error {
-	_, err := d.c.Call(proto.OpDeregMR, mr, nil)
-	return err
 }
 
 // DeallocMW is ibv_dealloc_mw.

@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/softverbs/softverbs/rvtd/ring"
 )
 
 // directions lists the bodies of a spec: request and reply, or the event.
@@ -282,6 +286,9 @@ func TestErrnoOf(t *testing.T) {
 		{nil, 0},
 		{EADDRINUSE, EADDRINUSE},
 		{errors.New("other"), EINVAL},
+		{fmt.Errorf("shm_attach: %w", ring.ErrNotSealed), EBADF}, // docs/rvtd-protocol.md section 4
+		{unix.EFAULT, EFAULT},
+		{unix.EPERM, EPERM},
 	} {
 		require.Equal(t, tc.want, ErrnoOf(tc.err), "%v", tc.err)
 	}

@@ -1,7 +1,6 @@
 package ring
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -67,8 +66,10 @@ func Map(fd int, size int, requireSeal bool) (*Region, error) {
 	return mapFD(fd, size)
 }
 
-// ErrNotSealed: a segment that could shrink under the daemon's mapping.
-var ErrNotSealed = errors.New("memfd not sealed")
+// ErrNotSealed: a segment that could shrink under the daemon's mapping. It
+// wraps EBADF, the errno the protocol answers it with (proto.ErrnoOf;
+// proto cannot import this package, whose tests import proto).
+var ErrNotSealed = fmt.Errorf("memfd not sealed: %w", unix.EBADF)
 
 func mapFD(fd, size int) (*Region, error) {
 	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)

@@ -1,0 +1,59 @@
+package rvtd
+
+import "time"
+
+// Test hooks for the external test package.
+
+// failProbe is a procAccessor on a live process whose Probe fails with err.
+type failProbe struct {
+	*procMem
+	err error
+}
+
+func (f failProbe) Probe(addr, length uint64) error { return f.err }
+
+// SetProbeErrorForTest makes the sessions that say hello from now on refuse
+// reg_mr kind 2 with err (a proto.Errno) in their probe; the returned
+// function restores the real accessor.
+func SetProbeErrorForTest(err error) (restore func()) {
+	old := openProcAccessor
+	openProcAccessor = func(pid int) (procAccessor, error) {
+		p, e := openProcMem(pid)
+		if e != nil {
+			return nil, e
+		}
+		return failProbe{p, err}, nil
+	}
+	return func() { openProcAccessor = old }
+}
+
+// ProbeProcessForTest probes length bytes at addr in process pid as the
+// daemon does at reg_mr: nil, proto.EPERM or proto.EFAULT.
+func ProbeProcessForTest(pid int, addr, length uint64) error {
+	p, err := openProcMem(pid)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	return p.Probe(addr, length)
+}
+
+// ProcGoneForTest opens pid's accessor and reports, after wait returns,
+// whether reads through it fail and the pidfd reported the exit.
+func ProcGoneForTest(pid int, addr uint64, wait func()) (readFails, gone bool, err error) {
+	p, err := openProcMem(pid)
+	if err != nil {
+		return false, false, err
+	}
+	defer p.Close()
+	var b [1]byte
+	if _, err := p.ReadAt(b[:], addr); err != nil {
+		return false, false, err // it must work while the process lives
+	}
+	wait()
+	for deadline := time.Now().Add(5 * time.Second); !p.Gone() && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	_, rerr := p.ReadAt(b[:], addr)
+	return rerr != nil, p.Gone(), nil
+}
