@@ -82,6 +82,10 @@ func tool(t testing.TB, name string) string {
 	return p
 }
 
+// externalDaemon reports whether the tests use a daemon of another build
+// (DROPIN_RVTD_SOCKET), which may lack what this tree's rvtd serves.
+func externalDaemon() bool { return os.Getenv("DROPIN_RVTD_SOCKET") != "" }
+
 // startDaemon runs an in-process rvtd on a socket in a temporary directory,
 // serving rvt0 and rvt1 on one in-memory fabric. DROPIN_RVTD_SOCKET names
 // a running daemon to use instead (another build, or one on a TAP link
