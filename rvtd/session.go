@@ -39,6 +39,8 @@ type session struct {
 	ncqe    int
 	mem     uint64
 	helloed bool
+	minor   uint16    // the agreed minor protocol version
+	cm      cmSession // rdma_cm IDs (cm.go)
 }
 
 // The session's objects, named by handles.
@@ -235,6 +237,7 @@ func (ss *session) hello(msg proto.Msg) bool {
 		return false
 	}
 	ss.helloed = true
+	ss.minor = min(m.Minor, proto.Minor)
 	ss.log.Info("hello", "client", m.Client, "version", fmt.Sprintf("%d.%d", m.Major, m.Minor))
 	return ss.reply(msg.Header, 0, &proto.HelloReply{
 		Magic: proto.Magic, Major: proto.Major, Minor: min(m.Minor, proto.Minor),
@@ -318,6 +321,9 @@ func (ss *session) dispatch(m proto.Msg) (proto.Body, []int, error) {
 		return ss.createAH(h, m.Body.(*proto.CreateAH))
 	case proto.OpDestroyAH:
 		return nil, nil, ss.destroyAH(h)
+	}
+	if proto.IsCM(m.Op) {
+		return ss.cmDispatch(m)
 	}
 	// Known messages not served yet: fast-register MRs, SRQs,
 	// multicast (docs/rvtd.md).
@@ -862,10 +868,11 @@ func (ss *session) counters(h uint32) (proto.Body, []int, error) {
 }
 
 // teardown releases everything the session owned, in the order of
-// docs/rvtd-protocol.md section 3: QPs to error and destroyed, MRs
+// docs/rvtd-protocol.md section 3: rdma_cm IDs, QPs to error and destroyed, MRs
 // deregistered, then CQs, PDs, channels, shared memory and device contexts.
 func (ss *session) teardown() {
 	_ = ss.conn.Close()
+	ss.cmTeardown()
 	ss.mu.Lock()
 	var qps []*qpObj
 	var cqs []*cqObj

@@ -414,3 +414,36 @@ func (c *Codec) Bytes(name string, v []byte) {
 		}
 	}
 }
+
+// PutRecord lays out a record body (CMEvent, CompEvent, AsyncEvent) into
+// b, which must be exactly its size.
+func PutRecord(b []byte, r Body) error {
+	c := Codec{mode: modeEncode, b: b[:0], name: "record"}
+	r.Walk(&c)
+	if c.err != nil {
+		return c.err
+	}
+	if len(c.b) != len(b) || (len(b) > 0 && &c.b[0] != &b[0]) {
+		return &Error{Msg: "record", Err: ErrMalformed, Detail: fmt.Sprintf("%d bytes, the record has %d", len(b), len(c.b))}
+	}
+	return nil
+}
+
+// ParseRecord reads a record body from b, which must be exactly its size.
+func ParseRecord(b []byte, r Body) error {
+	c := Codec{mode: modeDecode, b: b, name: "record"}
+	r.Walk(&c)
+	if c.err != nil {
+		return c.err
+	}
+	if c.off != len(b) {
+		return &Error{Msg: "record", Err: ErrMalformed, Detail: fmt.Sprintf("%d bytes, the record has %d", len(b), c.off)}
+	}
+	return nil
+}
+
+// The rdma_cm errno values beside errno.go's.
+const (
+	EADDRNOTAVAIL = Errno(99)  // cm_bind_addr, cm_resolve_addr: an address no device has
+	EHOSTUNREACH  = Errno(113) // cm_resolve_addr: no device reaches the destination
+)
