@@ -60,6 +60,9 @@ func runRole(role, sock, dev string) error {
 	if role == "garbage" {
 		return garbageRole(sock)
 	}
+	if strings.HasPrefix(role, "cm-") {
+		return cmRole(role, sock, dev)
+	}
 	n, err := newNode(sock, dev)
 	if err != nil {
 		return err
