@@ -21,6 +21,9 @@ func (a *Agent) Options() Options { return a.opts }
 // a QP given to Accept; this is for a caller that accepted with a QP
 // number only. An established ID is left as it is.
 func (id *ID) NotifyCommEst() error {
+	if id.r != nil {
+		return id.remoteCall("notify", func() error { return id.r.cid.Notify(4) }) // IBV_EVENT_COMM_EST
+	}
 	a := id.a
 	a.mu.Lock()
 	switch id.state {
