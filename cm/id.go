@@ -198,7 +198,7 @@ func (id *ID) SetAckTimeout(t uint8) {
 // unspecified address listens on every GID, port 0 takes an ephemeral one.
 func (id *ID) BindAddr(addr netip.AddrPort) error {
 	if id.r != nil {
-		return id.r.bind(addr)
+		return id.remoteBind(addr)
 	}
 	a := id.a
 	a.mu.Lock()

@@ -194,13 +194,38 @@ func (r *remoteID) route() Route {
 		TrafficClass: q.TrafficClass}
 }
 
-func (r *remoteID) bind(addr netip.AddrPort) error {
+// devAddr returns the device's address of like's family (the daemon
+// picks devices by address: an ID of this agent must name this device's).
+func (a *Agent) devAddr(like netip.Addr) (netip.Addr, bool) {
+	like = like.Unmap()
+	for i := 0; ; i++ {
+		g, err := a.dev.QueryGID(1, i)
+		if err != nil {
+			return netip.Addr{}, false
+		}
+		if ip := g.IP(); ip.Is4() == like.Is4() && ip.IsLinkLocalUnicast() == like.IsLinkLocalUnicast() {
+			return ip, true
+		}
+	}
+}
+
+// bind binds to addr; the unspecified address means this device's
+// address (in the daemon it would mean every device's).
+func (id *ID) remoteBind(addr netip.AddrPort) error {
+	r := id.r
 	if r.err != nil {
 		return r.err
 	}
-	if !addr.Addr().IsValid() {
-		addr = netip.AddrPortFrom(netip.IPv4Unspecified(), addr.Port())
+	ip := addr.Addr()
+	if !ip.IsValid() {
+		ip = netip.IPv4Unspecified()
 	}
+	if ip.IsUnspecified() {
+		if own, ok := id.a.devAddr(ip); ok {
+			ip = own
+		}
+	}
+	addr = netip.AddrPortFrom(ip, addr.Port())
 	return rerr(fmt.Sprintf("bind %v", addr), r.cid.BindAddr(addr))
 }
 
@@ -300,6 +325,12 @@ func (id *ID) remoteOption(name uint32, v uint8) {
 func (id *ID) remoteResolveAddr(src netip.Addr, dst netip.AddrPort) error {
 	if id.r.err != nil {
 		return id.r.err
+	}
+	if !src.IsValid() || src.IsUnspecified() {
+		// From this device (the daemon would pick by destination).
+		if own, ok := id.a.devAddr(dst.Addr()); ok {
+			src = own
+		}
 	}
 	return rerr("resolve addr", id.r.cid.ResolveAddr(src, dst, 2000))
 }
