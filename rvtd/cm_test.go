@@ -2,6 +2,7 @@ package rvtd_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -798,5 +799,82 @@ func TestCMKilledWhenConnected(t *testing.T) {
 	}
 	c.c.Close()
 	waitFor(t, "sessions to end", func() bool { return srv.Stats().Sessions == 0 && srv.Stats().QPs == 0 })
+	cmClean(t, srv)
+}
+
+// TestCMIDLimit: a session holds at most limits.cm_ids IDs, the ones made
+// for incoming requests included; a request beyond it is rejected.
+func TestCMIDLimit(t *testing.T) {
+	cfg := rvtd.DefaultConfig()
+	cfg.Limits.CMIDs = 2
+	srv, err := rvtd.New(cfg, rvtd.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown(context.Background())
+	sock := t.TempDir() + "/rvtd.sock"
+	if err := srv.Listen(sock); err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve()
+	s, err := newCMNode(sock, "rvt0", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := newCMNode(sock, "rvt1", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, err := listen(s.ch, 1, proto.PSTCP, 2, netip.AddrPortFrom(ip0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	extra, err := s.ch.CreateID(2, proto.PSTCP, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ch.CreateID(3, proto.PSTCP, 2); !errors.Is(err, syscall.ENOMEM) {
+		t.Errorf("third ID: %v, want ENOMEM", err)
+	}
+	connect := func() *client.CMID {
+		id, err := c.ch.CreateID(4, proto.PSTCP, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := resolve(c.ch, id, ip1, netip.AddrPortFrom(ip0, port)); err != nil {
+			t.Fatal(err)
+		}
+		if err := id.Connect(proto.CMConnParam{QP: c.qp.Handle}); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	// The listener's session is full: the request is rejected (28).
+	id := connect()
+	if ev, err := c.ch.GetEvent(10 * time.Second); err != nil || ev.Event != evRejected || ev.Status != 28 {
+		t.Errorf("request beyond the limit: event %d status %d, %v", ev.Event, ev.Status, err)
+	}
+	if _, err := id.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	// With room again, the request arrives.
+	if _, err := extra.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	id = connect()
+	if ev, err := waitEvent(s.ch, evConnectRequest); err != nil {
+		t.Error(err)
+	} else if _, err := s.c.EventID(ev).Destroy(); err != nil {
+		t.Error(err)
+	}
+	if _, err := waitEvent(c.ch, evRejected); err != nil {
+		t.Error(err)
+	}
+	if _, err := id.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	s.c.Close()
+	c.c.Close()
+	waitFor(t, "sessions to end", func() bool { return srv.Stats().Sessions == 0 })
 	cmClean(t, srv)
 }
