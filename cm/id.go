@@ -588,7 +588,6 @@ func (id *ID) Accept(q *rvt.QP, p *ConnParam) error {
 	id.neg.respRes, id.neg.initDepth = min(prm.ResponderResources, a.maxRd, id.neg.initDepth), min(prm.InitiatorDepth, a.maxRd, id.neg.respRes)
 	rnrForPeer := prm.RNRRetryCount
 	id.neg.srq = prm.SRQ
-	id.localPSN = a.randPSNLocked()
 	epoch := id.epoch
 	a.mu.Unlock()
 

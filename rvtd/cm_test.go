@@ -878,3 +878,108 @@ func TestCMIDLimit(t *testing.T) {
 	waitFor(t, "sessions to end", func() bool { return srv.Stats().Sessions == 0 })
 	cmClean(t, srv)
 }
+
+// TestCMLibrdmacmOrder: the order a C librdmacm uses, with QP numbers
+// instead of handles: each side moves its own QP with init_qp_attr and
+// modify_qp (the passive side to RTS before accepting), the active side
+// gets CONNECT_RESPONSE and sends the RTU with establish. Data flows, so
+// the PSNs both sides set agree with the REQ and the REP.
+func TestCMLibrdmacmOrder(t *testing.T) {
+	srv, sock := startDaemon(t)
+	s, err := newCMNode(sock, "rvt0", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := newCMNode(sock, "rvt1", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lid, port, err := listen(s.ch, 1, proto.PSTCP, 2, netip.AddrPortFrom(ip0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := c.ch.CreateID(2, proto.PSTCP, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := resolve(c.ch, id, ip1, netip.AddrPortFrom(ip0, port)); err != nil {
+		t.Fatal(err)
+	}
+	if err := id.ModifyQP(c.qp, 1); err != nil { // rdma_create_qp: INIT
+		t.Fatal(err)
+	}
+	if err := id.Connect(proto.CMConnParam{QPNum: c.qp.QPN, ResponderResources: 1, InitiatorDepth: 1, RetryCount: 7, RNRRetryCount: 7}); err != nil {
+		t.Fatal(err)
+	}
+	ev, err := waitEvent(s.ch, evConnectRequest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.QPNum != c.qp.QPN {
+		t.Errorf("request from QP %#x, want %#x", ev.QPNum, c.qp.QPN)
+	}
+	nid := s.c.EventID(ev)
+	for st := uint8(1); st <= 3; st++ {
+		if err := nid.ModifyQP(s.qp, st); err != nil {
+			t.Fatalf("passive QP to %d: %v", st, err)
+		}
+	}
+	if err := s.qp.PostRecv(1, client.SGE{Addr: s.mr.Addr, Length: 4096, LKey: s.mr.LKey}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nid.Accept(proto.CMConnParam{QPNum: s.qp.QPN, ResponderResources: 1, InitiatorDepth: 1, RNRRetryCount: 7}); err != nil {
+		t.Fatal(err)
+	}
+	ev, err = waitEvent(c.ch, 5) // CONNECT_RESPONSE
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.QPNum != s.qp.QPN {
+		t.Errorf("response from QP %#x, want %#x", ev.QPNum, s.qp.QPN)
+	}
+	for st := uint8(2); st <= 3; st++ {
+		if err := id.ModifyQP(c.qp, st); err != nil {
+			t.Fatalf("active QP to %d: %v", st, err)
+		}
+	}
+	if err := id.Establish(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := waitEvent(c.ch, evEstablished); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := waitEvent(s.ch, evEstablished); err != nil {
+		t.Fatal(err)
+	}
+	copy(c.shm.Mem, "through librdmacm's order")
+	if err := c.qp.PostSend(client.SendWR{WRID: 2, Opcode: 2, Flags: 2, SGL: []client.SGE{{Addr: c.mr.Addr, Length: 25, LKey: c.mr.LKey}}}); err != nil {
+		t.Fatal(err)
+	}
+	if wcs, err := c.poll(1); err != nil || wcs[0].Status != 0 {
+		t.Fatalf("send: %+v, %v", wcs, err)
+	}
+	if wcs, err := s.poll(1); err != nil || wcs[0].Status != 0 || string(s.shm.Mem[:25]) != "through librdmacm's order" {
+		t.Fatalf("receive: %+v, %v, %q", wcs, err, s.shm.Mem[:25])
+	}
+	if err := nid.Disconnect(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := waitEvent(c.ch, evDisconnected); err != nil {
+		t.Fatal(err)
+	}
+	if err := id.Disconnect(); err != nil { // the DREP
+		t.Fatal(err)
+	}
+	if _, err := waitEvent(s.ch, evDisconnected); err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range []*client.CMID{id, nid, lid} {
+		if _, err := x.Destroy(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.c.Close()
+	c.c.Close()
+	waitFor(t, "sessions to end", func() bool { return srv.Stats().Sessions == 0 })
+	cmClean(t, srv)
+}
