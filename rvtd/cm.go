@@ -880,6 +880,29 @@ func cmEventRecord(o *cmIDObj, listen uint32, ev cm.Event, src, dst netip.AddrPo
 	return b
 }
 
+// cmDeviceRemoval tells every ID that has a device that it is going
+// (RDMA_CM_EVENT_DEVICE_REMOVAL), at shutdown.
+func (ss *session) cmDeviceRemoval() {
+	ss.mu.Lock()
+	type out struct {
+		ch  *cmChanObj
+		rec []byte
+	}
+	var l []out
+	for _, o := range ss.objs {
+		if o, ok := o.(*cmIDObj); ok && !o.dead && (o.b.id != nil || o.wild != nil) {
+			var ev cm.Event
+			ev.Type = cm.EventDeviceRemoval
+			l = append(l, out{o.ch, cmEventRecord(o, 0, ev, netip.AddrPort{}, netip.AddrPort{})})
+			o.reported++
+		}
+	}
+	ss.mu.Unlock()
+	for _, x := range l {
+		x.ch.send(ss, x.rec)
+	}
+}
+
 // cmTeardown destroys the session's IDs as the kernel does when a
 // process's rdma_cm file closes (DREQ for connections, REJ for requests,
 // listeners and ports released), before its QPs go.

@@ -983,3 +983,42 @@ func TestCMLibrdmacmOrder(t *testing.T) {
 	waitFor(t, "sessions to end", func() bool { return srv.Stats().Sessions == 0 })
 	cmClean(t, srv)
 }
+
+// TestCMDeviceRemoval: at shutdown, every ID with a device gets
+// DEVICE_REMOVAL on its channel.
+func TestCMDeviceRemoval(t *testing.T) {
+	srv, err := rvtd.New(nil, rvtd.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := t.TempDir() + "/rvtd.sock"
+	if err := srv.Listen(sock); err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve()
+	n, err := newCMNode(sock, "rvt0", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lid, _, err := listen(n.ch, 0x77, proto.PSTCP, 2, netip.AddrPortFrom(ip0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.ch.CreateID(1, proto.PSTCP, 2); err != nil { // no device: no event
+		t.Fatal(err)
+	}
+	if err := srv.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ev, err := waitEvent(n.ch, 11)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.ID != lid.Handle || ev.Context != 0x77 {
+		t.Errorf("DEVICE_REMOVAL %+v", ev)
+	}
+	if ev, err := n.ch.GetEvent(time.Second); err == nil {
+		t.Errorf("a second event %+v", ev)
+	}
+	n.c.Close()
+}

@@ -472,6 +472,7 @@ func (ss *session) fatal() {
 	for _, c := range ss.contexts(nil) {
 		ss.asyncEvent(c, 0, 1, uint32(rvt.EventType(8))) // IBV_EVENT_DEVICE_FATAL, element: the port
 	}
+	ss.cmDeviceRemoval()
 	_ = ss.conn.Close()
 }
 
