@@ -1022,3 +1022,91 @@ func TestCMDeviceRemoval(t *testing.T) {
 	}
 	n.c.Close()
 }
+
+// TestCMManyConnections: 32 connections between two sessions at once,
+// all requests issued before any answer; then one session closes with all
+// of them established, and the other sees 32 DISCONNECTED.
+func TestCMManyConnections(t *testing.T) {
+	const n = 32
+	srv, sock := startDaemon(t)
+	s, err := newCMNode(sock, "rvt0", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := newCMNode(sock, "rvt1", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, err := listen(s.ch, 1, proto.PSTCP, 2, netip.AddrPortFrom(ip0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	capa := proto.Cap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
+	ids := map[uint32]bool{}
+	for i := 0; i < n; i++ {
+		q, err := c.dev.CreateQP(c.pd, 2, c.cq, c.cq, capa)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, err := c.ch.CreateID(uint64(i), proto.PSTCP, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := id.ResolveAddr(ip1, netip.AddrPortFrom(ip0, port), 1000); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := waitEvent(c.ch, evAddrResolved); err != nil {
+			t.Fatal(err)
+		}
+		if err := id.Connect(proto.CMConnParam{QP: q.Handle, ResponderResources: 1, InitiatorDepth: 1, RetryCount: 7, RNRRetryCount: 7}); err != nil {
+			t.Fatal(err)
+		}
+		ids[id.Handle] = true
+	}
+	for i := 0; i < n; i++ {
+		ev, err := waitEvent(s.ch, evConnectRequest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, err := s.dev.CreateQP(s.pd, 2, s.cq, s.cq, capa)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.c.EventID(ev).Accept(proto.CMConnParam{QP: q.Handle, ResponderResources: 1, InitiatorDepth: 1, RNRRetryCount: 7}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := map[uint32]bool{}
+	for i := 0; i < 2*n; i++ {
+		ev, err := c.ch.GetEvent(10 * time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Event == evEstablished && ids[ev.ID] {
+			seen[ev.ID] = true
+			if len(seen) == n {
+				break
+			}
+		}
+	}
+	if len(seen) != n {
+		t.Fatalf("%d of %d connections established", len(seen), n)
+	}
+	if st := srv.CMStats(); st.IDs != 2*n+1 {
+		t.Errorf("IDs: %+v, want %d", st, 2*n+1)
+	}
+	s.c.Close() // all established: each peer gets a DREQ
+	disc := map[uint32]bool{}
+	for len(disc) < n {
+		ev, err := c.ch.GetEvent(10 * time.Second)
+		if err != nil {
+			t.Fatalf("%d DISCONNECTED: %v", len(disc), err)
+		}
+		if ev.Event == evDisconnected {
+			disc[ev.ID] = true
+		}
+	}
+	c.c.Close()
+	waitFor(t, "sessions to end", func() bool { return srv.Stats().Sessions == 0 && srv.Stats().QPs == 0 })
+	cmClean(t, srv)
+}
