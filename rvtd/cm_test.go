@@ -1110,3 +1110,64 @@ func TestCMManyConnections(t *testing.T) {
 	waitFor(t, "sessions to end", func() bool { return srv.Stats().Sessions == 0 && srv.Stats().QPs == 0 })
 	cmClean(t, srv)
 }
+
+// TestCMForeignHandles: an ID, channel or QP handle of another session,
+// or a QP of another device than the ID's, is EINVAL.
+func TestCMForeignHandles(t *testing.T) {
+	_, sock := startDaemon(t)
+	a, err := newCMNode(sock, "rvt0", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := newCMNode(sock, "rvt1", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lid, _, err := listen(a.ch, 1, proto.PSTCP, 2, netip.AddrPortFrom(ip0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// b names a's listener and a's second channel: handles b has not.
+	ch2, err := a.c.CreateEventChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.c.EventID(proto.CMEvent{ID: lid.Handle}).Query(); !errors.Is(err, syscall.EINVAL) {
+		t.Errorf("query of another session's ID %d: %v", lid.Handle, err)
+	}
+	if _, err := b.c.Call(proto.OpCMCreateID, ch2.Handle, &proto.CMCreateID{PortSpace: proto.PSTCP, QPType: 2}); !errors.Is(err, syscall.EINVAL) {
+		t.Errorf("create_id on another session's channel %d: %v", ch2.Handle, err)
+	}
+	// An ID on rvt0 and a QP of the same session on rvt1.
+	d1, err := a.c.OpenDevice("rvt1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pd, err := d1.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, err := d1.CreateCQ(16, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q1, err := d1.CreateQP(pd, 2, cq, cq, proto.Cap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := a.ch.CreateID(2, proto.PSTCP, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := resolve(a.ch, id, ip0, netip.AddrPortFrom(ip1, 5000)); err != nil {
+		t.Fatal(err)
+	}
+	if err := id.Connect(proto.CMConnParam{QP: q1.Handle}); !errors.Is(err, syscall.EINVAL) {
+		t.Errorf("connect of an rvt0 ID with an rvt1 QP: %v", err)
+	}
+	if err := id.Connect(proto.CMConnParam{QP: b.qp.Handle + 1000}); !errors.Is(err, syscall.EINVAL) {
+		t.Errorf("connect with a handle of nothing: %v", err)
+	}
+	a.c.Close()
+	b.c.Close()
+}
