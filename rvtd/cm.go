@@ -222,7 +222,7 @@ func (ch *cmChanObj) send(ss *session, rec []byte) {
 		return
 	}
 	if len(ch.pending) == 0 {
-		err := unix.Send(ch.fd, rec, unix.MSG_DONTWAIT)
+		err := unix.Send(ch.fd, rec, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
 		if err == nil {
 			return
 		}
@@ -253,7 +253,7 @@ func (ch *cmChanObj) flush(fd int, done chan struct{}) {
 			ch.mu.Unlock()
 			return
 		}
-		for len(ch.pending) > 0 && unix.Send(fd, ch.pending[0], unix.MSG_DONTWAIT) == nil {
+		for len(ch.pending) > 0 && unix.Send(fd, ch.pending[0], unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL) == nil {
 			ch.pending = ch.pending[1:]
 		}
 		if len(ch.pending) == 0 {
