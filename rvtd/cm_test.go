@@ -151,6 +151,9 @@ var (
 
 const cmSendLen = 3000
 
+// udTries is how many datagrams the SIDR test sends.
+const udTries = 8
+
 // cmServer listens on ip0, accepts one connection with private data
 // carrying its MR's address and rkey, checks a SEND and an RDMA WRITE and
 // waits for the peer's disconnection. The victim roles stop half-way
@@ -376,8 +379,12 @@ func cmUDServer(sock, dev string) error {
 	if a, err := n.qp.Query(); err != nil || a.QKey != 0x01234567 {
 		return fmt.Errorf("UD QP: %+v, %v", a, err)
 	}
-	if err := n.qp.PostRecv(1, client.SGE{Addr: n.mr.Addr, Length: 40 + 256, LKey: n.mr.LKey}); err != nil {
-		return err
+	// UD may drop a datagram (one that finds no receive taken from the
+	// ring yet): the client sends udTries, the first that arrives counts.
+	for i := 0; i < udTries; i++ {
+		if err := n.qp.PostRecv(uint64(i), client.SGE{Addr: n.mr.Addr + uint64(i)*4096, Length: 40 + 256, LKey: n.mr.LKey}); err != nil {
+			return err
+		}
 	}
 	if err := cid.Accept(proto.CMConnParam{QP: n.qp.Handle, PrivateData: udReply}); err != nil {
 		return err
@@ -386,8 +393,10 @@ func cmUDServer(sock, dev string) error {
 	if err != nil {
 		return err
 	}
-	if wc := wcs[0]; wc.Status != 0 || wc.ByteLen != uint32(40+len(datagram)) || !bytes.Equal(n.shm.Mem[40:40+len(datagram)], datagram) {
-		return fmt.Errorf("datagram: %+v %q", wc, n.shm.Mem[40:40+len(datagram)])
+	wc := wcs[0]
+	got := n.shm.Mem[wc.WRID*4096+40 : wc.WRID*4096+40+uint64(len(datagram))]
+	if wc.Status != 0 || wc.ByteLen != uint32(40+len(datagram)) || !bytes.Equal(got, datagram) {
+		return fmt.Errorf("datagram: %+v %q", wc, got)
 	}
 	fmt.Println("UDOK")
 	_, _ = readLine("EOF")
@@ -435,16 +444,19 @@ func cmUDClient(sock, dev string) error {
 		return err
 	}
 	copy(n.shm.Mem, datagram)
-	if err := n.qp.PostSend(client.SendWR{WRID: 9, Opcode: 2, Flags: 2, SGL: []client.SGE{{Addr: n.mr.Addr, Length: uint32(len(datagram)), LKey: n.mr.LKey}},
-		AH: ah, RemoteQPN: ev.QPNum, RemoteQKey: ev.QKey}); err != nil {
-		return err
-	}
-	wcs, err := n.poll(1)
-	if err != nil {
-		return err
-	}
-	if wcs[0].Status != 0 {
-		return fmt.Errorf("UD send: %+v", wcs[0])
+	for i := 0; i < udTries; i++ {
+		if err := n.qp.PostSend(client.SendWR{WRID: 9, Opcode: 2, Flags: 2, SGL: []client.SGE{{Addr: n.mr.Addr, Length: uint32(len(datagram)), LKey: n.mr.LKey}},
+			AH: ah, RemoteQPN: ev.QPNum, RemoteQKey: ev.QKey}); err != nil {
+			return err
+		}
+		wcs, err := n.poll(1)
+		if err != nil {
+			return err
+		}
+		if wcs[0].Status != 0 {
+			return fmt.Errorf("UD send: %+v", wcs[0])
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	fmt.Println("SENT")
 	_, _ = readLine("EOF")
