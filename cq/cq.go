@@ -61,6 +61,8 @@ type CQ struct {
 	pending    bool   // an event for this CQ sits in ch, not yet taken by Get
 	events     uint64 // events handed out by ch.Get
 	acked      uint64 // events acknowledged by AckEvents
+
+	src Source // an external CQ's completions (NewExternal); nil: the ring above
 }
 
 // New returns an empty CQ holding up to depth completions,
@@ -202,6 +204,9 @@ func (c *CQ) deliverLocked() {
 // how many it moved. A destroyed CQ returns 0. A CQ in the error state can
 // still be drained.
 func (c *CQ) Poll(out []WC) int {
+	if c.src != nil {
+		return c.src.Poll(out)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.destroyed {
@@ -223,6 +228,9 @@ func (c *CQ) Poll(out []WC) int {
 
 // Len returns the number of completions queued.
 func (c *CQ) Len() int {
+	if c.src != nil {
+		return c.src.Len()
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.count
@@ -230,6 +238,9 @@ func (c *CQ) Len() int {
 
 // Depth returns the capacity of the ring.
 func (c *CQ) Depth() int {
+	if c.src != nil {
+		return c.src.Depth()
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.buf)
@@ -255,6 +266,9 @@ func (c *CQ) ArmAndCheck(solicitedOnly bool) (queued bool, err error) {
 	if err := c.usableLocked("arm cq"); err != nil {
 		return false, err
 	}
+	if c.src != nil {
+		return c.src.Arm(solicitedOnly)
+	}
 	want := armNext
 	if solicitedOnly {
 		want = armSolicited
@@ -276,6 +290,9 @@ func (c *CQ) Resize(depth int) error {
 	defer c.mu.Unlock()
 	if err := c.usableLocked("resize cq"); err != nil {
 		return err
+	}
+	if c.src != nil {
+		return c.src.Resize(depth)
 	}
 	if depth < c.count {
 		return fmt.Errorf("resize cq: depth %d below %d queued completions: %w", depth, c.count, ErrInvalidArgument)
@@ -348,6 +365,11 @@ func (c *CQ) Destroy() error {
 	}
 	if c.acked < c.events {
 		return fmt.Errorf("destroy cq: %d channel events unacknowledged: %w", c.events-c.acked, ErrBusy)
+	}
+	if c.src != nil {
+		if err := c.src.Destroy(); err != nil {
+			return err
+		}
 	}
 	c.destroyed = true
 	c.buf, c.head, c.count = nil, 0, 0

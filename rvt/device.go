@@ -157,6 +157,7 @@ type Device struct {
 	svc services // the services of higher layers (Service)
 
 	remote *client.Device // the rvtd device behind a Dial'd device; nil when embedded
+	rd     *remoteDev     // a Dial'd device's session (remote.go); nil when embedded
 }
 
 // Open creates a device.
@@ -251,6 +252,9 @@ func (d *Device) SetAddrs(addrs []netip.Addr) error {
 	if len(addrs) == 0 {
 		return fmt.Errorf("set addresses: %w: the GID table needs at least one address", ErrInvalidArgument)
 	}
+	if d.rd != nil {
+		return fmt.Errorf("set addresses: %w: the daemon owns the port of %s", ErrNotSupported, d.name)
+	}
 	if h, ok := netdev.As[interface{ SetAddrs([]netip.Addr) }](d.opts.Link); ok {
 		h.SetAddrs(addrs)
 	}
@@ -283,6 +287,10 @@ func (d *Device) Close() error {
 	}
 	clear(d.qps)
 	d.mu.Unlock()
+	if d.rd != nil {
+		d.rd.close() // the daemon tears down what the session owned
+		return nil
+	}
 	if d.stopWatch != nil {
 		d.stopWatch()
 	}
@@ -308,12 +316,14 @@ func (d *Device) Name() string { return d.name }
 // waiting for a completion event (ib_send_lat's way). Each packet's QP work
 // runs right here, saving the wake-up of the link's receive goroutine. On
 // other links, and with nothing waiting, it returns false at once.
-func (d *Device) PollLink() bool { return d.eng.PollLink() }
+// A Dial'd device has no link here: false.
+func (d *Device) PollLink() bool { return d.eng != nil && d.eng.PollLink() }
 
-// Engine returns the device's transport engine (for tools and tests).
+// Engine returns the device's transport engine (for tools and tests); nil
+// for a Dial'd device, whose engine runs in rvtd.
 func (d *Device) Engine() *transport.Engine { return d.eng }
 
-// Clock returns the device's clock.
+// Clock returns the device's clock (a Dial'd device's: the real clock).
 func (d *Device) Clock() clock.Clock { return d.clk }
 
 // Subscribe registers f for asynchronous events (ibv_get_async_event). f
@@ -346,7 +356,17 @@ func (d *Device) dispatch(ev Event) {
 
 // Counters returns the device's counters by name (rxe's hw_counters names,
 // plus drop_<reason>).
-func (d *Device) Counters() map[string]uint64 { return d.eng.Snapshot() }
+// A Dial'd device asks the daemon (query_counters); nil if that fails.
+func (d *Device) Counters() map[string]uint64 {
+	if d.rd != nil {
+		cs, err := d.rd.dev.Counters(0)
+		if err != nil {
+			return nil
+		}
+		return counterMap(cs)
+	}
+	return d.eng.Snapshot()
+}
 
 // DeviceAttr are the device attributes (ibv_device_attr).
 type DeviceAttr struct {
@@ -380,6 +400,9 @@ type DeviceAttr struct {
 
 // QueryDevice returns the device attributes.
 func (d *Device) QueryDevice() DeviceAttr {
+	if d.rd != nil {
+		return d.rd.attr // asked at Dial
+	}
 	keysLen := 1 << d.keys.Bits()
 	return DeviceAttr{
 		FWVer: "0.1.0", NodeGUID: d.guid(), SysImageGUID: d.guid(),
@@ -420,6 +443,9 @@ func (d *Device) QueryPort(port uint8) (PortAttr, error) {
 	if port != 1 {
 		return PortAttr{}, fmt.Errorf("query port %d: %w: the device has one port", port, ErrInvalidArgument)
 	}
+	if d.rd != nil {
+		return d.rd.queryPort(port)
+	}
 	m := d.eng.ActiveMTU()
 	return PortAttr{
 		State: "ACTIVE", MaxMTU: m, ActiveMTU: m, GIDTblLen: len(d.eng.GIDs()), PkeyTblLen: 1,
@@ -429,6 +455,16 @@ func (d *Device) QueryPort(port uint8) (PortAttr, error) {
 
 // QueryGID returns GID index of port 1.
 func (d *Device) QueryGID(port uint8, index int) (GID, error) {
+	if d.rd != nil {
+		if index < 0 || index > 1<<16 {
+			return GID{}, fmt.Errorf("query GID %d/%d: %w", port, index, ErrInvalidArgument)
+		}
+		g, err := d.rd.dev.QueryGIDPort(port, uint32(index))
+		if err != nil {
+			return GID{}, remoteErr(fmt.Sprintf("query GID %d/%d", port, index), err)
+		}
+		return GID(g), nil
+	}
 	gids := d.eng.GIDs()
 	if port != 1 || index < 0 || index >= len(gids) {
 		return GID{}, fmt.Errorf("query GID %d/%d: %w", port, index, ErrInvalidArgument)
@@ -440,6 +476,13 @@ func (d *Device) QueryGID(port uint8, index int) (GID, error) {
 func (d *Device) QueryPKey(port uint8, index int) (uint16, error) {
 	if port != 1 || index != 0 {
 		return 0, fmt.Errorf("query P_Key %d/%d: %w", port, index, ErrInvalidArgument)
+	}
+	if d.rd != nil {
+		k, err := d.rd.dev.QueryPKey(port, uint32(index))
+		if err != nil {
+			return 0, remoteErr(fmt.Sprintf("query P_Key %d/%d", port, index), err)
+		}
+		return k, nil
 	}
 	return transport.DefaultPKey, nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"unsafe"
 
 	"github.com/softverbs/softverbs/cq"
 	"github.com/softverbs/softverbs/keys"
@@ -17,11 +18,15 @@ import (
 // PD is a protection domain.
 type PD struct {
 	*keys.PD
-	d *Device
+	d  *Device
+	rh uint32 // the PD's handle in its rvtd session; 0 when embedded
 }
 
 // AllocPD allocates a protection domain (ibv_alloc_pd).
 func (d *Device) AllocPD() (*PD, error) {
+	if d.rd != nil {
+		return d.rd.allocPD(d) // no device lock held across the daemon's call
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
@@ -39,6 +44,9 @@ func (d *Device) AllocPD() (*PD, error) {
 // ErrInvalidArgument if it was freed already. A freed PD makes nothing
 // new: its creating verbs fail with ErrInvalidArgument.
 func (pd *PD) Dealloc() error {
+	if pd.d.rd != nil {
+		return pd.d.rd.deallocPD(pd)
+	}
 	if err := pd.Free(); err != nil {
 		return fmt.Errorf("dealloc: %w", err)
 	}
@@ -48,13 +56,29 @@ func (pd *PD) Dealloc() error {
 
 // RegMR registers buf as a memory region with I/O virtual address iova
 // (ibv_reg_mr; in Go the caller names the address space).
+//
+// On a Dial'd device buf is registered as shared memory when it lies in a
+// buffer of AllocBuf (zero copy), and otherwise for the daemon's
+// process_vm_readv/writev access (an error wrapping ErrNotSupported
+// where the daemon does not serve that).
 func (pd *PD) RegMR(buf []byte, iova uint64, access Access) (*MR, error) {
+	if pd.d.rd != nil {
+		return pd.d.rd.regMR(pd, buf, iova, access)
+	}
 	return pd.d.keys.RegMR(pd.PD, buf, iova, access)
 }
 
 // Reg registers buf at a fresh, page-aligned I/O virtual address chosen by
-// the device, so that regions never overlap.
+// the device, so that regions never overlap. A Dial'd device uses buf's
+// own address, as ibv_reg_mr does.
 func (pd *PD) Reg(buf []byte, access Access) (*MR, error) {
+	if pd.d.rd != nil {
+		var va uint64
+		if len(buf) > 0 {
+			va = uint64(uintptr(unsafe.Pointer(&buf[0])))
+		}
+		return pd.d.rd.regMR(pd, buf, va, access)
+	}
 	pd.d.mu.Lock()
 	va := pd.d.nextVA
 	pd.d.nextVA += (uint64(len(buf)) + 0x1FFF) &^ 0xFFF
@@ -63,16 +87,36 @@ func (pd *PD) Reg(buf []byte, access Access) (*MR, error) {
 }
 
 // AllocMR allocates a fast-register MR for up to maxPages pages.
-func (pd *PD) AllocMR(maxPages int) (*MR, error) { return pd.d.keys.AllocMR(pd.PD, maxPages) }
+func (pd *PD) AllocMR(maxPages int) (*MR, error) {
+	if pd.d.rd != nil {
+		return pd.d.rd.allocMR(pd, maxPages)
+	}
+	return pd.d.keys.AllocMR(pd.PD, maxPages)
+}
 
 // DeregMR deregisters an MR; ErrBusy while memory windows are bound to it.
-func (d *Device) DeregMR(mr *MR) error { return d.keys.DeregMR(mr) }
+func (d *Device) DeregMR(mr *MR) error {
+	if d.rd != nil {
+		return d.rd.deregMR(mr)
+	}
+	return d.keys.DeregMR(mr)
+}
 
 // AllocMW allocates a memory window of type 1 or 2.
-func (pd *PD) AllocMW(typ keys.MWType) (*MW, error) { return pd.d.keys.AllocMW(pd.PD, typ) }
+func (pd *PD) AllocMW(typ keys.MWType) (*MW, error) {
+	if pd.d.rd != nil {
+		return pd.d.rd.allocMW(pd, typ)
+	}
+	return pd.d.keys.AllocMW(pd.PD, typ)
+}
 
 // DeallocMW frees a memory window.
-func (d *Device) DeallocMW(mw *MW) error { return d.keys.DeallocMW(mw) }
+func (d *Device) DeallocMW(mw *MW) error {
+	if d.rd != nil {
+		return d.rd.deallocMW(mw)
+	}
+	return d.keys.DeallocMW(mw)
+}
 
 // BindMW binds a type-1 window (ibv_bind_mw) and returns its new rkey:
 // each bind moves the key byte on by one, as ibv_bind_mw does with
@@ -81,11 +125,17 @@ func (d *Device) DeallocMW(mw *MW) error { return d.keys.DeallocMW(mw) }
 // Errors: those of keys.Table.BindMWNextKey; a type-2 window is
 // ErrInvalidArgument (it is bound with a BIND_MW work request).
 func (d *Device) BindMW(mw *MW, mr *MR, addr, length uint64, access Access) (uint32, error) {
+	if d.rd != nil {
+		return d.rd.bindMW(mw, mr, addr, length, access)
+	}
 	return d.keys.BindMWNextKey(mw, mr, addr, length, access)
 }
 
 // CreateAH creates an address handle (ibv_create_ah).
 func (pd *PD) CreateAH(av AddressVector) (*AH, error) {
+	if pd.d.rd != nil {
+		return pd.d.rd.createAH(pd, av) // the daemon checks the GID index
+	}
 	if err := pd.d.limits.CheckSGID(av.SGIDIndex); err != nil {
 		return nil, fmt.Errorf("create AH: %w", err)
 	}
@@ -102,6 +152,9 @@ func (pd *PD) CreateAH(av AddressVector) (*AH, error) {
 // DestroyAH releases an address handle (ibv_destroy_ah). An AH this device
 // did not create, or one destroyed already, is ErrInvalidArgument.
 func (d *Device) DestroyAH(ah *AH) error {
+	if d.rd != nil {
+		return d.rd.destroyAH(ah)
+	}
 	d.mu.Lock()
 	_, ok := d.ahs[ah]
 	delete(d.ahs, ah)
@@ -116,7 +169,13 @@ func (d *Device) DestroyAH(ah *AH) error {
 // CreateCQ creates a completion queue of depth entries (ibv_create_cq).
 // onComp, if not nil, runs when the CQ is armed and a completion arrives.
 // An overflow raises EventCQErr.
+//
+// A Dial'd device's CQ polls the daemon's completion ring in shared
+// memory; its events come through the device's completion channel.
 func (d *Device) CreateCQ(depth int, onComp func(*CQ)) (*CQ, error) {
+	if d.rd != nil {
+		return d.rd.createCQ(d, depth, onComp)
+	}
 	c, err := cq.New(depth)
 	if err != nil {
 		return nil, fmt.Errorf("create CQ: %w", err)
@@ -131,12 +190,32 @@ func (d *Device) DestroyCQ(c *CQ) error { return c.Destroy() }
 // SRQ is a shared receive queue.
 type SRQ struct {
 	*qp.SRQ
+	r *remoteSRQ // a Dial'd device's: the daemon's SRQ ring; nil when embedded
+}
+
+// Post posts receive WRs to the SRQ (ibv_post_srq_recv), all or none.
+func (s *SRQ) Post(wrs []RecvWR) error {
+	if s.r != nil {
+		return s.r.post(wrs)
+	}
+	return s.SRQ.Post(wrs)
+}
+
+// Destroy destroys the SRQ (ibv_destroy_srq); ErrBusy while QPs use it.
+func (s *SRQ) Destroy() error {
+	if err := s.SRQ.Destroy(); err != nil || s.r == nil {
+		return err // ErrBusy while QPs use it
+	}
+	return s.r.destroy()
 }
 
 // CreateSRQ creates a shared receive queue (ibv_create_srq).
 func (pd *PD) CreateSRQ(maxWR, maxSGEs uint32) (*SRQ, error) {
 	if maxWR > maxSRQWR || maxSGEs > maxSGE {
 		return nil, fmt.Errorf("create SRQ: %w: max_wr %d max_sge %d", ErrInvalidArgument, maxWR, maxSGEs)
+	}
+	if pd.d.rd != nil {
+		return pd.d.rd.createSRQ(pd, maxWR, maxSGEs)
 	}
 	s, err := qp.NewSRQ(pd.PD, pd.d.keys, maxWR, maxSGEs)
 	if err != nil {
@@ -165,7 +244,8 @@ type QP struct {
 	// AttachMcast, under d.mcMu, never attaches a destroyed QP.
 	destroyed bool
 
-	rhandle uint32 // the QP's handle in its rvtd session; 0 when embedded
+	rhandle uint32    // the QP's handle in its rvtd session; 0 when embedded
+	r       *remoteQP // a Dial'd device's QP: its rings; nil when embedded
 }
 
 // CreateQP creates a queue pair in the RESET state (ibv_create_qp). A GSI
@@ -185,6 +265,10 @@ func (pd *PD) CreateQP(ia QPInitAttr) (*QP, error) {
 	if d.closed {
 		d.mu.Unlock()
 		return nil, fmt.Errorf("create QP: %w", ErrClosed)
+	}
+	if d.rd != nil {
+		d.mu.Unlock()
+		return d.rd.createQP(pd, ia)
 	}
 	if len(d.qps) >= maxQP {
 		d.mu.Unlock()
@@ -248,7 +332,35 @@ func (d *Device) unreserveQPN(num uint32) {
 }
 
 // Modify changes the QP's attributes and state (ibv_modify_qp).
-func (q *QP) Modify(a *QPAttr, mask QPAttrMask) error { return q.conn.Modify(a, mask) }
+func (q *QP) Modify(a *QPAttr, mask QPAttrMask) error {
+	if q.r != nil {
+		return q.r.modify(q.QP, a, mask)
+	}
+	return q.conn.Modify(a, mask)
+}
+
+// State returns the QP's current state (a Dial'd device's QP asks the
+// daemon: query_qp).
+func (q *QP) State() QPState {
+	if q.r != nil {
+		if a, err := q.r.query(); err == nil {
+			return a.State
+		}
+	}
+	return q.QP.State()
+}
+
+// Query returns a copy of the QP's attributes (ibv_query_qp); CurState is
+// the current state. A Dial'd device's QP asks the daemon.
+func (q *QP) Query() QPAttr {
+	if q.r != nil {
+		if a, err := q.r.query(); err == nil {
+			a.CurState = a.State
+			return a
+		}
+	}
+	return q.QP.Query()
+}
 
 // PostSend posts send WRs (all or none): the error names the first bad WR.
 // As in rxe, the work may run before PostSend returns, on the caller's
@@ -256,15 +368,34 @@ func (q *QP) Modify(a *QPAttr, mask QPAttrMask) error { return q.conn.Modify(a, 
 // peer's responder and this QP's completer after it, when idle. So CQ
 // completion handlers and event subscribers may be called from inside
 // PostSend, and must not wait for locks its caller holds.
-func (q *QP) PostSend(wrs ...SendWR) error { return q.conn.PostSend(wrs) }
+//
+// A Dial'd device's QP writes WQE records into its send ring in shared
+// memory; the daemon checks them, and a bad one completes in error.
+func (q *QP) PostSend(wrs ...SendWR) error {
+	if q.r != nil {
+		return q.r.postSend(wrs)
+	}
+	return q.conn.PostSend(wrs)
+}
 
 // PostRecv posts receive WRs (all or none).
-func (q *QP) PostRecv(wrs ...RecvWR) error { return q.conn.PostRecv(wrs) }
+func (q *QP) PostRecv(wrs ...RecvWR) error {
+	if q.r != nil {
+		return q.r.postRecv(wrs)
+	}
+	return q.conn.PostRecv(wrs)
+}
 
 // Counters returns the QP's counters by name.
-func (q *QP) Counters() map[string]uint64 { return q.conn.Counters().Snapshot() }
+func (q *QP) Counters() map[string]uint64 {
+	if q.r != nil {
+		return q.r.counters()
+	}
+	return q.conn.Counters().Snapshot()
+}
 
-// Conn returns the QP's transport state (for tools and tests).
+// Conn returns the QP's transport state (for tools and tests); nil for a
+// Dial'd device's QP, whose transport runs in rvtd.
 func (q *QP) Conn() *transport.Conn { return q.conn }
 
 // Destroy destroys the QP (ibv_destroy_qp): it leaves its multicast groups
@@ -274,6 +405,9 @@ func (q *QP) Conn() *transport.Conn { return q.conn }
 // releases the QP's PD, CQs and SRQ.
 func (q *QP) Destroy() error {
 	d := q.d
+	if q.r != nil {
+		return d.rd.destroyQP(q)
+	}
 	// mcMu is held from marking the QP destroyed until it is in no group,
 	// so no AttachMcast can slip in between.
 	d.mcMu.Lock()
@@ -308,6 +442,9 @@ func (q *QP) Drain(ctx context.Context) error {
 	if err := q.Modify(&QPAttr{State: qp.Err}, qp.AttrState); err != nil {
 		return err
 	}
+	if q.r != nil {
+		return q.r.drain(ctx)
+	}
 	return q.conn.WaitFlushed(ctx)
 }
 
@@ -317,6 +454,12 @@ func (q *QP) Drain(ctx context.Context) error {
 func (d *Device) AttachMcast(q *QP, gid GID, lid uint16) error {
 	if !q.Type().Datagram() {
 		return fmt.Errorf("attach mcast: %w: QP %#x is %v, not UD", ErrInvalidArgument, q.Num(), q.Type())
+	}
+	if q.r != nil {
+		if err := q.r.q.AttachMcast(gid, lid); err != nil {
+			return remoteErr("attach mcast", err)
+		}
+		return nil
 	}
 	d.mcMu.Lock()
 	defer d.mcMu.Unlock()
@@ -340,6 +483,12 @@ func (d *Device) AttachMcast(q *QP, gid GID, lid uint16) error {
 // DetachMcast detaches a QP from a multicast group; the last detachment
 // leaves the group on the link.
 func (d *Device) DetachMcast(q *QP, gid GID, lid uint16) error {
+	if q.r != nil {
+		if err := q.r.q.DetachMcast(gid, lid); err != nil {
+			return remoteErr("detach mcast", err)
+		}
+		return nil
+	}
 	d.mcMu.Lock()
 	defer d.mcMu.Unlock()
 	if err := d.mc.Detach(mcast.GID(gid), lid, q.QP); err != nil {
@@ -365,10 +514,23 @@ type QPInfo struct {
 	Type  QPType
 	State QPState
 	transport.Snapshot
+
+	// A Dial'd device lists every QP of the daemon's device (list_qps):
+	// the owner's pid and command, and the QP's handle when it is this
+	// session's (else 0). Zero for an embedded device.
+	PID    uint32
+	Comm   string
+	Handle uint32
 }
 
 // QPs returns a snapshot of every QP, in QP-number order.
+//
+// A Dial'd device lists the daemon's device, every session's QPs with
+// their owners (no per-QP counters).
 func (d *Device) QPs() []QPInfo {
+	if d.rd != nil {
+		return d.rd.qpInfos()
+	}
 	d.mu.Lock()
 	qs := make([]*QP, 0, len(d.qps))
 	for _, q := range d.qps {

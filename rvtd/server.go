@@ -27,6 +27,7 @@ import (
 	"github.com/softverbs/softverbs/internal/devopen"
 	"github.com/softverbs/softverbs/netdev/fabric"
 	"github.com/softverbs/softverbs/rvt"
+	"github.com/softverbs/softverbs/rvtd/client"
 	"github.com/softverbs/softverbs/rvtd/proto"
 )
 
@@ -36,18 +37,7 @@ var ErrRunning = errors.New("another rvtd is serving this socket")
 // DefaultSocket is where rvtd listens and clients connect when nothing else
 // is said: $RVTD_SOCKET, else /run/rvtd/rvtd.sock for root, else
 // $XDG_RUNTIME_DIR/rvtd.sock (or /tmp/rvtd-UID.sock without it).
-func DefaultSocket() string {
-	if s := os.Getenv("RVTD_SOCKET"); s != "" {
-		return s
-	}
-	if os.Geteuid() == 0 {
-		return "/run/rvtd/rvtd.sock"
-	}
-	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
-		return filepath.Join(d, "rvtd.sock")
-	}
-	return filepath.Join(os.TempDir(), fmt.Sprintf("rvtd-%d.sock", os.Geteuid()))
-}
+func DefaultSocket() string { return client.DefaultSocket() }
 
 // Options are how a Server runs, beside what it serves (Config).
 type Options struct {

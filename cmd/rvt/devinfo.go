@@ -16,15 +16,31 @@ type devinfoConfig struct {
 	Loopback bool // open the device with no link
 	LinkMTU  int  // Ethernet MTU of the fabric port
 	Verbose  bool // print the device limits too (ibv_devinfo -v)
+	RVTD     string
+	Device   string // -d: the device (with RVTD: the daemon's)
 }
 
 func defaultDevinfoConfig() devinfoConfig {
-	return devinfoConfig{LinkMTU: devopen.DefaultLinkMTU, Verbose: true}
+	return devinfoConfig{LinkMTU: devopen.DefaultLinkMTU, Verbose: true, Device: "rvt0"}
 }
 
 // runDevinfo opens device rvt0 (on an in-memory fabric, or loopback only)
 // and prints its attributes the way ibv_devinfo -v does.
 func runDevinfo(w io.Writer, cfg devinfoConfig) error {
+	if cfg.RVTD != "" {
+		if cfg.Loopback {
+			return usagef("--rvtd and --loopback: the daemon's device has the link rvtd gave it")
+		}
+		dev, err := rvt.Dial(cfg.RVTD, cfg.Device)
+		if err != nil {
+			return err
+		}
+		defer dev.Close()
+		return printDevinfo(w, dev, cfg.Verbose)
+	}
+	if cfg.Device != "rvt0" {
+		return usagef("-d %s: IB device %s not found (without --rvtd, devinfo opens rvt0)", cfg.Device, cfg.Device)
+	}
 	mac, addrs := devopen.NodeAddrs(0)
 	o := rvt.Options{Name: "rvt0", MAC: mac, Addrs: addrs}
 	if !cfg.Loopback {

@@ -31,6 +31,7 @@ import (
 	"strings"
 
 	"github.com/softverbs/softverbs/internal/traffic"
+	"github.com/softverbs/softverbs/rvt"
 	"github.com/spf13/pflag"
 )
 
@@ -76,12 +77,18 @@ func commands() []command {
 				fs.BoolVar(&cfg.Loopback, "loopback", cfg.Loopback, "open the device without a link (loopback only)")
 				fs.IntVar(&cfg.LinkMTU, "link-mtu", cfg.LinkMTU, "Ethernet MTU of the fabric port")
 				fs.BoolVarP(&cfg.Verbose, "verbose", "v", cfg.Verbose, "print the device limits too (-v=false: leave them out)")
+				rvtdFlag(fs, &cfg.RVTD)
+				fs.StringVarP(&cfg.Device, "ib-dev", "d", cfg.Device, "the `device` (with --rvtd: the daemon's)")
 				return func(w io.Writer) error { return runDevinfo(w, cfg) }
 			}, ""},
 		{"stat", "QPs and counters of the demo pair after a little traffic, like rdma statistic",
 			func(fs *pflag.FlagSet) func(io.Writer) error {
 				cfg := defaultStatConfig()
 				fs.IntVar(&cfg.Messages, "messages", cfg.Messages, "RC SENDs (and as many WRITEs) to run first")
+				fs.StringVar(&cfg.RVTD, "rvtd", "", "list the QPs of every session of the rvtd daemon on `socket` (with their pid and command) "+
+					"and its counters, instead of running the demo pair (no value: the default socket)")
+				fs.Lookup("rvtd").NoOptDefVal = rvt.DefaultSocket()
+				fs.StringVarP(&cfg.Device, "ib-dev", "d", "", "with --rvtd: only this `device` (default every device of the daemon)")
 				return func(w io.Writer) error { return runStat(w, cfg) }
 			}, ""},
 		{"pingpong", "ping-pong of SENDs like rdma-core's ibv_rc_pingpong, ibv_uc_pingpong and ibv_ud_pingpong; " +
@@ -117,7 +124,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		usage(stderr, cmds)
 		return 2
 	}
-	name, args := args[0], args[1:]
+	name, args := args[0], joinRVTDValue(args[1:])
 	flagOut := stderr
 	if name == "help" || name == "-h" || name == "-help" || name == "--help" {
 		switch {

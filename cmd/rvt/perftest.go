@@ -28,7 +28,6 @@ import (
 	"github.com/softverbs/softverbs/internal/devopen"
 	"github.com/softverbs/softverbs/internal/perfplot"
 	"github.com/softverbs/softverbs/internal/perftest"
-	"github.com/softverbs/softverbs/rvt"
 )
 
 // perftestConfig are the flags of one perftest tool.
@@ -198,6 +197,7 @@ func perftestFlags(fs *pflag.FlagSet, cfg *perftestConfig) {
 	}
 	fs.DurationVar(&c.Timeout, "timeout", 0, "give up when the run takes longer than `duration` (0: never, as perftest; the in-memory pair: 1 minute plus -D)")
 	l := &cfg.link
+	rvtdFlag(fs, &l.RVTD)
 	fs.StringVar(&l.TAP, "tap", "", "create TAP device `name` and be a host on it (needs --ip; root)")
 	fs.StringVar(&l.XDP, "xdp", "", "attach AF_XDP to interface `iface` (root)")
 	fs.StringVar(&l.UDP, "udp", "", "UDP socket link on `addr` (IP or IP:port; port 4791 by default)")
@@ -233,10 +233,13 @@ func runPerftest(w io.Writer, fs *pflag.FlagSet, cfg *perftestConfig) error {
 		}
 	}
 	l := &cfg.link
-	if l.TAP == "" && l.XDP == "" && l.UDP == "" && l.IP == "" {
+	if l.TAP == "" && l.XDP == "" && l.UDP == "" && l.IP == "" && l.RVTD == "" {
 		return runPerftestPair(w, fs, cfg)
 	}
-	if cfg.Device != ppDevice {
+	if l.RVTD != "" && (cfg.RDMACM || cfg.CommRDMACM) {
+		return usagef("--rvtd with -R or -z: the connection manager through rvtd is not served yet")
+	}
+	if cfg.Device != ppDevice && l.RVTD == "" {
 		return usagef("-d %s: IB device %s not found (rvt opens one device, %s)", cfg.Device, cfg.Device, ppDevice)
 	}
 	l.PathMTU = max(cfg.MTU, 4096) // a TAP we create gets room for 4096-byte packets
@@ -245,7 +248,7 @@ func runPerftest(w io.Writer, fs *pflag.FlagSet, cfg *perftestConfig) error {
 		return fmt.Errorf("link: %w", err)
 	}
 	defer link.Close()
-	dev, err := rvt.Open(link.Options(cfg.Device))
+	dev, err := link.OpenDevice(cfg.Device) // embedded, or rvtd's (--rvtd)
 	if err != nil {
 		return fmt.Errorf(" Couldn't get context for the device: %w", err)
 	}

@@ -103,6 +103,7 @@ func pingpongFlags(fs *pflag.FlagSet, cfg *pingpongConfig) {
 	fs.BoolVarP(&cfg.NewSend, "new_send", "N", cfg.NewSend, "use new post send WR API (same path here)")
 	fs.IntVar(&cfg.TOS, "tos", cfg.TOS, "traffic class (IP TOS) of our packets")
 
+	rvtdFlag(fs, &cfg.RVTD)
 	fs.StringVar(&cfg.TAP, "tap", cfg.TAP, "create TAP device `name` and be a host on it (needs --ip)")
 	fs.StringVar(&cfg.XDP, "xdp", cfg.XDP, "attach AF_XDP to interface `iface` (needs --ip)")
 	fs.StringVar(&cfg.UDP, "udp", cfg.UDP, "UDP socket link on `addr` (IP or IP:port; port 4791 by default)")
@@ -134,7 +135,7 @@ func (cfg *pingpongConfig) check() (qp.MTU, error) {
 	if len(cfg.modes) > 1 {
 		return 0, usagef("--%s and --%s: give one of --rc, --uc and --ud", cfg.modes[0], cfg.modes[1])
 	}
-	if cfg.Device != ppDevice {
+	if cfg.Device != ppDevice && cfg.RVTD == "" {
 		return 0, usagef("-d %s: IB device %s not found (rvt pingpong opens one device, %s)", cfg.Device, cfg.Device, ppDevice)
 	}
 	if cfg.Size == 0 {

@@ -9,7 +9,9 @@ import (
 
 // statConfig are the flags of `rvt stat`.
 type statConfig struct {
-	Messages int // SENDs and WRITEs on the RC pair
+	Messages int    // SENDs and WRITEs on the RC pair
+	RVTD     string // list the QPs of this daemon instead
+	Device   string // with RVTD: one device ("": all)
 }
 
 func defaultStatConfig() statConfig { return statConfig{Messages: 100} }
@@ -20,6 +22,12 @@ func defaultStatConfig() statConfig { return statConfig{Messages: 100} }
 func runStat(w io.Writer, cfg statConfig) error {
 	if cfg.Messages < 1 {
 		return usagef("--messages %d: want at least 1", cfg.Messages)
+	}
+	if cfg.RVTD != "" {
+		return runStatRVTD(w, cfg.RVTD, cfg.Device)
+	}
+	if cfg.Device != "" {
+		return usagef("-d %s: needs --rvtd (the demo pair is rvt0 and rvt1)", cfg.Device)
 	}
 	p, err := demo.OpenStat(cfg.Messages)
 	if err != nil {

@@ -54,6 +54,11 @@ type Config struct {
 	Loss, Dup, Reorder float64
 	Delay              time.Duration
 	Seed               int64
+
+	// RVTD, when set, is the socket of an rvtd daemon: the device is the
+	// daemon's (Link.OpenDevice dials it), and no link is opened here;
+	// the link flags are refused with it.
+	RVTD string
 }
 
 // Link is the port a device sits on: the link and what the device needs
@@ -63,6 +68,10 @@ type Link struct {
 	MAC     netdev.MAC
 	Addrs   []netip.Addr // GID table sources: link-local first, then ours
 	Resolve func(netip.Addr) (netdev.MAC, bool)
+
+	// RVTD is the daemon's socket when the device is rvtd's (Config.RVTD);
+	// then the fields above are zero.
+	RVTD string
 
 	closers []func()
 }
@@ -115,6 +124,9 @@ func (l *Link) Warm(g netdev.GID) {
 // Open opens the link cfg selects, wrapped with the capture and the fault
 // profile.
 func Open(cfg Config) (_ *Link, err error) {
+	if cfg.RVTD != "" {
+		return openRVTD(cfg)
+	}
 	n := 0
 	for _, s := range []string{cfg.TAP, cfg.XDP, cfg.UDP} {
 		if s != "" {

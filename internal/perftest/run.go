@@ -315,7 +315,10 @@ func (s *side) setup() error {
 	if s.recvCQ, err = dev.CreateCQ(p.QPs*(p.RxDepth+1), onRecv); err != nil {
 		return err
 	}
-	s.buf = make([]byte, 2*p.QPs*s.bufSize)
+	// Memory the device reaches without copying (rvtd: shared memory).
+	if s.buf, err = dev.AllocBuf(2 * p.QPs * s.bufSize); err != nil {
+		return err
+	}
 	access := keys.LocalWrite | keys.RemoteWrite | keys.RemoteRead | keys.RemoteAtomic
 	if s.mr, err = s.pd.Reg(s.buf, access); err != nil {
 		return err

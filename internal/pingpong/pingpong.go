@@ -169,7 +169,7 @@ func newRunCtx(cfg *Config, l *devopen.Link) (_ *runCtx, err error) {
 	}()
 	// Not devopen.OpenNode: the two steps fail with rdma-core's words for
 	// each. ctx.close closes the device if the PD fails.
-	ctx.dev, err = rvt.Open(l.Options(cfg.Device))
+	ctx.dev, err = l.OpenDevice(cfg.Device) // embedded, or rvtd's (--rvtd)
 	if err != nil {
 		return nil, fmt.Errorf("couldn't get context for %s: %w", cfg.Device, err)
 	}
@@ -188,7 +188,10 @@ func newRunCtx(cfg *Config, l *devopen.Link) (_ *runCtx, err error) {
 		bufLen += grhLen
 		sendOff = grhLen // the message goes after the GRH room
 	}
-	ctx.buf = make([]byte, bufLen)
+	// Memory the device reaches without copying (rvtd: shared memory).
+	if ctx.buf, err = ctx.dev.AllocBuf(bufLen); err != nil {
+		return nil, fmt.Errorf("couldn't allocate work buf: %w", err)
+	}
 	for i := range ctx.buf {
 		ctx.buf[i] = 0x7b
 	}

@@ -26,6 +26,8 @@ type Client struct {
 
 	omu    sync.Mutex
 	closer []func() // what Close releases: mappings, doorbells, sockets
+
+	ptracer sync.Once // prctl(PR_SET_PTRACER) before the first process_vm MR
 }
 
 // own adds f to what Close runs.
@@ -188,6 +190,14 @@ func (d *Device) ShmAlloc(size uint64) (*Shm, error) {
 	return &Shm{Handle: o.Shm, Mem: reg.Bytes(), reg: reg}, nil
 }
 
+// Addr is the address of the segment's first byte in this process.
+func (s *Shm) Addr() uint64 {
+	if len(s.Mem) == 0 {
+		return 0
+	}
+	return uint64(uintptr(unsafe.Pointer(&s.Mem[0])))
+}
+
 // MR is a registered region: its keys and its address (iova = address).
 type MR struct {
 	Handle     uint32
@@ -200,7 +210,7 @@ func (d *Device) RegMR(pd uint32, s *Shm, off, length uint64, access uint32) (*M
 	if off >= uint64(len(s.Mem)) {
 		return nil, errors.New("offset outside the segment")
 	}
-	addr := uint64(uintptr(unsafe.Pointer(&s.Mem[off])))
+	addr := s.Addr() + off
 	r, err := d.c.Call(proto.OpRegMR, pd, &proto.RegMR{Kind: proto.MRShm, Access: access, Addr: addr, Length: length,
 		IOVA: addr, Shm: s.Handle, ShmOffset: off})
 	if err != nil {
@@ -243,13 +253,18 @@ func (d *Device) CreateAH(pd uint32, av proto.AV) (uint32, error) {
 type CQ struct {
 	d      *Device
 	Handle uint32
+	CQE    uint32 // usable entries, from the create_cq or resize_cq reply
 	ring   *ring.Consumer
 	reg    *ring.Region
 }
 
 // CreateCQ creates a CQ of at least cqe entries (channel 0: none).
 func (d *Device) CreateCQ(cqe uint32, channel uint32) (*CQ, error) {
-	r, err := d.c.Call(proto.OpCreateCQ, d.Handle, &proto.CreateCQ{CQE: cqe, Channel: channel})
+	return d.createCQ(&proto.CreateCQ{CQE: cqe, Channel: channel})
+}
+
+func (d *Device) createCQ(m *proto.CreateCQ) (*CQ, error) {
+	r, err := d.c.Call(proto.OpCreateCQ, d.Handle, m)
 	if err != nil {
 		return nil, err
 	}
@@ -264,7 +279,7 @@ func (d *Device) CreateCQ(cqe uint32, channel uint32) (*CQ, error) {
 		reg.Close()
 		return nil, err
 	}
-	c := &CQ{d: d, Handle: o.CQ, ring: cons, reg: reg}
+	c := &CQ{d: d, Handle: o.CQ, CQE: o.CQE, ring: cons, reg: reg}
 	d.c.own(c.close)
 	return c, nil
 }
@@ -296,7 +311,7 @@ func (c *CQ) Resize(cqe uint32) error {
 		return err
 	}
 	c.close()
-	c.ring, c.reg = cons, reg
+	c.ring, c.reg, c.CQE = cons, reg, o.CQE
 	return nil
 }
 
@@ -347,7 +362,11 @@ type QP struct {
 
 // CreateQP creates an RC, UC or UD QP (typ 2, 3 or 4) in pd.
 func (d *Device) CreateQP(pd uint32, typ uint8, scq, rcq *CQ, cap proto.Cap) (*QP, error) {
-	r, err := d.c.Call(proto.OpCreateQP, pd, &proto.CreateQP{Type: typ, SendCQ: scq.Handle, RecvCQ: rcq.Handle, Cap: cap})
+	return d.createQP(pd, &proto.CreateQP{Type: typ, SendCQ: scq.Handle, RecvCQ: rcq.Handle, Cap: cap})
+}
+
+func (d *Device) createQP(pd uint32, m *proto.CreateQP) (*QP, error) {
+	r, err := d.c.Call(proto.OpCreateQP, pd, m)
 	if err != nil {
 		return nil, err
 	}
