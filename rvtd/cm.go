@@ -71,6 +71,15 @@ type cmSession struct {
 	closing bool                // teardown has begun: no new passive IDs
 }
 
+// openCM opens the device's connection manager when the daemon starts, as
+// the kernel's CM is there for every HCA: QP 1 answers from the start
+// (a REQ for a port nobody listens on gets REJ 8, not silence), whether or
+// not a client has used rdma_cm on the device yet.
+func (d *device) openCM() error {
+	_, err := cm.AgentFor(d.dev)
+	return err
+}
+
 // cmDispatch serves the rdma_cm opcodes.
 func (ss *session) cmDispatch(m proto.Msg) (proto.Body, []int, error) {
 	if ss.minor < 1 {
