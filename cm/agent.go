@@ -135,6 +135,8 @@ type Agent struct {
 
 	// testDropTx, set by tests only, drops the MADs it returns true for.
 	testDropTx func(MAD) bool
+
+	remote *remoteAgent // the agent of a device served by rvtd (remote.go)
 }
 
 type remoteKey struct {
@@ -224,6 +226,9 @@ func NewAgent(dev *rvt.Device, o Options) (*Agent, error) {
 
 func newAgent(dev *rvt.Device, o Options) (*Agent, error) {
 	o.defaults()
+	if dev.Remote() != nil {
+		return newRemoteAgent(dev, o)
+	}
 	a := &Agent{
 		dev: dev, opts: o, clk: dev.Clock(), log: o.Logger,
 		ids: map[*ID]struct{}{}, byComm: map[uint32]*ID{}, byRemote: map[remoteKey]*ID{},
@@ -323,6 +328,9 @@ func (a *Agent) cleanup() {
 // Close stops the agent: every ID's timer stops, QP 1 is destroyed and the
 // device may get a new agent. IDs are not told (as on device removal).
 func (a *Agent) Close() error {
+	if a.remote != nil {
+		return a.closeRemote()
+	}
 	a.mu.Lock()
 	if a.closed {
 		a.mu.Unlock()

@@ -194,6 +194,10 @@ func (a *Agent) onREQ(from peer, dst netip.Addr, r REQ) {
 	id.localID = a.newCommIDLocked()
 	a.byComm[id.localID] = id
 	id.reg.comm = true
+	// Our PSN is chosen now, not at Accept, so that InitQPAttr(RTR) before
+	// Accept (librdmacm's order: the QP to RTS, then rdma_accept) gives
+	// the PSN the REP will carry.
+	id.localPSN = a.randPSNLocked()
 	id.remoteID, id.remoteGUID, id.remoteQPN, id.remotePSN = r.LocalCommID(), r.LocalCAGUID(), r.LocalQPN(), r.StartingPSN()
 	id.remoteKey = key
 	a.byRemote[key] = id

@@ -8,6 +8,8 @@ import (
 	"github.com/softverbs/softverbs/keys"
 	"github.com/softverbs/softverbs/qp"
 	"github.com/softverbs/softverbs/rvt"
+	"github.com/softverbs/softverbs/rvtd/client"
+	"github.com/softverbs/softverbs/rvtd/proto"
 )
 
 // ID is a communication identifier (rdma_cm_id): one connection, SIDR
@@ -55,6 +57,8 @@ type ID struct {
 	timerOn  bool
 
 	reg struct{ comm, remote, qpn, qp bool }
+
+	r *remoteID // set for an ID of a device served by rvtd (remote.go)
 }
 
 // negotiated are the connection's settled attributes.
@@ -82,6 +86,9 @@ func (a *Agent) newID(ps PortSpace, ctx any, sink func(Event)) *ID {
 	a.mu.Lock()
 	a.ids[id] = struct{}{}
 	a.mu.Unlock()
+	if a.remote != nil {
+		a.newRemoteID(id)
+	}
 	return id
 }
 
@@ -113,6 +120,9 @@ func (id *ID) PortSpace() PortSpace { return id.ps }
 
 // State returns the ID's CM state.
 func (id *ID) State() State {
+	if id.r != nil {
+		return State(id.r.query().State)
+	}
 	id.a.mu.Lock()
 	defer id.a.mu.Unlock()
 	return id.state
@@ -124,12 +134,18 @@ func (id *ID) Listener() *ID { return id.listener }
 // LocalAddr and RemoteAddr return the addresses (rdma_get_local_addr,
 // rdma_get_peer_addr).
 func (id *ID) LocalAddr() netip.AddrPort {
+	if id.r != nil {
+		return client.AddrPort(id.r.query().Src)
+	}
 	id.a.mu.Lock()
 	defer id.a.mu.Unlock()
 	return id.local
 }
 
 func (id *ID) RemoteAddr() netip.AddrPort {
+	if id.r != nil {
+		return client.AddrPort(id.r.query().Dst)
+	}
 	id.a.mu.Lock()
 	defer id.a.mu.Unlock()
 	return id.remote
@@ -137,6 +153,9 @@ func (id *ID) RemoteAddr() netip.AddrPort {
 
 // Route returns the resolved route.
 func (id *ID) Route() Route {
+	if id.r != nil {
+		return id.r.route()
+	}
 	id.a.mu.Lock()
 	defer id.a.mu.Unlock()
 	return id.route
@@ -152,6 +171,10 @@ func (id *ID) QP() *rvt.QP {
 // SetTOS sets the traffic class of the ID's route (rdma_set_option TOS),
 // before ResolveAddr.
 func (id *ID) SetTOS(tos uint8) {
+	if id.r != nil {
+		id.remoteOption(proto.OptIDTOS, tos)
+		return
+	}
 	id.a.mu.Lock()
 	id.tc = tos
 	id.a.mu.Unlock()
@@ -162,6 +185,10 @@ func (id *ID) SetTOS(tos uint8) {
 // (rdma_set_option ACK_TIMEOUT: it changes our QP only, not the wire);
 // 0 restores the default.
 func (id *ID) SetAckTimeout(t uint8) {
+	if id.r != nil {
+		id.remoteOption(proto.OptIDAckTimeout, t)
+		return
+	}
 	id.a.mu.Lock()
 	id.ackTimeout = t
 	id.a.mu.Unlock()
@@ -170,6 +197,9 @@ func (id *ID) SetAckTimeout(t uint8) {
 // BindAddr binds the ID to a local address and port (rdma_bind_addr); an
 // unspecified address listens on every GID, port 0 takes an ephemeral one.
 func (id *ID) BindAddr(addr netip.AddrPort) error {
+	if id.r != nil {
+		return id.remoteBind(addr)
+	}
 	a := id.a
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -234,6 +264,9 @@ func (a *Agent) unbindLocked(id *ID) {
 // its service ID (and, when bound to an address, for that destination)
 // become CONNECT_REQUEST events whose ID is a new passive ID.
 func (id *ID) Listen() error {
+	if id.r != nil {
+		return id.remoteCall("listen", func() error { return id.r.cid.Listen(0) })
+	}
 	a := id.a
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -270,6 +303,9 @@ func (a *Agent) findListenerLocked(sid ServiceID, dst netip.Addr) *ID {
 // none), then queues ADDR_RESOLVED or ADDR_ERROR (rdma_resolve_addr). src
 // may be the zero Addr.
 func (id *ID) ResolveAddr(src netip.Addr, dst netip.AddrPort) error {
+	if id.r != nil {
+		return id.remoteResolveAddr(src, dst)
+	}
 	a := id.a
 	a.mu.Lock()
 	defer a.kick()
@@ -301,6 +337,9 @@ func (id *ID) ResolveAddr(src netip.Addr, dst netip.AddrPort) error {
 // ResolveRoute queues ROUTE_RESOLVED (rdma_resolve_route): on RoCE the
 // route was settled with the address; this re-reads it through the cache.
 func (id *ID) ResolveRoute() error {
+	if id.r != nil {
+		return id.remoteCall("resolve route", func() error { return id.r.cid.ResolveRoute(2000) })
+	}
 	a := id.a
 	a.mu.Lock()
 	defer a.kick()
@@ -343,6 +382,9 @@ func checkParam(p *ConnParam) ConnParam {
 // CONNECT_RESPONSE and finishes with Accept. A nil p gives rping's
 // parameters (1, 1, retry 7, RNR retry 7).
 func (id *ID) Connect(q *rvt.QP, p *ConnParam) error {
+	if id.r != nil {
+		return id.remoteConnect(q, p)
+	}
 	a := id.a
 	prm := checkParam(p)
 	sidr := id.sidrFor(q)
@@ -487,6 +529,9 @@ func flowLabel(qpn, salt uint32) uint32 {
 // QP), it sends the RTU. A nil p accepts the REQ's offer (resources and
 // depth swapped, capped by the device; RNR retry 7).
 func (id *ID) Accept(q *rvt.QP, p *ConnParam) error {
+	if id.r != nil {
+		return id.remoteAccept(q, p)
+	}
 	a := id.a
 	a.mu.Lock()
 	switch {
@@ -543,7 +588,6 @@ func (id *ID) Accept(q *rvt.QP, p *ConnParam) error {
 	id.neg.respRes, id.neg.initDepth = min(prm.ResponderResources, a.maxRd, id.neg.initDepth), min(prm.InitiatorDepth, a.maxRd, id.neg.respRes)
 	rnrForPeer := prm.RNRRetryCount
 	id.neg.srq = prm.SRQ
-	id.localPSN = a.randPSNLocked()
 	epoch := id.epoch
 	a.mu.Unlock()
 
@@ -589,6 +633,9 @@ func (id *ID) Accept(q *rvt.QP, p *ConnParam) error {
 // and private data (rdma_reject); a SIDR request gets SIDR_REP status
 // REJECT; an active ID in REP_RCVD rejects the REP.
 func (id *ID) Reject(priv []byte) error {
+	if id.r != nil {
+		return id.remoteCall("reject", func() error { return id.r.cid.Reject(priv) })
+	}
 	a := id.a
 	if len(priv) > REJPrivateDataLen {
 		return fmt.Errorf("reject: %w: %d bytes of private data, at most %d", ErrInvalidArgument, len(priv), REJPrivateDataLen)
@@ -615,6 +662,9 @@ func (id *ID) Reject(priv []byte) error {
 // (DISCONNECTED follows the DREP, or the DREQ's last retry), or the DREP
 // when the peer's DREQ came first. The QP moves to ERR.
 func (id *ID) Disconnect() error {
+	if id.r != nil {
+		return id.remoteCall("disconnect", id.r.cid.Disconnect)
+	}
 	a := id.a
 	a.mu.Lock()
 	q := id.q
@@ -645,6 +695,10 @@ func (id *ID) Disconnect() error {
 // answered a REJ (consumer), an established connection a DREQ; the comm
 // ID, port and QP stay reserved through TIMEWAIT. No event follows.
 func (id *ID) Destroy() {
+	if id.r != nil {
+		id.remoteDestroy()
+		return
+	}
 	a := id.a
 	a.mu.Lock()
 	if id.destroyed {
@@ -709,6 +763,9 @@ func (id *ID) Destroy() {
 // state (INIT, RTR or RTS), as rdma_init_qp_attr does, for a caller that
 // modifies its QP itself.
 func (id *ID) InitQPAttr(state qp.State) (rvt.QPAttr, rvt.QPAttrMask, error) {
+	if id.r != nil {
+		return id.remoteInitQPAttr(state)
+	}
 	a := id.a
 	a.mu.Lock()
 	defer a.mu.Unlock()

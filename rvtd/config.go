@@ -34,6 +34,7 @@ type Limits struct {
 	MRs       int    `yaml:"mrs"`        // memory regions (default 4096)
 	CQEntries int    `yaml:"cq_entries"` // CQ ring entries, summed over the session's CQs (default 1<<20)
 	MemBytes  uint64 `yaml:"mem_bytes"`  // shared-memory segment bytes (default 1 GiB)
+	CMIDs     int    `yaml:"cm_ids"`     // rdma_cm IDs, passive ones included (default 1024)
 }
 
 // DeviceConfig is one device and its link. Exactly one of Fabric, TAP, XDP
@@ -62,6 +63,7 @@ const (
 	DefaultMaxMRs       = 4096
 	DefaultMaxCQEntries = 1 << 20
 	DefaultMaxMemBytes  = 1 << 30
+	DefaultMaxCMIDs     = 1024
 )
 
 // DefaultConfig is what rvtd serves with no configuration file: rvt0 and
@@ -121,6 +123,9 @@ func (c *Config) fill() {
 	if l.MemBytes == 0 {
 		l.MemBytes = DefaultMaxMemBytes
 	}
+	if l.CMIDs == 0 {
+		l.CMIDs = DefaultMaxCMIDs
+	}
 	for i := range c.Devices {
 		d := &c.Devices[i]
 		if d.Fabric != "" && d.MTU == 0 {
@@ -142,7 +147,7 @@ func (c *Config) Check() error {
 	default:
 		return fmt.Errorf("log.level %q: want debug, info, warn or error", c.Log.Level)
 	}
-	if c.Limits.QPs < 0 || c.Limits.MRs < 0 || c.Limits.CQEntries < 0 {
+	if c.Limits.QPs < 0 || c.Limits.MRs < 0 || c.Limits.CQEntries < 0 || c.Limits.CMIDs < 0 {
 		return errors.New("limits must not be negative")
 	}
 	seen := map[string]bool{}

@@ -3,6 +3,7 @@ package rvtd_test
 import (
 	"encoding/hex"
 	"math/rand"
+	"net/netip"
 	"runtime/pprof"
 
 	"github.com/softverbs/softverbs/rvtd"
@@ -31,6 +32,20 @@ func FuzzSession(f *testing.F) {
 	f.Add([]byte{0x80, 0x99, 6, 0})                    // an unknown opcode
 	f.Add([]byte{0x14, 6, 0, 0x15, 5, 0, 0x04, 2, 0})  // destroy QP, CQ, dealloc PD
 	specs := proto.Specs()
+	cmOp := func(op proto.Op) byte {
+		for i, s := range specs {
+			if s.Op == op {
+				return byte(i)
+			}
+		}
+		panic("no such op")
+	}
+	conn := make([]byte, 24)
+	conn[0] = 6                                                                 // qp 6
+	f.Add(append([]byte{cmOp(proto.OpCMConnect), 9, byte(len(conn))}, conn...)) // connect ID 9 to the listener
+	f.Add([]byte{cmOp(proto.OpCMQuery), 9, 0, cmOp(proto.OpCMDestroyID), 8, 0})
+	f.Add([]byte{cmOp(proto.OpCMCreateID), 7, 16, 0, 0, 0, 0, 0, 0, 0, 0, 0x11, 0x01, 4, 0, 0, 0, 0, 0})
+	f.Add([]byte{cmOp(proto.OpCMDestroyEventChannel), 7, 0, cmOp(proto.OpCMMigrateID), 9, 8, 7, 0, 0, 0, 0, 0, 0, 0})
 	baseline := -1
 	f.Fuzz(func(t *testing.T, data []byte) { fuzzSession(t, srv, sock, specs, data, &baseline) })
 }
@@ -105,7 +120,7 @@ func fuzzSession(t *testing.T, srv *rvtd.Server, sock string, specs []proto.Spec
 		c.Close()
 		waitFor(t, "the session's teardown", func() bool {
 			st := srv.Stats()
-			return st.Sessions == 0 && st.QPs == 0 && st.CQs == 0
+			return st.Sessions == 0 && st.QPs == 0 && st.CQs == 0 && srv.CMStats().IDs == 0
 		})
 		fds := openFDs(t)
 		if *baseline < 0 {
@@ -138,6 +153,14 @@ func setup(t *testing.T, c *client.Client) {
 	r := call(proto.OpCreateQP, 2, &proto.CreateQP{Type: 2, SendCQ: 5, RecvCQ: 5, Cap: proto.Cap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}).(*proto.QPReply)
 	syscall.Close(r.MemFD)
 	syscall.Close(r.Doorbell)
+	// rdma_cm: channel 7, a listener 8 on rvt0's address, an ID 9
+	// resolved to it (random connects with QP 6 reach the listener).
+	syscall.Close(call(proto.OpCMCreateEventChannel, 0, nil).(*proto.CMChannelReply).FD)
+	call(proto.OpCMCreateID, 7, &proto.CMCreateID{PortSpace: proto.PSTCP, QPType: 2})
+	call(proto.OpCMBindAddr, 8, &proto.CMBindAddr{Addr: client.CMAddr(netip.AddrPortFrom(ip0, 4791))})
+	call(proto.OpCMListen, 8, &proto.CMListen{Backlog: 4})
+	call(proto.OpCMCreateID, 7, &proto.CMCreateID{PortSpace: proto.PSTCP, QPType: 2})
+	call(proto.OpCMResolveAddr, 9, &proto.CMResolveAddr{Dst: client.CMAddr(netip.AddrPortFrom(ip0, 4791))})
 }
 
 func openFDs(t *testing.T) int {

@@ -39,7 +39,7 @@ type collector struct {
 }
 
 // objKinds are the kinds rvtd_client_objects counts, in a fixed order.
-var objKinds = [...]string{"context", "pd", "shm", "mr", "mw", "ah", "comp_channel", "cq", "qp"}
+var objKinds = [...]string{"context", "pd", "shm", "mr", "mw", "ah", "comp_channel", "cq", "qp", "cm_channel", "cm_id"}
 
 func objKind(o any) int {
 	switch o.(type) {
@@ -61,6 +61,10 @@ func objKind(o any) int {
 		return 7
 	case *qpObj:
 		return 8
+	case *cmChanObj:
+		return 9
+	case *cmIDObj:
+		return 10
 	}
 	return -1
 }

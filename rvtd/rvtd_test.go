@@ -63,6 +63,9 @@ func runRole(role, sock, dev string) error {
 	if strings.HasPrefix(role, "pvm-") {
 		return pvmRole(role, sock, dev) // pvm_test.go
 	}
+	if strings.HasPrefix(role, "cm-") {
+		return cmRole(role, sock, dev)
+	}
 	n, err := newNode(sock, dev)
 	if err != nil {
 		return err

@@ -128,6 +128,9 @@ func New(cfg *Config, o Options) (_ *Server, err error) {
 		d := &device{srv: s, cfg: dc, dev: dev, link: l}
 		d.unsub = dev.Subscribe(d.event)
 		s.devices = append(s.devices, d)
+		if err := d.openCM(); err != nil {
+			return nil, fmt.Errorf("device %s: %w", dc.Name, err)
+		}
 		s.byName[dc.Name] = d
 		log.Info("device open", "device", dc.Name, "link", linkKind(dc), "ip", dc.IP, "mtu", dc.MTU)
 	}

@@ -40,7 +40,9 @@ type session struct {
 	mem     uint64
 	helloed bool
 
-	proc procAccessor // the client's memory (reg_mr kind 2), from hello on; nil if unavailable
+	proc  procAccessor // the client's memory (reg_mr kind 2), from hello on; nil if unavailable
+	minor uint16       // the agreed minor protocol version
+	cm    cmSession    // rdma_cm IDs (cm.go)
 }
 
 // The session's objects, named by handles.
@@ -248,6 +250,7 @@ func (ss *session) hello(msg proto.Msg) bool {
 	} else {
 		ss.log.Info("no process_vm access to the client: reg_mr kind 2 refused", "err", err)
 	}
+	ss.minor = min(m.Minor, proto.Minor)
 	ss.log.Info("hello", "client", m.Client, "version", fmt.Sprintf("%d.%d", m.Major, m.Minor))
 	return ss.reply(msg.Header, 0, &proto.HelloReply{
 		Magic: proto.Magic, Major: proto.Major, Minor: min(m.Minor, proto.Minor),
@@ -333,6 +336,9 @@ func (ss *session) dispatch(m proto.Msg) (proto.Body, []int, error) {
 		return ss.createAH(h, m.Body.(*proto.CreateAH))
 	case proto.OpDestroyAH:
 		return nil, nil, ss.destroyAH(h)
+	}
+	if proto.IsCM(m.Op) {
+		return ss.cmDispatch(m)
 	}
 	// Known messages not served yet: fast-register MRs, SRQs,
 	// multicast (docs/rvtd.md).
@@ -481,6 +487,7 @@ func (ss *session) fatal() {
 	for _, c := range ss.contexts(nil) {
 		ss.asyncEvent(c, 0, 1, uint32(rvt.EventType(8))) // IBV_EVENT_DEVICE_FATAL, element: the port
 	}
+	ss.cmDeviceRemoval()
 	_ = ss.conn.Close()
 }
 
@@ -884,10 +891,11 @@ func (ss *session) counters(h uint32) (proto.Body, []int, error) {
 }
 
 // teardown releases everything the session owned, in the order of
-// docs/rvtd-protocol.md section 3: QPs to error and destroyed, MRs
+// docs/rvtd-protocol.md section 3: rdma_cm IDs, QPs to error and destroyed, MRs
 // deregistered, then CQs, PDs, channels, shared memory and device contexts.
 func (ss *session) teardown() {
 	_ = ss.conn.Close()
+	ss.cmTeardown()
 	ss.mu.Lock()
 	var qps []*qpObj
 	var cqs []*cqObj

@@ -2,9 +2,10 @@ package main
 
 // What `rvt rping`, `rvt ucmatose` and `rvt udaddy` share: the link flags
 // of `rvt pingpong` (--tap, --xdp, --udp with --ip, --mac, --link-mtu,
-// --pcap and the fault profile), --timeout, and running one side on the
-// chosen link, or, with no link flag, both sides in this process on the
-// demo's in-memory pair.
+// --pcap and the fault profile), --timeout, --rvtd with --ib-dev (a device
+// of rvtd, whose connection manager then runs in the daemon), and running
+// one side on the chosen link, or, with no link flag, both sides in this
+// process on the demo's in-memory pair.
 
 import (
 	"context"
@@ -28,10 +29,11 @@ import (
 type cmLinkConfig struct {
 	devopen.Config
 	Timeout time.Duration
+	Device  string // with --rvtd: the daemon's device
 }
 
 func defaultCMLinkConfig() cmLinkConfig {
-	return cmLinkConfig{Config: devopen.Config{Seed: 1}}
+	return cmLinkConfig{Config: devopen.Config{Seed: 1}, Device: "rvt0"}
 }
 
 // cmLinkFlags registers the long-only link flags (as rvt pingpong's).
@@ -49,11 +51,13 @@ func cmLinkFlags(fs *pflag.FlagSet, c *cmLinkConfig) {
 	fs.DurationVar(&c.Delay, "delay", c.Delay, "`delay` added to every frame we send")
 	fs.Int64Var(&c.Seed, "seed", c.Seed, "seed of the fault profile")
 	fs.DurationVar(&c.Timeout, "timeout", c.Timeout, "give up after `duration` (0: never)")
+	rvtdFlag(fs, &c.RVTD)
+	fs.StringVar(&c.Device, "ib-dev", c.Device, "with --rvtd: the daemon's `device` (its connection manager runs in the daemon)")
 }
 
 // pair reports whether no link was chosen: both sides run in this process.
 func (c *cmLinkConfig) pair() bool {
-	return c.TAP == "" && c.XDP == "" && c.UDP == "" && c.IP == ""
+	return c.TAP == "" && c.XDP == "" && c.UDP == "" && c.IP == "" && c.RVTD == ""
 }
 
 func (c *cmLinkConfig) check() error {
@@ -117,9 +121,13 @@ func runCMTool(w io.Writer, lc cmLinkConfig, warm netip.Addr, side func(context.
 		return fmt.Errorf("link: %w", err)
 	}
 	defer l.Close()
-	dev, err := rvt.Open(l.Options("rvt0"))
+	name := "rvt0"
+	if l.RVTD != "" {
+		name = lc.Device
+	}
+	dev, err := l.OpenDevice(name)
 	if err != nil {
-		return fmt.Errorf("couldn't get context for rvt0: %w", err)
+		return fmt.Errorf("couldn't get context for %s: %w", name, err)
 	}
 	defer dev.Close()
 	if warm.IsValid() && l.Resolve != nil {

@@ -236,9 +236,6 @@ func runPerftest(w io.Writer, fs *pflag.FlagSet, cfg *perftestConfig) error {
 	if l.TAP == "" && l.XDP == "" && l.UDP == "" && l.IP == "" && l.RVTD == "" {
 		return runPerftestPair(w, fs, cfg)
 	}
-	if l.RVTD != "" && (cfg.RDMACM || cfg.CommRDMACM) {
-		return usagef("--rvtd with -R or -z: the connection manager through rvtd is not served yet")
-	}
 	if cfg.Device != ppDevice && l.RVTD == "" {
 		return usagef("-d %s: IB device %s not found (rvt opens one device, %s)", cfg.Device, cfg.Device, ppDevice)
 	}

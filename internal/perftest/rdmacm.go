@@ -74,9 +74,15 @@ func (s *side) ctx() (context.Context, context.CancelFunc) {
 // rdma_create_qp and post_one_recv_wqe leave it before connecting.
 func (s *side) newCMComm() (*cmComm, error) {
 	dev := s.env.Dev
-	c := &cmComm{s: s, buf: make([]byte, 2*cmCommHalf)}
+	c := &cmComm{s: s}
 	var err error
 	if c.pd, err = dev.AllocPD(); err != nil {
+		return nil, err
+	}
+	// Memory the device reaches without copying (shared memory on a
+	// device of rvtd).
+	if c.buf, err = dev.AllocBuf(2 * cmCommHalf); err != nil {
+		c.close()
 		return nil, err
 	}
 	if c.scq, err = dev.CreateCQ(2, nil); err != nil {
@@ -170,6 +176,9 @@ func (c *cmComm) close() {
 	}
 	if c.rcq != nil {
 		_ = dev.DestroyCQ(c.rcq)
+	}
+	if c.buf != nil {
+		_ = dev.FreeBuf(c.buf)
 	}
 	if c.pd != nil {
 		_ = c.pd.Dealloc()

@@ -211,7 +211,14 @@ func newCB(dev *rvt.Device, cfg *Config, out cmtool.Out) (_ *cb, err error) {
 	if err = cm.PrepareConn(c.qp); err != nil { // rdma_create_qp: INIT
 		return nil, fmt.Errorf("rdma_create_qp: %w", err)
 	}
-	c.recvBuf, c.sendBuf = make([]byte, infoLen), make([]byte, infoLen)
+	// AllocBuf: memory the device reaches without copying (on a device
+	// served by rvtd, shared memory; otherwise a slice).
+	if c.recvBuf, err = dev.AllocBuf(infoLen); err != nil {
+		return nil, fmt.Errorf("recv_buf: %w", err)
+	}
+	if c.sendBuf, err = dev.AllocBuf(infoLen); err != nil {
+		return nil, fmt.Errorf("send_buf: %w", err)
+	}
 	if c.recvMR, err = c.pd.Reg(c.recvBuf, keys.LocalWrite); err != nil {
 		return nil, fmt.Errorf("recv_buf reg_mr failed: %w", err)
 	}
@@ -219,12 +226,16 @@ func newCB(dev *rvt.Device, cfg *Config, out cmtool.Out) (_ *cb, err error) {
 		return nil, fmt.Errorf("send_buf reg_mr failed: %w", err)
 	}
 	rw := keys.LocalWrite | keys.RemoteRead | keys.RemoteWrite
-	c.rdmaBuf = make([]byte, cfg.Size)
+	if c.rdmaBuf, err = dev.AllocBuf(cfg.Size); err != nil {
+		return nil, fmt.Errorf("rdma_buf: %w", err)
+	}
 	if c.rdmaMR, err = c.pd.Reg(c.rdmaBuf, rw); err != nil {
 		return nil, fmt.Errorf("rdma_buf reg_mr failed: %w", err)
 	}
 	if !c.server {
-		c.startBuf = make([]byte, cfg.Size)
+		if c.startBuf, err = dev.AllocBuf(cfg.Size); err != nil {
+			return nil, fmt.Errorf("start_buf: %w", err)
+		}
 		if c.startMR, err = c.pd.Reg(c.startBuf, rw); err != nil {
 			return nil, fmt.Errorf("start_buf reg_mr failed: %w", err)
 		}

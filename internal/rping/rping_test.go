@@ -106,6 +106,18 @@ func TestRpingFabric(t *testing.T) {
 	}
 }
 
+// TestRpingRVTD runs rping on two devices served by rvtd: its connection
+// manager is the daemon's (cm on an rvt.Dial device).
+func TestRpingRVTD(t *testing.T) {
+	d := cmtooltest.RVTD(t)
+	srv, cli := DefaultConfig(), DefaultConfig()
+	srv.Verbose, srv.Size = true, 1000
+	cli.Addr, cli.Verbose, cli.Validate, cli.Count, cli.Size = d.ServerAddr, true, true, 10, 1000
+	server, client := sides(srv, cli)
+	s, c := cmtooltest.Run(t, d, 30*time.Second, server, client)
+	checkRun(t, s, c, 10, 1000)
+}
+
 func TestRpingUDP(t *testing.T) {
 	d := cmtooltest.UDP(t)
 	srv, cli := DefaultConfig(), DefaultConfig()

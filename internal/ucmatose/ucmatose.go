@@ -90,7 +90,11 @@ func (t *test) newNode(dev *rvt.Device) (_ *node, err error) {
 		return nil, fmt.Errorf("cmatose: unable to create QP: %w", err)
 	}
 	if t.cfg.Count > 0 {
-		if n.mr, err = n.pd.Reg(make([]byte, t.cfg.Size), keys.LocalWrite); err != nil {
+		buf, err := dev.AllocBuf(t.cfg.Size)
+		if err != nil {
+			return nil, fmt.Errorf("cmatose: buffer: %w", err)
+		}
+		if n.mr, err = n.pd.Reg(buf, keys.LocalWrite); err != nil {
 			return nil, errors.New("failed to reg MR")
 		}
 		for range t.cfg.Count {

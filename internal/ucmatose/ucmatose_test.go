@@ -41,6 +41,7 @@ func TestUcmatose(t *testing.T) {
 	}{
 		{"fabric-1", cmtooltest.Fabric, 1, 100},
 		{"fabric-8", cmtooltest.Fabric, 8, 4000},
+		{"rvtd-8", cmtooltest.RVTD, 8, 4000},
 		{"udp-4", cmtooltest.UDP, 4, 100},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -108,7 +108,9 @@ func (t *test) newNode(dev *rvt.Device) (_ *node, err error) {
 		return nil, fmt.Errorf("udaddy: unable to create QP: %w", err)
 	}
 	if t.cfg.Count > 0 {
-		n.mem = make([]byte, t.cfg.Size+grhLen)
+		if n.mem, err = dev.AllocBuf(t.cfg.Size + grhLen); err != nil {
+			return nil, fmt.Errorf("udaddy: buffer: %w", err)
+		}
 		if n.mr, err = n.pd.Reg(n.mem, keys.LocalWrite); err != nil {
 			return nil, errors.New("failed to reg MR")
 		}

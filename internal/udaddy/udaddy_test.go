@@ -40,6 +40,7 @@ func TestUdaddy(t *testing.T) {
 	}{
 		{"fabric-1", cmtooltest.Fabric, 1, 100},
 		{"fabric-3", cmtooltest.Fabric, 3, 1024},
+		{"rvtd-3", cmtooltest.RVTD, 3, 1024},
 		{"udp-2", cmtooltest.UDP, 2, 100},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

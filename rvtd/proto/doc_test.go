@@ -51,9 +51,13 @@ func renderBody(w *strings.Builder, what string, b Body) {
 	w.WriteString("\n")
 }
 
-func renderMessages() string {
+func renderMessages(cm bool) string {
 	var w strings.Builder
-	w.WriteString("### Message table\n\n| opcode | name | handle | request | reply | what |\n|---|---|---|---|---|---|\n")
+	title := "### Message table"
+	if cm {
+		title = "### rdma_cm message table"
+	}
+	w.WriteString(title + "\n\n| opcode | name | handle | request | reply | what |\n|---|---|---|---|---|---|\n")
 	size := func(b Body) string {
 		fields, n := Layout(b)
 		if len(fields) == 0 {
@@ -68,6 +72,9 @@ func renderMessages() string {
 		return s
 	}
 	for _, s := range Specs() {
+		if IsCM(s.Op) != cm {
+			continue
+		}
 		req, rep := "-", size(s.body(FlagReply))
 		if !s.Event {
 			req = size(s.body(0))
@@ -82,6 +89,9 @@ func renderMessages() string {
 	}
 	w.WriteString("\n")
 	for _, s := range Specs() {
+		if IsCM(s.Op) != cm {
+			continue
+		}
 		fmt.Fprintf(&w, "### `%s` (0x%04x)\n\n%s.", s.Name, uint16(s.Op), s.Doc)
 		if s.Handle != "" {
 			fmt.Fprintf(&w, " Header handle: %s.", s.Handle)
@@ -97,9 +107,12 @@ func renderMessages() string {
 	return w.String()
 }
 
-func renderRecords() string {
+func renderRecords(cm bool) string {
 	var w strings.Builder
 	for _, r := range Records() {
+		if strings.HasPrefix(r.Name, "cm_") != cm {
+			continue
+		}
 		fields, size := Layout(r.Body)
 		fmt.Fprintf(&w, "#### `%s` record, %d bytes\n\n", r.Name, size)
 		renderFields(&w, fields, size)
@@ -125,9 +138,13 @@ func TestDocLayouts(t *testing.T) {
 	raw, err := os.ReadFile(docPath)
 	require.NoError(t, err)
 	doc := string(raw)
-	want, err := replaceSection(doc, "messages", renderMessages())
+	want, err := replaceSection(doc, "messages", renderMessages(false))
 	require.NoError(t, err)
-	want, err = replaceSection(want, "records", renderRecords())
+	want, err = replaceSection(want, "records", renderRecords(false))
+	require.NoError(t, err)
+	want, err = replaceSection(want, "cm_messages", renderMessages(true))
+	require.NoError(t, err)
+	want, err = replaceSection(want, "cm_records", renderRecords(true))
 	require.NoError(t, err)
 	if *update {
 		require.NoError(t, os.WriteFile(docPath, []byte(want), 0o644))

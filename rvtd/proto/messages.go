@@ -853,7 +853,11 @@ func mk[T any, P interface {
 	return func() Body { return P(new(T)) }
 }
 
-var table = [...]Spec{
+// table is every message: baseTable, then the connection manager's
+// (cm.go).
+var table = append(baseTable[:len(baseTable):len(baseTable)], cmTable[:]...)
+
+var baseTable = [...]Spec{
 	{Op: OpHello, Name: "hello", Request: mk[Hello](), Reply: mk[HelloReply](),
 		Doc: "the first message; agrees on the version"},
 	{Op: OpProtocolError, Name: "protocol_error", Event: true, Reply: mk[ProtocolError](),
@@ -924,5 +928,6 @@ func Records() []struct {
 	}{
 		{"comp_event", &CompEvent{}},
 		{"async_event", &AsyncEvent{}},
+		{"cm_event", &CMEvent{}},
 	}
 }
