@@ -33,9 +33,6 @@ import (
 // it has objects, in which it also looks at receive rings (which have no
 // doorbell) and at CQs whose ring was full.
 
-// tickMS is how often a loop with objects looks at every ring.
-const tickMS = 1
-
 // postBatch is the most WRs posted to the engine in one call.
 const postBatch = 32
 
@@ -69,6 +66,8 @@ type qpObj struct {
 	pd     *pdObj
 	scq    *cqObj
 	rcq    *cqObj
+	srq    *srqObj // nil: the QP has a receive ring of its own (rr)
+	rr     *recvRing
 	cookie uint64
 	typ    uint8
 	sigAll bool
@@ -79,25 +78,23 @@ type qpObj struct {
 	cap    proto.Cap
 	queued atomic.Bool
 
+	errPending atomic.Bool // the receive side found trouble: the loop acts
+	srqBad     atomic.Bool // a bad SRQ WQE completed here: the loop moves the QP to ERR
+
 	asyncEvents atomic.Uint32 // async events sent about the QP
 
 	mu       sync.Mutex // guards the fields below
 	dead     bool
 	reg      *ring.Region
-	sq, rq   *ring.Consumer
+	sq       *ring.Consumer
 	sqMask   uint32
-	rqMask   uint32
 	sqCons   uint32 // our copy of the send ring's consumer index
 	sqTaken  uint32 // records after sqCons posted to the engine
-	rqCons   uint32
-	rqTaken  uint32
+	sqEpoch  uint64 // bumped at RESET: older engine wr_ids are stale
 	sqWRID   []uint64 // the client's wr_id of each posted slot
-	rqWRID   []uint64
 	sqBad    map[uint32]cq.Status // a bad WQE's status, by ring index
-	rqBad    map[uint32]cq.Status
 	sqFailed bool // the ring's indices went out of range: no longer served
-	rqFailed bool
-	inErr    bool // the daemon moved the QP to ERR for a bad WQE
+	inErr    bool // the daemon moved the QP to ERR (or saw it there)
 	buf      []byte
 	wrs      []qp.SendWR
 }
@@ -256,13 +253,7 @@ func (l *loop) run() {
 	var cs []*cqObj
 	var b [8]byte
 	for !l.quit.Load() {
-		l.mu.Lock()
-		timeout := -1
-		if len(l.qps) > 0 || len(l.cqs) > 0 {
-			timeout = tickMS
-		}
-		l.mu.Unlock()
-		n, err := l.wait(events, timeout)
+		n, err := l.wait(events, -1)
 		if err != nil {
 			if !l.quit.Load() {
 				l.srv.log.Error("epoll_wait", "err", err)
@@ -275,14 +266,6 @@ func (l *loop) run() {
 			_, _ = unix.Read(int(ev.Fd), b[:]) // reset the eventfd
 			if q := l.byFD[ev.Fd]; q != nil {
 				qs = append(qs, q)
-			}
-		}
-		if n == 0 { // the tick: every ring
-			for q := range l.qps {
-				qs = append(qs, q)
-			}
-			for c := range l.cqs {
-				cs = append(cs, c)
 			}
 		}
 		for _, q := range l.dirtyQ {
@@ -527,28 +510,22 @@ func putCQE(e ring.CQE, wc *cq.WC) {
 // the ring slots it retires. It reports false for a completion that is not
 // one of q's ring slots (then it is dropped).
 func (q *qpObj) complete(wc *cq.WC) bool {
+	if q.srq != nil && wc.Opcode&cq.Recv != 0 {
+		return q.srq.complete(q, wc)
+	}
+	if wc.WRID&recvTag != 0 {
+		if q.rr == nil {
+			return false
+		}
+		return q.rr.complete(wc)
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.dead {
 		return false
 	}
 	idx := uint32(wc.WRID)
-	if wc.WRID&recvTag != 0 {
-		if q.rq == nil || idx-q.rqCons >= q.rqTaken {
-			return false
-		}
-		wc.WRID = q.rqWRID[idx&q.rqMask]
-		if st, ok := q.rqBad[idx]; ok {
-			wc.Status = st
-			delete(q.rqBad, idx)
-		}
-		n := idx + 1 - q.rqCons
-		q.rq.Release(int(n))
-		q.rqCons += n
-		q.rqTaken -= n
-		return true
-	}
-	if idx-q.sqCons >= q.sqTaken {
+	if wc.WRID>>epochShift != q.sqEpoch || idx-q.sqCons >= q.sqTaken {
 		return false
 	}
 	wc.WRID = q.sqWRID[idx&q.sqMask]
@@ -563,9 +540,16 @@ func (q *qpObj) complete(wc *cq.WC) bool {
 	return true
 }
 
-// recvTag marks the engine wr_id of a receive WQE (the low 32 bits are
-// the ring index), so a completion names its queue whatever its opcode.
-const recvTag = 1 << 32
+// The engine's wr_id of a WQE from a ring: the ring index in the low 32
+// bits, recvTag for a receive (so a completion names its queue whatever
+// its opcode), and the ring's epoch from bit 40 (bumped at RESET, so a
+// completion of a WQE from before is told apart).
+const (
+	recvTag    = 1 << 32
+	epochShift = 40
+)
+
+func (q *qpObj) sendWRID(idx uint32) uint64 { return uint64(idx) | q.sqEpoch<<epochShift }
 
 // resizeCQ gives the CQ a new ring of at least m.CQE entries: the
 // completions the client has not consumed are copied into it, in order,

@@ -177,9 +177,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 						rings = append(rings, ringv{"send", a, int(q.sqTaken), q.sq.Entries()})
 					}
 				}
-				if q.rq != nil && !q.rqFailed {
-					if a, err := q.rq.Available(); err == nil {
-						rings = append(rings, ringv{"recv", a, int(q.rqTaken), q.rq.Entries()})
+				if q.rr != nil {
+					if a, taken, entries, ok := q.rr.depth(); ok {
+						rings = append(rings, ringv{"recv", a, taken, entries})
 					}
 				}
 			}

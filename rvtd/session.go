@@ -318,9 +318,20 @@ func (ss *session) dispatch(m proto.Msg) (proto.Body, []int, error) {
 		return ss.createAH(h, m.Body.(*proto.CreateAH))
 	case proto.OpDestroyAH:
 		return nil, nil, ss.destroyAH(h)
+	case proto.OpCreateSRQ:
+		return ss.createSRQ(h, m.Body.(*proto.CreateSRQ))
+	case proto.OpModifySRQ:
+		return nil, nil, ss.modifySRQ(h, m.Body.(*proto.SRQAttr))
+	case proto.OpQuerySRQ:
+		return ss.querySRQ(h)
+	case proto.OpDestroySRQ:
+		return ss.destroySRQ(h)
+	case proto.OpAttachMcast:
+		return nil, nil, ss.attachMcast(h, m.Body.(*proto.Mcast))
+	case proto.OpDetachMcast:
+		return nil, nil, ss.detachMcast(h, m.Body.(*proto.Mcast))
 	}
-	// Known messages not served yet: fast-register MRs, SRQs,
-	// multicast (docs/rvtd.md).
+	// Known messages not served yet: fast-register MRs (docs/rvtd.md).
 	return nil, nil, proto.EOPNOTSUPP
 }
 
@@ -876,6 +887,7 @@ func (ss *session) teardown() {
 	var ctxs []*devCtx
 	var ahs []*ahObj
 	var mws []*mwObj
+	var srqs []*srqObj
 	for _, o := range ss.objs {
 		switch o := o.(type) {
 		case *qpObj:
@@ -896,11 +908,16 @@ func (ss *session) teardown() {
 			ahs = append(ahs, o)
 		case *mwObj:
 			mws = append(mws, o)
+		case *srqObj:
+			srqs = append(srqs, o)
 		}
 	}
 	ss.mu.Unlock()
 	for _, q := range qps {
 		q.destroy(true)
+	}
+	for _, s := range srqs {
+		s.destroy()
 	}
 	ss.mu.Lock()
 	for _, o := range ahs {

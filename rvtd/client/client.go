@@ -347,7 +347,11 @@ type QP struct {
 
 // CreateQP creates an RC, UC or UD QP (typ 2, 3 or 4) in pd.
 func (d *Device) CreateQP(pd uint32, typ uint8, scq, rcq *CQ, cap proto.Cap) (*QP, error) {
-	r, err := d.c.Call(proto.OpCreateQP, pd, &proto.CreateQP{Type: typ, SendCQ: scq.Handle, RecvCQ: rcq.Handle, Cap: cap})
+	return d.createQP(pd, &proto.CreateQP{Type: typ, SendCQ: scq.Handle, RecvCQ: rcq.Handle, Cap: cap})
+}
+
+func (d *Device) createQP(pd uint32, req *proto.CreateQP) (*QP, error) {
+	r, err := d.c.Call(proto.OpCreateQP, pd, req)
 	if err != nil {
 		return nil, err
 	}
@@ -365,9 +369,10 @@ func (d *Device) CreateQP(pd uint32, typ uint8, scq, rcq *CQ, cap proto.Cap) (*Q
 	q := &QP{d: d, Handle: o.QP, QPN: o.QPN, Cap: o.Cap, bell: bell, reg: reg}
 	q.sqLayout = ring.Layout{Offset: o.SQ.Offset, Entries: o.SQ.Entries, Stride: o.SQ.Stride}
 	rl := ring.Layout{Offset: o.RQ.Offset, Entries: o.RQ.Entries, Stride: o.RQ.Stride}
-	if q.sq, err = ring.NewProducer(reg.Bytes(), ring.KindSend, q.sqLayout, bell, true); err == nil {
+	if q.sq, err = ring.NewProducer(reg.Bytes(), ring.KindSend, q.sqLayout, bell, true); err == nil && rl.Entries != 0 {
 		// The receive ring shares the QP's doorbell (protocol 1.0,
 		// section 7): rung when the daemon has set NEED_WAKEUP on it.
+		// A QP on an SRQ has none (entries 0).
 		q.rq, err = ring.NewProducer(reg.Bytes(), ring.KindRecv, rl, bell, true)
 	}
 	if err != nil {
@@ -375,7 +380,9 @@ func (d *Device) CreateQP(pd uint32, typ uint8, scq, rcq *CQ, cap proto.Cap) (*Q
 		return nil, err
 	}
 	q.sqRaw = reg.Bytes()[o.SQ.Offset : o.SQ.Offset+q.sqLayout.Size()]
-	q.rqRaw = reg.Bytes()[o.RQ.Offset : o.RQ.Offset+rl.Size()]
+	if q.rq != nil {
+		q.rqRaw = reg.Bytes()[o.RQ.Offset : o.RQ.Offset+rl.Size()]
+	}
 	d.c.own(q.Close)
 	return q, nil
 }
@@ -402,8 +409,18 @@ func (q *QP) Close() {
 }
 
 // Modify is ibv_modify_qp.
+//
+// To RESET, the daemon empties both rings and restarts their indices at
+// 0 (WQEs posted before are discarded, with no completion): the
+// producers take the indices again from the rings.
 func (q *QP) Modify(a proto.QPAttr, mask uint32) error {
 	_, err := q.d.c.Call(proto.OpModifyQP, q.Handle, &proto.ModifyQP{Mask: mask, Attr: a})
+	if err == nil && mask&1 != 0 && a.State == 0 { // IBV_QP_STATE, IBV_QPS_RESET
+		q.sq.Resync()
+		if q.rq != nil {
+			q.rq.Resync()
+		}
+	}
 	return err
 }
 
@@ -485,6 +502,9 @@ func (q *QP) PostSend(wr SendWR) error {
 
 // PostRecv writes one receive WQE record.
 func (q *QP) PostRecv(wrid uint64, sgl ...SGE) error {
+	if q.rq == nil {
+		return errors.New("the QP has no receive ring: post to its SRQ")
+	}
 	free, err := q.rq.Free()
 	if err != nil {
 		return err
