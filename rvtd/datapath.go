@@ -88,13 +88,13 @@ type qpObj struct {
 	reg      *ring.Region
 	sq       *ring.Consumer
 	sqMask   uint32
-	sqCons   uint32 // our copy of the send ring's consumer index
-	sqTaken  uint32 // records after sqCons posted to the engine
-	sqEpoch  uint64 // bumped at RESET: older engine wr_ids are stale
-	sqWRID   []uint64 // the client's wr_id of each posted slot
+	sqCons   uint32               // our copy of the send ring's consumer index
+	sqTaken  uint32               // records after sqCons posted to the engine
+	sqEpoch  uint64               // bumped at RESET: older engine wr_ids are stale
+	sqWRID   []uint64             // the client's wr_id of each posted slot
 	sqBad    map[uint32]cq.Status // a bad WQE's status, by ring index
-	sqFailed bool // the ring's indices went out of range: no longer served
-	inErr    bool // the daemon moved the QP to ERR (or saw it there)
+	sqFailed bool                 // the ring's indices went out of range: no longer served
+	inErr    bool                 // the daemon moved the QP to ERR (or saw it there)
 	buf      []byte
 	wrs      []qp.SendWR
 }
