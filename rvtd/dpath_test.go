@@ -475,3 +475,118 @@ func TestResetReconnect(t *testing.T) {
 		}
 	}
 }
+
+// TestBadRecvPulled: a bad receive WQE that the engine pulls (the loop
+// never saw it) completes with its own status, and the QP goes to ERR;
+// the receive after it is flushed.
+func TestBadRecvPulled(t *testing.T) {
+	_, sock := startDaemon(t)
+	a, b := pair(t, sock, false, false)
+	clearNeedWakeup(b.qp)
+	// An SGE past the end of the MR, then a good one.
+	if err := b.qp.PostRecv(7, client.SGE{Addr: b.mr.Addr + shmSize - 8, Length: 64, LKey: b.mr.LKey}); err != nil {
+		t.Fatal(err)
+	}
+	clearNeedWakeup(b.qp)
+	if err := b.qp.PostRecv(8, client.SGE{Addr: b.mr.Addr, Length: 64, LKey: b.mr.LKey}); err != nil {
+		t.Fatal(err)
+	}
+	postSend(t, a, a.qp, 1, 0, 32, 1)
+	wcs, err := b.poll(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wcs[0].WRID != 7 || wcs[0].Status != 4 || wcs[1].WRID != 8 || wcs[1].Status != 5 {
+		t.Fatalf("receive completions %+v, want wr_id 7 LOC_PROT_ERR (4), then 8 WR_FLUSH_ERR (5)", wcs)
+	}
+	if attr, err := b.qp.Query(); err != nil || attr.State != 6 {
+		t.Fatalf("receiver's QP: %+v %v, want ERR", attr, err)
+	}
+	if wcs, err := a.poll(1); err != nil || wcs[0].Status == 0 {
+		t.Fatalf("sender: %+v %v, want an error completion", wcs, err)
+	}
+}
+
+// TestSRQBadAndCorrupt: a bad SRQ WQE completes with its status on the QP
+// that took it (which goes to ERR) while the message takes the next one;
+// an SRQ producer index out of range stops the ring (EPROTO) with
+// IBV_EVENT_SRQ_ERR.
+func TestSRQBadAndCorrupt(t *testing.T) {
+	_, sock := startDaemon(t)
+	a, b := pair(t, sock, false, false)
+	const pd = 2
+	srq, err := b.dev.CreateSRQ(pd, 8, 1, 0, 0x77)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := b.dev.CreateQPOnSRQ(pd, 2, b.cq, b.cq, srq, proto.Cap{MaxSendWR: 4, MaxSendSGE: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	qa, err := a.dev.CreateQP(pd, 2, a.cq, a.cq, proto.Cap{MaxSendWR: 16, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	na, nb := withQP(a, qa), withQP(b, q)
+	ea, _ := na.endpoint()
+	eb, _ := nb.endpoint()
+	if err := na.connect(eb); err != nil {
+		t.Fatal(err)
+	}
+	if err := nb.connect(ea); err != nil {
+		t.Fatal(err)
+	}
+	if err := srq.PostRecv(1, client.SGE{Addr: b.mr.Addr, Length: 64, LKey: b.mr.LKey + 1}); err != nil { // not our lkey
+		t.Fatal(err)
+	}
+	if err := srq.PostRecv(2, client.SGE{Addr: b.mr.Addr, Length: 64, LKey: b.mr.LKey}); err != nil {
+		t.Fatal(err)
+	}
+	postSend(t, a, qa, 1, 0, 32, 1)
+	wcs, err := b.poll(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[uint64]uint8{wcs[0].WRID: wcs[0].Status, wcs[1].WRID: wcs[1].Status}
+	if len(got) != 2 || got[1] != 4 || got[2] != 0 {
+		t.Fatalf("completions %+v: want wr_id 1 LOC_PROT_ERR (4) and wr_id 2 received", wcs)
+	}
+	waitFor(t, "the QP to go to ERR", func() bool { attr, err := q.Query(); return err == nil && attr.State == 6 })
+
+	// Corrupt the producer index: the next pull finds it out of range.
+	binary.LittleEndian.PutUint32(srq.Raw[0:], 1000)
+	q2, err := b.dev.CreateQPOnSRQ(pd, 2, b.cq, b.cq, srq, proto.Cap{MaxSendWR: 4, MaxSendSGE: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	qa2, err := a.dev.CreateQP(pd, 2, a.cq, a.cq, proto.Cap{MaxSendWR: 16, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	na, nb = withQP(a, qa2), withQP(b, q2)
+	ea, _ = na.endpoint()
+	eb, _ = nb.endpoint()
+	if err := na.connect(eb); err != nil {
+		t.Fatal(err)
+	}
+	if err := nb.connect(ea); err != nil {
+		t.Fatal(err)
+	}
+	postSend(t, a, qa2, 2, 0, 32, 2)
+	for {
+		ev, err := b.dev.ReadAsyncEvent()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Type == 14 {
+			if ev.Element != srq.Handle || ev.Cookie != 0x77 {
+				t.Fatalf("SRQ_ERR %+v", ev)
+			}
+			break
+		}
+	}
+	if st := binary.LittleEndian.Uint32(srq.Raw[208:]); st != uint32(proto.EPROTO) {
+		t.Fatalf("SRQ ring status %d, want EPROTO", st)
+	}
+	waitFor(t, "the SRQ's QPs to go to ERR", func() bool { attr, err := q2.Query(); return err == nil && attr.State == 6 })
+}
