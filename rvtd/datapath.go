@@ -77,6 +77,7 @@ type qpObj struct {
 	bell   *ring.Doorbell
 	cap    proto.Cap
 	queued atomic.Bool
+	active bool // in its loop's active set (the loop's own)
 
 	errPending atomic.Bool // the receive side found trouble: the loop acts
 	srqBad     atomic.Bool // a bad SRQ WQE completed here: the loop moves the QP to ERR
@@ -102,6 +103,7 @@ type qpObj struct {
 // loop is one data-path goroutine.
 type loop struct {
 	srv  *Server
+	spin time.Duration // how long to poll after work; 0: never
 	epfd int
 	ep   *os.File        // epfd, watched by Go's netpoller
 	rc   syscall.RawConn // ep's
@@ -109,12 +111,13 @@ type loop struct {
 	quit atomic.Bool
 	done chan struct{}
 
-	mu     sync.Mutex // guards the fields below
-	qps    map[*qpObj]struct{}
-	cqs    map[*cqObj]struct{}
-	byFD   map[int32]*qpObj
-	dirtyQ []*qpObj
-	dirtyC []*cqObj
+	mu       sync.Mutex // guards the fields below
+	qps      map[*qpObj]struct{}
+	cqs      map[*cqObj]struct{}
+	byFD     map[int32]*qpObj
+	dirtyQ   []*qpObj
+	dirtyC   []*cqObj
+	sleeping bool // the loop waits in the netpoller: kicks ring l.wake
 }
 
 func newLoop(s *Server, _ int) (*loop, error) {
@@ -139,7 +142,7 @@ func newLoop(s *Server, _ int) (*loop, error) {
 		w.Close()
 		return nil, err
 	}
-	l := &loop{srv: s, epfd: epfd, ep: ep, rc: rc, wake: w, done: make(chan struct{}),
+	l := &loop{srv: s, spin: s.spin, epfd: epfd, ep: ep, rc: rc, wake: w, done: make(chan struct{}),
 		qps: map[*qpObj]struct{}{}, cqs: map[*cqObj]struct{}{}, byFD: map[int32]*qpObj{}}
 	if err := l.watch(w.FD()); err != nil {
 		ep.Close()
@@ -192,8 +195,12 @@ func (l *loop) kickQP(q *qpObj) {
 	}
 	l.mu.Lock()
 	l.dirtyQ = append(l.dirtyQ, q)
+	ring := l.sleeping
+	l.sleeping = false
 	l.mu.Unlock()
-	_ = l.wake.Ring()
+	if ring {
+		_ = l.wake.Ring()
+	}
 }
 
 // kickCQ asks the loop to drain c's engine CQ soon. It runs in the
@@ -204,13 +211,17 @@ func (l *loop) kickCQ(c *cqObj) {
 	}
 	l.mu.Lock()
 	l.dirtyC = append(l.dirtyC, c)
+	ring := l.sleeping
+	l.sleeping = false
 	l.mu.Unlock()
-	_ = l.wake.Ring()
+	if ring {
+		_ = l.wake.Ring()
+	}
 }
 
 func (l *loop) stop() {
 	l.quit.Store(true)
-	_ = l.wake.Ring()
+	_ = l.wake.Ring() // whether it sleeps or spins
 	<-l.done
 	l.ep.Close()
 	l.wake.Close()
@@ -244,47 +255,6 @@ func (l *loop) wait(events []unix.EpollEvent, timeout int) (int, error) {
 		return 0, rerr
 	}
 	return max(n, 0), err
-}
-
-func (l *loop) run() {
-	defer close(l.done)
-	events := make([]unix.EpollEvent, 64)
-	var qs []*qpObj
-	var cs []*cqObj
-	var b [8]byte
-	for !l.quit.Load() {
-		n, err := l.wait(events, -1)
-		if err != nil {
-			if !l.quit.Load() {
-				l.srv.log.Error("epoll_wait", "err", err)
-			}
-			return
-		}
-		qs, cs = qs[:0], cs[:0]
-		l.mu.Lock()
-		for _, ev := range events[:max(n, 0)] {
-			_, _ = unix.Read(int(ev.Fd), b[:]) // reset the eventfd
-			if q := l.byFD[ev.Fd]; q != nil {
-				qs = append(qs, q)
-			}
-		}
-		for _, q := range l.dirtyQ {
-			q.queued.Store(false)
-			qs = append(qs, q)
-		}
-		for _, c := range l.dirtyC {
-			c.queued.Store(false)
-			cs = append(cs, c)
-		}
-		l.dirtyQ, l.dirtyC = l.dirtyQ[:0], l.dirtyC[:0]
-		l.mu.Unlock()
-		for _, q := range qs {
-			q.service()
-		}
-		for _, c := range cs {
-			c.drain()
-		}
-	}
 }
 
 func pow2(n uint32) uint32 {
@@ -411,8 +381,9 @@ func (o *cqObj) destroy() {
 	ss.mu.Unlock()
 }
 
-// drain moves completions from the engine CQ to the client's ring.
-func (o *cqObj) drain() {
+// drain moves completions from the engine CQ to the client's ring and
+// reports whether it wrote any.
+func (o *cqObj) drain() (did bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for !o.dead && o.prod.Status() == 0 {
@@ -461,11 +432,13 @@ func (o *cqObj) drain() {
 			continue
 		}
 		_, _ = o.prod.Publish(written)
+		did = true
 		if o.ch != nil && o.prod.TakeArm(notable) {
 			o.compEvents.Add(1)
 			o.ch.notify(o.cookie, o.handle)
 		}
 	}
+	return did
 }
 
 // overflowLocked puts the CQ in error: the ring is no longer served (EIO

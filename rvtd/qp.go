@@ -242,27 +242,6 @@ func (q *qpObj) destroy(toErr bool) {
 	ss.mu.Unlock()
 }
 
-// service moves new WQE records from q's rings to the engine.
-func (q *qpObj) service() {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.dead {
-		return
-	}
-	if q.errPending.Swap(false) && q.rr != nil {
-		q.recvTroubleLocked()
-	} else if q.errPending.Load() || q.srqBad.Swap(false) {
-		q.toErrLocked()
-	}
-	st := q.qp.State()
-	if st != qp.Reset && q.rr != nil {
-		q.serviceRecvLocked(st)
-	}
-	if st.Allows(qp.PostSendOK) && !q.sqFailed {
-		q.serviceSendLocked()
-	}
-}
-
 // ringFault: the client's index of a ring is out of range. That ring is no
 // longer served; the QP goes to ERR and the client gets IBV_EVENT_QP_FATAL.
 // c is the send ring, or nil for the receive ring (which has failed
@@ -288,24 +267,29 @@ func (q *qpObj) toErrLocked() {
 	}
 }
 
-func (q *qpObj) serviceSendLocked() {
+func (q *qpObj) serviceSendLocked(spin bool) (did bool) {
 	for {
 		avail, err := q.sq.Available()
 		if err != nil {
 			q.ringFaultLocked(q.sq, err)
-			return
+			return did
 		}
 		if q.sqTaken >= uint32(avail) {
+			if spin {
+				q.sq.Wake() // the loop polls: no doorbell needed
+				return did
+			}
 			ready, err := q.sq.SleepBeyond(int(q.sqTaken))
 			if err != nil {
 				q.ringFaultLocked(q.sq, err)
-				return
+				return did
 			}
 			if !ready {
-				return
+				return did
 			}
 			continue
 		}
+		did = true
 		q.wrs = q.wrs[:0]
 		first := q.sqTaken
 		for q.sqTaken < uint32(avail) && len(q.wrs) < postBatch {

@@ -2,6 +2,7 @@ package rvtd
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/softverbs/softverbs/cq"
 	"github.com/softverbs/softverbs/qp"
@@ -30,9 +31,10 @@ type recvRing struct {
 	mu     sync.Mutex // guards the fields below
 	c      *ring.Consumer
 	mask   uint32
-	cons   uint32 // our copy of the ring's consumer index
-	taken  uint32 // records after cons posted to the engine
-	epoch  uint64 // bumped at RESET: older engine wr_ids are stale
+	cons   uint32        // our copy of the ring's consumer index
+	taken  uint32        // records after cons posted to the engine
+	epoch  uint64        // bumped at RESET: older engine wr_ids are stale
+	seen   atomic.Uint32 // cons + taken: where the next record to take is (for polls without mu)
 	wrid   []uint64
 	bad    map[uint32]cq.Status // a bad WQE's status, by ring index
 	failed bool                 // the ring's indices went out of range
@@ -60,6 +62,7 @@ func (r *recvRing) engineWRID(idx uint32) uint64 {
 // outside the engine's lock. inErr: the QP is in ERR, so a halted ring
 // goes on (what it takes is flushed).
 func (r *recvRing) takeLocked(post func([]qp.RecvWR) error, most int, inErr bool) (n int, trouble bool) {
+	defer func() { r.seen.Store(r.cons + r.taken) }()
 	if r.failed || (r.halted && !inErr) {
 		return 0, false
 	}
@@ -159,14 +162,17 @@ func (q *qpObj) pullRecv() {
 // serviceRecv is the loop's look at the receive ring (q.mu held, the
 // engine's lock not): it takes every new record, then asks the client to
 // ring for the next one.
-func (q *qpObj) serviceRecvLocked(st qp.State) {
+func (q *qpObj) serviceRecvLocked(st qp.State, spin bool) (did bool) {
 	r := q.rr
 	for {
 		q.qp.Lock()
 		r.mu.Lock()
 		n, trouble := r.takeLocked(q.qp.PostRecvLocked, int(r.mask)+1, q.inErr || st == qp.Err)
 		ready := false
-		if !trouble && !r.failed && !(r.halted && !q.inErr) {
+		did = did || n > 0
+		if spin && !trouble && !r.failed {
+			r.c.Wake() // the loop polls: no doorbell needed
+		} else if !trouble && !r.failed && !(r.halted && !q.inErr) {
 			var err error
 			ready, err = r.c.SleepBeyond(int(r.taken))
 			if err != nil {
@@ -187,7 +193,7 @@ func (q *qpObj) serviceRecvLocked(st qp.State) {
 			continue // in ERR now: what follows the bad WQE is flushed
 		}
 		if !ready {
-			return
+			return did
 		}
 	}
 }
@@ -234,6 +240,7 @@ func (r *recvRing) reset() {
 	defer r.mu.Unlock()
 	r.c.Reset()
 	r.cons, r.taken = 0, 0
+	r.seen.Store(0)
 	r.epoch++
 	clear(r.bad)
 	r.failed, r.fault, r.halted = false, nil, false

@@ -22,6 +22,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/softverbs/softverbs/clock"
 	"github.com/softverbs/softverbs/internal/devopen"
@@ -56,6 +57,10 @@ type Options struct {
 	// Loops is the number of data-path goroutines (each an epoll loop over
 	// its share of the QPs' doorbells); 0: 2.
 	Loops int
+	// Spin is how long a loop keeps polling the rings it served after
+	// work, before it sleeps (busy clients then ring no doorbell); 0:
+	// 50 us; negative: never.
+	Spin time.Duration
 }
 
 // Server is a running daemon: its devices, its listener, its sessions.
@@ -63,6 +68,7 @@ type Server struct {
 	cfg     *Config
 	log     *slog.Logger
 	clk     clock.Clock
+	spin    time.Duration // Options.Spin, resolved
 	devices []*device
 	byName  map[string]*device
 	loops   []*loop
@@ -144,6 +150,12 @@ func New(cfg *Config, o Options) (_ *Server, err error) {
 	n := o.Loops
 	if n <= 0 {
 		n = 2
+	}
+	switch s.spin = o.Spin; {
+	case o.Spin == 0:
+		s.spin = defaultSpin
+	case o.Spin < 0:
+		s.spin = 0
 	}
 	for i := 0; i < n; i++ {
 		lp, err := newLoop(s, i)

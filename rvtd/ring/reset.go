@@ -18,6 +18,6 @@ func (p *Producer) Resync() {
 	p.cons = p.hdr.u32(offConsumer).Load()
 }
 
-// Pending reports how many records are published and not yet consumed,
-// without checking them (for a daemon that polls rings while it spins).
-func (c *Consumer) Pending() uint32 { return c.hdr.u32(offProducer).Load() - c.tail }
+// Producer is the producer index as the other side last published it,
+// unchecked (for a daemon that polls rings while it spins).
+func (c *Consumer) Producer() uint32 { return c.hdr.u32(offProducer).Load() }
