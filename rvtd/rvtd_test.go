@@ -57,11 +57,17 @@ func sendSize(i int) int { return 1 + i*255 }
 
 func runRole(role, sock, dev string) error {
 	line := readLine
-	if role == "garbage" {
+	switch role {
+	case "garbage":
 		return garbageRole(sock)
+	case "many":
+		return manyRole(sock)
 	}
 	n, err := newNode(sock, dev)
 	if err != nil {
+		return err
+	}
+	if err := prepareRole(role, n); err != nil {
 		return err
 	}
 	ep, err := n.endpoint()
@@ -210,6 +216,10 @@ func runRole(role, sock, dev string) error {
 		return writeBench(n, peer)
 	case "ping", "pong":
 		return pingPong(n, role == "ping")
+	case "msgsend":
+		return msgSend(n)
+	case "msgrecv":
+		return msgRecv(n)
 	}
 	_, _ = line("EOF")
 	return nil

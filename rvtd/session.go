@@ -33,7 +33,7 @@ type session struct {
 	mu      sync.Mutex // guards the fields below
 	objs    map[uint32]any
 	next    uint32
-	lkeys   map[uint32]*mrObj // the session's MRs by lkey, for SGE checks
+	lkeys   map[lkeyOf]*mrObj // the session's MRs by device and lkey, for SGE checks
 	nqp     int
 	nmr     int
 	ncqe    int
@@ -56,6 +56,13 @@ type devCtx struct {
 // maxPendingEvents bounds the async events kept for a client that does
 // not read them; beyond it they are dropped (and logged).
 const maxPendingEvents = 4096
+
+// lkeyOf names an MR of a session: keys are per device, and a session
+// may open several devices.
+type lkeyOf struct {
+	d    *device
+	lkey uint32
+}
 
 type pdObj struct {
 	handle uint32
@@ -101,7 +108,7 @@ type chanObj struct {
 }
 
 func newSession(s *Server, id uint32, c *proto.Conn) *session {
-	ss := &session{srv: s, id: id, conn: c, objs: map[uint32]any{}, lkeys: map[uint32]*mrObj{}}
+	ss := &session{srv: s, id: id, conn: c, objs: map[uint32]any{}, lkeys: map[lkeyOf]*mrObj{}}
 	if cred, err := c.PeerCred(); err == nil {
 		ss.pid, ss.uid = uint32(cred.Pid), cred.Uid
 		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", cred.Pid)); err == nil {
@@ -624,7 +631,7 @@ func (ss *session) regMR(h uint32, m *proto.RegMR) (proto.Body, []int, error) {
 	}
 	o := &mrObj{pd: p, shm: sh, mr: mr, iova: m.IOVA, length: m.Length}
 	o.handle = ss.addLocked(o)
-	ss.lkeys[mr.Lkey] = o
+	ss.lkeys[lkeyOf{p.ctx.d, mr.Lkey}] = o
 	ss.nmr++
 	p.refs++
 	sh.refs++
@@ -647,7 +654,7 @@ func (ss *session) deregLocked(o *mrObj) error {
 		return err
 	}
 	delete(ss.objs, o.handle)
-	delete(ss.lkeys, lkey)
+	delete(ss.lkeys, lkeyOf{o.pd.ctx.d, lkey})
 	ss.nmr--
 	o.pd.refs--
 	o.shm.refs--
@@ -659,7 +666,7 @@ func (ss *session) deregLocked(o *mrObj) error {
 // the engine's.
 func (ss *session) sgeOK(pd *pdObj, lkey uint32, addr uint64, length uint32) bool {
 	ss.mu.Lock()
-	o := ss.lkeys[lkey]
+	o := ss.lkeys[lkeyOf{pd.ctx.d, lkey}]
 	ss.mu.Unlock()
 	if o == nil || o.pd != pd {
 		return false

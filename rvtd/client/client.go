@@ -466,6 +466,11 @@ type SendWR struct {
 // ErrFull is a post to a full ring.
 var ErrFull = errors.New("ring full")
 
+var (
+	errTooManySGEs = errors.New("too many SGEs")
+	errNoRecvRing  = errors.New("the QP has no receive ring: post to its SRQ")
+)
+
 // PostSend writes one send WQE record and publishes it; the producer rings
 // the doorbell if the daemon sleeps.
 func (q *QP) PostSend(wr SendWR) error {
@@ -503,7 +508,7 @@ func (q *QP) PostSend(wr SendWR) error {
 // PostRecv writes one receive WQE record.
 func (q *QP) PostRecv(wrid uint64, sgl ...SGE) error {
 	if q.rq == nil {
-		return errors.New("the QP has no receive ring: post to its SRQ")
+		return errNoRecvRing
 	}
 	free, err := q.rq.Free()
 	if err != nil {
