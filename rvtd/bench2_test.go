@@ -501,7 +501,6 @@ func TestBenchmarkManyClients(t *testing.T) {
 		manyQPs, manyDepth, one, many, all, all/one)
 }
 
-
 // connectSlow is connect with a long retransmit timeout.
 func connectSlow(n *node, peer endpoint) error {
 	a := proto.QPAttr{State: 1, PKeyIndex: 0, Port: 1, AccessFlags: accessAll}
