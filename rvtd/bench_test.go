@@ -141,7 +141,7 @@ func TestBenchmarkAgainstEmbedded(t *testing.T) {
 	if os.Getenv("RVTD_BENCH") == "" {
 		t.Skip("set RVTD_BENCH=1 to measure")
 	}
-	_, sock := startDaemon(t)
+	sock := startDaemonOpts(t, benchOptions(t))
 
 	sink, w := pairUp(t, sock, "victim", "writebench")
 	w.send("GO")
