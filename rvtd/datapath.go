@@ -103,6 +103,7 @@ type qpObj struct {
 // loop is one data-path goroutine.
 type loop struct {
 	srv  *Server
+	id   int32         // from 1
 	spin time.Duration // how long to poll after work; 0: never
 	epfd int
 	ep   *os.File        // epfd, watched by Go's netpoller
@@ -120,7 +121,7 @@ type loop struct {
 	sleeping bool // the loop waits in the netpoller: kicks ring l.wake
 }
 
-func newLoop(s *Server, _ int) (*loop, error) {
+func newLoop(s *Server, i int) (*loop, error) {
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil, os.NewSyscallError("epoll_create1", err)
@@ -142,7 +143,7 @@ func newLoop(s *Server, _ int) (*loop, error) {
 		w.Close()
 		return nil, err
 	}
-	l := &loop{srv: s, spin: s.spin, epfd: epfd, ep: ep, rc: rc, wake: w, done: make(chan struct{}),
+	l := &loop{srv: s, id: int32(i + 1), spin: s.spin, epfd: epfd, ep: ep, rc: rc, wake: w, done: make(chan struct{}),
 		qps: map[*qpObj]struct{}{}, cqs: map[*cqObj]struct{}{}, byFD: map[int32]*qpObj{}}
 	if err := l.watch(w.FD()); err != nil {
 		ep.Close()

@@ -46,12 +46,17 @@ func (l *loop) run() {
 			polls--
 			if iter%epollEvery == 0 {
 				n, _ = unix.EpollWait(l.epfd, events, 0)
-			} else {
-				runtime.Gosched() // the engine's goroutines share our processors
 			}
+			// Give way: to the engine's goroutines on our processor,
+			// and to other threads on the CPU (the clients, which poll
+			// their CQs the same way): a spinning thread that never
+			// yields keeps its CPU for a whole time slice.
+			runtime.Gosched()
+			_, _, _ = unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 		default:
 			// Going to sleep: every active ring asks for its doorbell,
 			// and is looked at once more.
+			l.srv.spinner.CompareAndSwap(l.id, 0)
 			work := false
 			for _, q := range active {
 				if q.service(false) {
@@ -64,6 +69,7 @@ func (l *loop) run() {
 				polls, spinEnd = l.spinFor()
 				continue
 			}
+			polls = 0
 			l.mu.Lock()
 			l.sleeping = len(l.dirtyQ) == 0 && len(l.dirtyC) == 0
 			sleep := l.sleeping
@@ -139,7 +145,15 @@ func (l *loop) run() {
 	}
 }
 
+// spinFor starts or extends a spin, if no other loop spins: one spinning
+// loop at a time leaves the other processors to the engine's goroutines
+// and to Go's netpoller, which parked goroutines (a sleeping loop among
+// them) wait on; with every processor busy spinning, the netpoller is
+// looked at only by the runtime's monitor, and those wake-ups come late.
 func (l *loop) spinFor() (int, time.Time) {
+	if !l.srv.spinner.CompareAndSwap(0, l.id) && l.srv.spinner.Load() != l.id {
+		return 0, time.Time{}
+	}
 	return spinBudget, l.srv.clk.Now().Add(l.spin)
 }
 

@@ -69,6 +69,7 @@ type Server struct {
 	log     *slog.Logger
 	clk     clock.Clock
 	spin    time.Duration // Options.Spin, resolved
+	spinner atomic.Int32  // the id of the loop that spins, 0: none
 	devices []*device
 	byName  map[string]*device
 	loops   []*loop
