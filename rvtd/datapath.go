@@ -98,6 +98,8 @@ type qpObj struct {
 	inErr    bool                 // the daemon moved the QP to ERR (or saw it there)
 	buf      []byte
 	wrs      []qp.SendWR
+	sges     []qp.SGE // the SGLs of the batch in q.wrs
+	inl      []byte   // and their inline data
 }
 
 // loop is one data-path goroutine.

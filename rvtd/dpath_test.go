@@ -590,3 +590,73 @@ func TestSRQBadAndCorrupt(t *testing.T) {
 	}
 	waitFor(t, "the SRQ's QPs to go to ERR", func() bool { attr, err := q2.Query(); return err == nil && attr.State == 6 })
 }
+
+// TestInlineSendList: inline SENDs posted as one list, each with its own
+// data, arrive each with its own bytes (the daemon batches them).
+func TestInlineSendList(t *testing.T) {
+	_, sock := startDaemon(t)
+	a, b := pair(t, sock, false, false)
+	const n = 8
+	var wrids []uint64
+	var sges []client.SGE
+	for i := 0; i < n; i++ {
+		wrids = append(wrids, uint64(i))
+		sges = append(sges, client.SGE{Addr: b.mr.Addr + uint64(i)*256, Length: 256, LKey: b.mr.LKey})
+	}
+	wrs := make([]client.SendWR, n)
+	for i := range wrs {
+		data := make([]byte, 16+i)
+		for j := range data {
+			data[j] = byte(i*31 + j)
+		}
+		wrs[i] = client.SendWR{WRID: uint64(i), Opcode: 2, Flags: 2 | 8, Inline: data}
+	}
+	// A QP with room for inline data (the node's has none).
+	qa, err := a.dev.CreateQP(2, 2, a.cq, a.cq, proto.Cap{MaxSendWR: 16, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	qb, err := b.dev.CreateQP(2, 2, b.cq, b.cq, proto.Cap{MaxSendWR: 1, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	na, nb := withQP(a, qa), withQP(b, qb)
+	ea, _ := na.endpoint()
+	eb, _ := nb.endpoint()
+	if err := na.connect(eb); err != nil {
+		t.Fatal(err)
+	}
+	if err := nb.connect(ea); err != nil {
+		t.Fatal(err)
+	}
+	if err := qb.PostRecvList(wrids, sges); err != nil {
+		t.Fatal(err)
+	}
+	if err := qa.PostSendList(wrs); err != nil {
+		t.Fatal(err)
+	}
+	if wcs, err := a.poll(n); err != nil {
+		t.Fatal(err)
+	} else {
+		for _, wc := range wcs {
+			if wc.Status != 0 {
+				t.Fatalf("send %+v", wc)
+			}
+		}
+	}
+	wcs, err := b.poll(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, wc := range wcs {
+		i := int(wc.WRID)
+		if wc.Status != 0 || wc.QPNum != qb.QPN || int(wc.ByteLen) != 16+i {
+			t.Fatalf("receive %+v", wc)
+		}
+		for j := 0; j < 16+i; j++ {
+			if got := b.shm.Mem[i*256+j]; got != byte(i*31+j) {
+				t.Fatalf("message %d byte %d: %#x, want %#x", i, j, got, byte(i*31+j))
+			}
+		}
+	}
+}

@@ -102,6 +102,8 @@ func (ss *session) createQP(h uint32, m *proto.CreateQP) (proto.Body, []int, err
 	q.sqMask = sqN - 1
 	q.sqWRID = make([]uint64, sqN)
 	q.buf = make([]byte, sqL.Stride)
+	q.sges = make([]qp.SGE, 0, postBatch*int(q.cap.MaxSendSGE))
+	q.inl = make([]byte, 0, postBatch*int(c.MaxInlineData))
 	if q.bell, err = ring.NewDoorbell(); err != nil {
 		return fail(proto.ENOMEM)
 	}
@@ -290,7 +292,7 @@ func (q *qpObj) serviceSendLocked(spin bool) (did bool) {
 			continue
 		}
 		did = true
-		q.wrs = q.wrs[:0]
+		q.wrs, q.sges, q.inl = q.wrs[:0], q.sges[:0], q.inl[:0]
 		first := q.sqTaken
 		for q.sqTaken < uint32(avail) && len(q.wrs) < postBatch {
 			idx := q.sqCons + q.sqTaken
@@ -391,22 +393,28 @@ func (q *qpObj) sendWR(k int, idx uint32) (qp.SendWR, uint64, cq.Status) {
 		if w.NumSGE() != 0 || n > len(w.Inline()) || uint32(n) > q.cap.MaxInlineData {
 			return wr, w.WRID(), cq.LocLenErr
 		}
-		wr.InlineData = append([]byte(nil), w.Inline()[:n]...)
+		start := len(q.inl) // the batch's inline data share q.inl, as SGLs
+		q.inl = append(q.inl, w.Inline()[:n]...)
+		wr.InlineData = q.inl[start:len(q.inl):len(q.inl)]
 		return wr, w.WRID(), 0
 	}
 	n := int(w.NumSGE())
 	if n > w.MaxSGEs() || uint32(n) > q.cap.MaxSendSGE {
 		return wr, w.WRID(), cq.LocLenErr
 	}
-	if n > 0 {
-		wr.SGL = make([]qp.SGE, n)
-	}
+	// The SGLs of a batch share q.sges (the engine copies them when
+	// posted); the batch's capacity was set aside at creation.
+	start := len(q.sges)
 	for i := 0; i < n; i++ {
 		s := w.SGE(i)
 		if !q.sess.sgeOK(q.pd, s.LKey(), s.Addr(), s.Length()) {
+			q.sges = q.sges[:start]
 			return wr, w.WRID(), cq.LocProtErr
 		}
-		wr.SGL[i] = qp.SGE{Addr: s.Addr(), Length: s.Length(), Lkey: s.LKey()}
+		q.sges = append(q.sges, qp.SGE{Addr: s.Addr(), Length: s.Length(), Lkey: s.LKey()})
+	}
+	if n > 0 {
+		wr.SGL = q.sges[start:len(q.sges):len(q.sges)]
 	}
 	return wr, w.WRID(), 0
 }

@@ -461,6 +461,7 @@ type SendWR struct {
 	AH         uint32 // UD: the AH handle; BIND_MW: the window's handle
 	RemoteQPN  uint32 // UD; BIND_MW: the MR's handle
 	RemoteQKey uint32 // UD
+	Inline     []byte // with IBV_SEND_INLINE (8): the data, instead of SGL
 }
 
 // ErrFull is a post to a full ring.
@@ -501,8 +502,25 @@ func (q *QP) PostSend(wr SendWR) error {
 	for i, s := range wr.SGL {
 		w.SGE(i).Set(s.Addr, s.Length, s.LKey)
 	}
+	if err := putInline(w, &wr); err != nil {
+		return err
+	}
 	_, err = q.sq.Publish(1)
 	return err
+}
+
+// putInline writes wr's inline data into the record.
+func putInline(w ring.SendWQE, wr *SendWR) error {
+	if wr.Flags&8 == 0 {
+		return nil
+	}
+	if len(wr.Inline) > len(w.Inline()) {
+		return errors.New("inline data larger than the record")
+	}
+	w.SetNumSGE(0)
+	w.SetInlineLen(uint16(len(wr.Inline)))
+	copy(w.Inline(), wr.Inline)
+	return nil
 }
 
 // PostRecv writes one receive WQE record.

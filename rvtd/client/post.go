@@ -35,6 +35,9 @@ func (q *QP) PostSendList(wrs []SendWR) error {
 		for i, s := range wr.SGL {
 			w.SGE(i).Set(s.Addr, s.Length, s.LKey)
 		}
+		if err := putInline(w, wr); err != nil {
+			return err
+		}
 	}
 	_, err = q.sq.Publish(len(wrs))
 	return err
