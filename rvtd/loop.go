@@ -1,7 +1,6 @@
 package rvtd
 
 import (
-	"runtime"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -47,11 +46,15 @@ func (l *loop) run() {
 			if iter%epollEvery == 0 {
 				n, _ = unix.EpollWait(l.epfd, events, 0)
 			}
-			// Give way: to the engine's goroutines on our processor,
-			// and to other threads on the CPU (the clients, which poll
-			// their CQs the same way): a spinning thread that never
-			// yields keeps its CPU for a whole time slice.
-			runtime.Gosched()
+			// Give way to other threads on the CPU (the clients, which
+			// poll their CQs the same way): a spinning thread that never
+			// yields keeps its CPU for a whole time slice. Not
+			// runtime.Gosched: a goroutine forever back in the run queue
+			// keeps every processor from Go's netpoller, so goroutines
+			// parked there (a sleeping loop, the links) would wait for
+			// the runtime's monitor, up to 10 ms. One loop spins at a
+			// time (spinFor), so the other processors stay free for the
+			// engine's goroutines and the netpoller.
 			_, _, _ = unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 		default:
 			// Going to sleep: every active ring asks for its doorbell,
