@@ -34,11 +34,14 @@ const (
 )
 
 // benchOptions are the daemon options of the benchmarks: RVTD_BENCH_SPIN
-// (a duration, or -1) sets Options.Spin.
+// (a duration, or -1) sets Options.Spin, RVTD_BENCH_LOOPS Options.Loops.
 func benchOptions(t testing.TB) rvtd.Options {
 	var o rvtd.Options
 	if testing.Verbose() && os.Getenv("RVTD_BENCH_LOG") != "" {
 		o.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	if s := os.Getenv("RVTD_BENCH_LOOPS"); s != "" {
+		o.Loops, _ = strconv.Atoi(s)
 	}
 	if s := os.Getenv("RVTD_BENCH_SPIN"); s != "" {
 		if s == "-1" {
@@ -74,8 +77,18 @@ func startDaemonOpts(t testing.TB, o rvtd.Options) string {
 	return sock
 }
 
-// prepareRole gives the message-rate roles a QP of their depths.
+// connectMTU is the path MTU connect gives (ibv_mtu: 3 is 1024, 5 is
+// 4096). The benchmark roles use 4096, as the embedded pairs they are
+// compared with do.
+var connectMTU uint8 = 3
+
+// prepareRole sets the benchmark roles up: a path MTU of 4096, and for
+// the message-rate roles a QP of their depths.
 func prepareRole(role string, n *node) error {
+	switch role {
+	case "writebench", "victim", "ping", "pong", "msgsend", "msgrecv":
+		connectMTU = 5
+	}
 	if role != "msgsend" && role != "msgrecv" {
 		return nil
 	}
@@ -515,7 +528,7 @@ func connectSlow(n *node, peer endpoint) error {
 	if err := n.qp.Modify(a, maskState|maskPKey|maskPort|maskAccess); err != nil {
 		return fmt.Errorf("INIT: %w", err)
 	}
-	a = proto.QPAttr{State: 2, PathMTU: 3, DestQPN: peer.QPN, RQPSN: 0, MaxDestRdAtomic: 1, MinRNRTimer: 1,
+	a = proto.QPAttr{State: 2, PathMTU: 5, DestQPN: peer.QPN, RQPSN: 0, MaxDestRdAtomic: 1, MinRNRTimer: 1,
 		AV: proto.AV{DGID: peer.GID, SGIDIndex: 1, HopLimit: 64, Port: 1, IsGlobal: true}}
 	if err := n.qp.Modify(a, maskState|maskAV|maskPathMTU|maskDestQPN|maskRQPSN|maskMaxDestRd|maskMinRNR); err != nil {
 		return fmt.Errorf("RTR: %w", err)

@@ -239,7 +239,7 @@ func (n *node) connect(peer endpoint) error {
 	if err := n.qp.Modify(a, maskState|maskPKey|maskPort|maskAccess); err != nil {
 		return fmt.Errorf("INIT: %w", err)
 	}
-	a = proto.QPAttr{State: 2, PathMTU: 3, DestQPN: peer.QPN, RQPSN: 0, MaxDestRdAtomic: 1, MinRNRTimer: 1,
+	a = proto.QPAttr{State: 2, PathMTU: connectMTU, DestQPN: peer.QPN, RQPSN: 0, MaxDestRdAtomic: 1, MinRNRTimer: 1,
 		AV: proto.AV{DGID: peer.GID, SGIDIndex: 1, HopLimit: 64, Port: 1, IsGlobal: true}}
 	if err := n.qp.Modify(a, maskState|maskAV|maskPathMTU|maskDestQPN|maskRQPSN|maskMaxDestRd|maskMinRNR); err != nil {
 		return fmt.Errorf("RTR: %w", err)

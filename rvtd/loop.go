@@ -10,16 +10,13 @@ import (
 
 // The loop's schedule. A loop that has just done work keeps polling the
 // rings of the QPs it served (its active set) and its queued CQs for a
-// while (Options.Spin) before it sleeps, with NEED_WAKEUP clear on those
+// while (Options.Spin, off by default) before it sleeps, with NEED_WAKEUP clear on those
 // rings: a busy client then posts with no system call, and the loop does
 // not sleep and wake for every message. Kicks from the engine (a CQ to
 // drain, a QP to look at) ring the loop's eventfd only when it sleeps.
 // Going to sleep, it sets NEED_WAKEUP on every ring of its active set and
 // looks once more (store-then-load, docs/rvtd-protocol.md section 7), so
 // nothing posted meanwhile is missed; the set then empties.
-
-// defaultSpin is how long a loop polls after work when Options.Spin is 0.
-const defaultSpin = 50 * time.Microsecond
 
 // spinBudget bounds the polls of one spin whatever the clock says (a
 // manual clock does not move).

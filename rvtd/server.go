@@ -58,8 +58,10 @@ type Options struct {
 	// its share of the QPs' doorbells); 0: 2.
 	Loops int
 	// Spin is how long a loop keeps polling the rings it served after
-	// work, before it sleeps (busy clients then ring no doorbell); 0:
-	// 50 us; negative: never.
+	// work, before it sleeps (busy clients then ring no doorbell); 0 or
+	// negative: never. It pays when a CPU is to spare: on two CPUs shared
+	// with two busy-polling clients it made the round trip slower
+	// (docs/rvtd.md, Figures), so it is off unless asked for.
 	Spin time.Duration
 }
 
@@ -152,12 +154,7 @@ func New(cfg *Config, o Options) (_ *Server, err error) {
 	if n <= 0 {
 		n = 2
 	}
-	switch s.spin = o.Spin; {
-	case o.Spin == 0:
-		s.spin = defaultSpin
-	case o.Spin < 0:
-		s.spin = 0
-	}
+	s.spin = max(o.Spin, 0)
 	for i := 0; i < n; i++ {
 		lp, err := newLoop(s, i)
 		if err != nil {
