@@ -118,7 +118,7 @@ func (ss *session) createQP(h uint32, m *proto.CreateQP) (proto.Body, []int, err
 	q.qpn = q.qp.Num()
 	ss.mu.Lock()
 	q.handle = ss.addLocked(q)
-	q.loop = ss.srv.loopFor(q.handle + ss.id)
+	q.loop = scq.loop // its send completions are drained where it posts: no hand-over between loops
 	p.refs++
 	scq.refs++
 	rcq.refs++
