@@ -86,7 +86,7 @@ var connectMTU uint8 = 3
 // the message-rate roles a QP of their depths.
 func prepareRole(role string, n *node) error {
 	switch role {
-	case "writebench", "victim", "ping", "pong", "msgsend", "msgrecv":
+	case "writebench", "sink", "ping", "pong", "msgsend", "msgrecv":
 		connectMTU = 5
 	}
 	if role != "msgsend" && role != "msgrecv" {

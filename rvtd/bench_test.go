@@ -131,6 +131,26 @@ func pingPong(n *node, ping bool) error {
 	if ping {
 		slices.Sort(rtts)
 		fmt.Println("LAT", (rtts[len(rtts)/2] / 2).Nanoseconds())
+		return nil
+	}
+	// The pong's last reply must leave before the process (and with it
+	// the session, QP and all) goes.
+	for since := time.Now(); sends < pingIters; {
+		k, err := n.cq.Poll(buf)
+		if err != nil {
+			return err
+		}
+		for _, wc := range buf[:k] {
+			if wc.Opcode < 128 {
+				sends++
+			}
+		}
+		if k == 0 {
+			schedYield()
+			if time.Since(since) > 5*time.Second {
+				return fmt.Errorf("%d of %d replies completed", sends, pingIters)
+			}
+		}
 	}
 	return nil
 }
@@ -147,7 +167,7 @@ func TestBenchmarkAgainstEmbedded(t *testing.T) {
 	}
 	sock := startDaemonOpts(t, benchOptions(t))
 
-	sink, w := pairUp(t, sock, "victim", "writebench")
+	sink, w := pairUp(t, sock, "sink", "writebench")
 	w.send("GO")
 	f := w.expect("RATE")
 	bytes, _ := strconv.ParseFloat(f[1], 64)

@@ -210,7 +210,7 @@ func runRole(role, sock, dev string) error {
 			}
 		}
 		return errors.New("no error completion after the peer died")
-	case "victim":
+	case "victim", "sink":
 		_, _ = line("NEVER")
 	case "writebench":
 		return writeBench(n, peer)
