@@ -660,3 +660,55 @@ func TestInlineSendList(t *testing.T) {
 		}
 	}
 }
+
+// TestSessionWithTwoDevices: one session opens both devices, registers
+// memory on each (their keys may be equal: keys are per device) and
+// sends between its own QPs: each SGE is checked against the MR of its
+// own device.
+func TestSessionWithTwoDevices(t *testing.T) {
+	_, sock := startDaemon(t)
+	c, err := client.Dial(sock, "two-devices")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var n [2]*node
+	for i, name := range []string{"rvt0", "rvt1"} {
+		d, err := c.OpenDevice(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pd, err := d.AllocPD()
+		if err != nil {
+			t.Fatal(err)
+		}
+		shm, err := d.ShmAlloc(1 << 16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mr, err := d.RegMR(pd, shm, 0, 1<<16, accessAll)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cq, err := d.CreateCQ(64, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, err := d.CreateQP(pd, 2, cq, cq, proto.Cap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n[i] = &node{c: c, dev: d, shm: shm, mr: mr, cq: cq, qp: q}
+	}
+	t.Logf("lkeys: rvt0 %#x, rvt1 %#x", n[0].mr.LKey, n[1].mr.LKey)
+	e0, _ := n[0].endpoint()
+	e1, _ := n[1].endpoint()
+	if err := n[0].connect(e1); err != nil {
+		t.Fatal(err)
+	}
+	if err := n[1].connect(e0); err != nil {
+		t.Fatal(err)
+	}
+	sendOne(t, n[0], n[1], 1000, 9)
+	sendOne(t, n[1], n[0], 1000, 10)
+}
