@@ -81,12 +81,17 @@ func startDaemonOpts(t testing.TB, o rvtd.Options) string {
 // compared with do.
 var connectMTU uint8 = 3
 
+// connectTimeout and connectRetry are the retransmit timeout (4.096 us <<
+// t) and retry count connect gives: the benchmark roles wait longer (67
+// ms, 7 retries), as the CPUs are shared with other work.
+var connectTimeout, connectRetry uint8 = 10, 3
+
 // prepareRole sets the benchmark roles up: a path MTU of 4096, and for
 // the message-rate roles a QP of their depths.
 func prepareRole(role string, n *node) error {
 	switch role {
 	case "writebench", "sink", "ping", "pong", "msgsend", "msgrecv":
-		connectMTU = 5
+		connectMTU, connectTimeout, connectRetry = 5, 14, 7
 	}
 	if role != "msgsend" && role != "msgrecv" {
 		return nil

@@ -244,7 +244,7 @@ func (n *node) connect(peer endpoint) error {
 	if err := n.qp.Modify(a, maskState|maskAV|maskPathMTU|maskDestQPN|maskRQPSN|maskMaxDestRd|maskMinRNR); err != nil {
 		return fmt.Errorf("RTR: %w", err)
 	}
-	a = proto.QPAttr{State: 3, Timeout: 10, RetryCnt: 3, RNRRetry: 7, SQPSN: 0, MaxRdAtomic: 1}
+	a = proto.QPAttr{State: 3, Timeout: connectTimeout, RetryCnt: connectRetry, RNRRetry: 7, SQPSN: 0, MaxRdAtomic: 1}
 	if err := n.qp.Modify(a, maskState|maskTimeout|maskRetry|maskRNRRetry|maskSQPSN|maskMaxRd); err != nil {
 		return fmt.Errorf("RTS: %w", err)
 	}

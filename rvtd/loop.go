@@ -139,17 +139,6 @@ func (l *loop) run() {
 				work = true
 			}
 		}
-		// Completions our posts caused on another loop's CQs (the peer
-		// QP on the other device, say): drain them now rather than after
-		// that loop has woken up.
-		if len(qs) > 0 || len(active) > 0 {
-			cs = l.steal(cs[:0])
-			for _, c := range cs {
-				if c.drain() {
-					work = true
-				}
-			}
-		}
 		if work && l.spin > 0 {
 			polls, spinEnd = l.spinFor()
 		}
@@ -214,23 +203,4 @@ func (q *qpObj) service(spin bool) bool {
 		}
 	}
 	return did
-}
-
-// steal takes the CQs queued on the other loops, to drain them here. The
-// owner may have been woken for them already; it then finds them drained
-// (drain is serialized by the CQ's lock).
-func (l *loop) steal(cs []*cqObj) []*cqObj {
-	for _, o := range l.srv.loops {
-		if o == l {
-			continue
-		}
-		o.mu.Lock()
-		for _, c := range o.dirtyC {
-			c.queued.Store(false)
-			cs = append(cs, c)
-		}
-		o.dirtyC = o.dirtyC[:0]
-		o.mu.Unlock()
-	}
-	return cs
 }
