@@ -198,6 +198,9 @@ func runRole(role, sock, dev string) error {
 				outstanding--
 				if wc.Status != 0 {
 					fmt.Println("ERR", wc.Status, done)
+					// Stay (and keep the session) until the test is done
+					// counting what is left of the victim's.
+					_, _ = line("EOF")
 					return nil
 				}
 				done++
