@@ -39,7 +39,7 @@ type collector struct {
 }
 
 // objKinds are the kinds rvtd_client_objects counts, in a fixed order.
-var objKinds = [...]string{"context", "pd", "shm", "mr", "mw", "ah", "comp_channel", "cq", "qp"}
+var objKinds = [...]string{"context", "pd", "shm", "mr", "mw", "ah", "comp_channel", "cq", "qp", "srq"}
 
 func objKind(o any) int {
 	switch o.(type) {
@@ -61,6 +61,8 @@ func objKind(o any) int {
 		return 7
 	case *qpObj:
 		return 8
+	case *srqObj:
+		return 9
 	}
 	return -1
 }
