@@ -523,6 +523,7 @@ func (q *qpObj) complete(wc *cq.WC) bool {
 const (
 	recvTag    = 1 << 32
 	epochShift = 40
+	epochMask  = 1<<(64-epochShift) - 1 // epochs wrap within the wr_id
 )
 
 func (q *qpObj) sendWRID(idx uint32) uint64 { return uint64(idx) | q.sqEpoch<<epochShift }

@@ -183,7 +183,7 @@ func (ss *session) modifyQP(h uint32, m *proto.ModifyQP) error {
 func (q *qpObj) resetLocked() {
 	q.sq.Reset()
 	q.sqCons, q.sqTaken = 0, 0
-	q.sqEpoch++
+	q.sqEpoch = (q.sqEpoch + 1) & epochMask
 	clear(q.sqBad)
 	q.sqFailed, q.inErr = false, false
 	q.errPending.Store(false)

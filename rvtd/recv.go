@@ -241,7 +241,7 @@ func (r *recvRing) reset() {
 	r.c.Reset()
 	r.cons, r.taken = 0, 0
 	r.seen.Store(0)
-	r.epoch++
+	r.epoch = (r.epoch + 1) & epochMask
 	clear(r.bad)
 	r.failed, r.fault, r.halted = false, nil, false
 }
