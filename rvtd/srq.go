@@ -56,29 +56,45 @@ func (ss *session) createSRQ(h uint32, m *proto.CreateSRQ) (proto.Body, []int, e
 	if m.MaxWR == 0 || m.MaxWR > maxWR || m.MaxSGE > maxSGE || m.SRQLimit > m.MaxWR {
 		return nil, nil, proto.EINVAL
 	}
-	p := lookup[pdObj](ss, h)
-	if p == nil {
+	// An SRQ counts against the session's QP limit (its ring is memory
+	// of the daemon's, as a QP's are).
+	ss.mu.Lock()
+	p := lookupLocked[pdObj](ss, h)
+	switch {
+	case p == nil:
+		ss.mu.Unlock()
 		return nil, nil, proto.EINVAL
+	case ss.nqp >= ss.srv.cfg.Limits.QPs:
+		ss.mu.Unlock()
+		return nil, nil, proto.ENOMEM
+	}
+	ss.nqp++
+	ss.mu.Unlock()
+	fail := func(err error) (proto.Body, []int, error) {
+		ss.mu.Lock()
+		ss.nqp--
+		ss.mu.Unlock()
+		return nil, nil, err
 	}
 	entries, sge := pow2(m.MaxWR), max(m.MaxSGE, 1)
 	l := ring.Layout{Offset: 0, Entries: entries, Stride: ring.RecvStride(sge)}
 	reg, err := ring.Create("rvtd-srq", int(l.Size()))
 	if err != nil {
-		return nil, nil, proto.ENOMEM
+		return fail(proto.ENOMEM)
 	}
 	s := &srqObj{sess: ss, pd: p, cookie: m.Cookie, maxWR: entries, maxSGE: sge, reg: reg, limit: m.SRQLimit,
 		buf: make([]byte, l.Stride), sges: make([]qp.SGE, 0, sge)}
 	if err := ring.Init(reg.Bytes(), ring.KindSRQ, l); err != nil {
 		reg.Close()
-		return nil, nil, err
+		return fail(err)
 	}
 	if s.c, err = ring.NewConsumer(reg.Bytes(), ring.KindSRQ, l, nil, false); err != nil {
 		reg.Close()
-		return nil, nil, err
+		return fail(err)
 	}
 	if s.srq, err = p.pd.CreateSRQ(entries, sge); err != nil {
 		reg.Close()
-		return nil, nil, err
+		return fail(err)
 	}
 	s.srq.SetPull(s.pull)
 	ss.mu.Lock()
@@ -153,6 +169,7 @@ func (s *srqObj) destroy() {
 	ss := s.sess
 	ss.mu.Lock()
 	delete(ss.objs, s.handle)
+	ss.nqp--
 	s.pd.refs--
 	ss.mu.Unlock()
 }
