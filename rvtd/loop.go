@@ -8,15 +8,16 @@ import (
 	"github.com/softverbs/softverbs/qp"
 )
 
-// The loop's schedule. A loop that has just done work keeps polling the
-// rings of the QPs it served (its active set) and its queued CQs for a
-// while (Options.Spin, off by default) before it sleeps, with NEED_WAKEUP clear on those
-// rings: a busy client then posts with no system call, and the loop does
-// not sleep and wake for every message. Kicks from the engine (a CQ to
-// drain, a QP to look at) ring the loop's eventfd only when it sleeps.
-// Going to sleep, it sets NEED_WAKEUP on every ring of its active set and
-// looks once more (store-then-load, docs/rvtd-protocol.md section 7), so
-// nothing posted meanwhile is missed; the set then empties.
+// The loop's schedule. Kicks from the engine (a CQ to drain, a QP to look
+// at) ring the loop's eventfd only when it sleeps. With Options.Spin (off
+// by default), a loop that has just done work keeps polling the rings of
+// the QPs it served (its active set) and its queued CQs for that long
+// before it sleeps, with NEED_WAKEUP clear on those rings: a busy client
+// then posts with no system call, and the loop does not sleep and wake
+// for every message. Going to sleep, it sets NEED_WAKEUP on every ring of
+// its active set and looks once more (store-then-load,
+// docs/rvtd-protocol.md section 7), so nothing posted meanwhile is
+// missed; the set then empties.
 
 // spinBudget bounds the polls of one spin whatever the clock says (a
 // manual clock does not move).
