@@ -29,9 +29,10 @@ import (
 // unsignaled WQEs when a later one completes: retirement is in order).
 //
 // A few loops (Options.Loops) serve every QP and CQ: each is an epoll over
-// its QPs' doorbell eventfds and a wake-up eventfd, with a 1 ms tick while
-// it has objects, in which it also looks at receive rings (which have no
-// doorbell) and at CQs whose ring was full.
+// its QPs' doorbell eventfds and a wake-up eventfd the engine's kicks ring
+// (loop.go). There is no periodic look at the rings: receive rings have
+// the QP's doorbell too, and the engine pulls receives itself when it
+// finds none (recv.go); SRQ rings are pulled only (srq.go).
 
 // postBatch is the most WRs posted to the engine in one call.
 const postBatch = 32
@@ -231,7 +232,7 @@ func (l *loop) stop() {
 }
 
 // wait returns the ready doorbells, waiting at most timeout milliseconds
-// (-1: no limit; 0 events: the tick). It sleeps in Go's netpoller, which
+// (-1: no limit). It sleeps in Go's netpoller, which
 // watches the loop's epoll descriptor, rather than in epoll_wait: a
 // goroutine woken there runs at once, where a thread returning from a
 // blocking system call must first win back a processor.
