@@ -401,9 +401,15 @@ func (o *cqObj) drain() (did bool) {
 			return
 		}
 		if free == 0 {
-			if o.cq.Len() > 0 || o.failed.Load() { // a completion and no room: overflow
-				o.overflowLocked()
+			if o.cq.Len() == 0 && !o.failed.Load() {
+				// No room and nothing waiting: arm the engine's CQ so
+				// that the next completion brings the loop back (an
+				// overflow unless the client has polled by then).
+				if queued, _ := o.cq.ArmAndCheck(false); !queued {
+					return
+				}
 			}
+			o.overflowLocked() // a completion and no room
 			return
 		}
 		n := o.cq.Poll(o.wcs[:min(free, len(o.wcs))])
