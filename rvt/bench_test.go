@@ -314,12 +314,14 @@ func (p *benchPair) writeGBps(b *testing.B, size, n int) float64 {
 // BenchmarkFabricWrite measures RC WRITE goodput between two devices on
 // the in-memory fabric (MTU 4096, Ethernet/IP/UDP framing, ICRC computed
 // and checked, no faults) against the loopback WRITE of the same size
-// measured in the same run.
+// measured in the same run (x_loopback), and against the unavoidable work
+// per packet for the same bytes (limitGBps, also in the same run: x_limit).
 func BenchmarkFabricWrite(b *testing.B) {
 	for _, size := range []int{64 << 10, 1 << 20} {
 		for _, mode := range []string{"workers", "inline"} {
 			b.Run(fmt.Sprintf("%s/%dKiB", mode, size>>10), func(b *testing.B) {
 				inline := mode == "inline"
+				lim := limitGBps(size)
 				loop := newBenchPair(b, size, inline)
 				base := loop.writeGBps(b, size, max(64, (64<<20)/size))
 				p := newFabricPair(b, size, inline)
@@ -329,6 +331,8 @@ func BenchmarkFabricWrite(b *testing.B) {
 				b.StopTimer()
 				b.ReportMetric(gbps, "GB/s")
 				b.ReportMetric(gbps/base, "x_loopback")
+				b.ReportMetric(lim, "limit_GB/s")
+				b.ReportMetric(gbps/lim, "x_limit")
 			})
 		}
 	}
