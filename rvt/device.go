@@ -19,6 +19,7 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/softverbs/softverbs/clock"
 	"github.com/softverbs/softverbs/cq"
@@ -97,6 +98,11 @@ type Options struct {
 
 	// Credits makes RC requesters obey end-to-end credits.
 	Credits bool
+	// RetransmitProbe, when not zero, lets an RC requester without an ACK
+	// for that long go back N early, backing off, before its local ACK
+	// timeout counts a retry (transport.Config.Probe). For links with a
+	// round trip well below it; docs/choices.md says how it was chosen.
+	RetransmitProbe time.Duration
 	// KeyBits sizes the lkey/rkey table (2^KeyBits entries, default 16).
 	KeyBits int
 }
@@ -188,7 +194,7 @@ func Open(o Options) (*Device, error) {
 	}
 	eng, err := transport.NewEngine(transport.Config{
 		Clock: d.clk, Exec: d.exec, Logger: d.log, Keys: d.keys, Mcast: d.mc,
-		Events: d.dispatch, Credits: o.Credits,
+		Events: d.dispatch, Credits: o.Credits, Probe: o.RetransmitProbe,
 	})
 	if err != nil {
 		d.closePool()

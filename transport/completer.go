@@ -79,6 +79,7 @@ func (c *Conn) progressLocked(psn PSN) {
 		c.req.rnrWait = false
 	}
 	c.req.progressed = true
+	c.req.probeShift, c.req.probesSpent, c.req.stalled = 0, false, 0
 	a := c.qp.AttrLocked()
 	c.req.retryLeft = a.RetryCnt
 	c.req.rnrLeft = a.RNRRetry
@@ -211,7 +212,7 @@ func (c *Conn) ackLocked(p *Packet, a *qp.Attr) {
 			if !c.ackBeforeLocked(p.PSN) || c.req.rnrWait {
 				return
 			}
-			c.requestRetryLocked(p.PSN)
+			c.seqNAKRetryLocked(p.PSN)
 			return
 		}
 		c.ackBeforeLocked(p.PSN)

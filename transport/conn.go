@@ -536,8 +536,13 @@ func (c *Conn) armTimerLocked() {
 	}
 	c.req.timerOn = true
 	c.req.progressed = false
+	d := rto(t)
+	c.req.timerProbe = false
+	if p := c.e.cfg.Probe << c.req.probeShift; p > 0 && p < d && !c.req.probesSpent {
+		d, c.req.timerProbe = p, true
+	}
 	c.timerMu.Lock()
-	c.timer = c.e.clk.AfterFunc(rto(t), c.onTimer)
+	c.timer = c.e.clk.AfterFunc(d, c.onTimer)
 	c.timerMu.Unlock()
 }
 

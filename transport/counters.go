@@ -33,6 +33,12 @@ const (
 	// neighbour was resolved, for the link to hold until it is
 	// (netdev.NeighbourQueuer).
 	SentUnresolved
+	// SeqNAKRepeats counts PSN sequence error NAKs sent again for the
+	// same expected PSN (a go-back-N round that missed it too, or a lost
+	// NAK); no rxe counterpart.
+	SeqNAKRepeats
+	// Probes counts early go-back-N retries (Config.Probe).
+	Probes
 	NumCounters
 )
 
@@ -42,7 +48,7 @@ var counterNames = [NumCounters]string{
 	"retry_exceeded_err", "retry_rnr_exceeded_err", "completer_retry_err",
 	"send_err", "link_downed", "rdma_sends", "rdma_recvs", "retransmits",
 	"timeouts", "ghost_acks", "recv_wqe_missing", "credit_waits",
-	"sent_unresolved",
+	"sent_unresolved", "seq_nak_repeats", "probes",
 }
 
 func (c Counter) String() string {

@@ -20,6 +20,7 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/softverbs/softverbs/clock"
 	"github.com/softverbs/softverbs/cq"
@@ -98,6 +99,15 @@ type Config struct {
 	AckInterval int
 	// Credits makes RC requesters obey the responder's end-to-end credits.
 	Credits bool
+	// Probe, when not zero, lets an RC requester that has had no ACK for
+	// Probe go back N early, and again after twice as long, and so on,
+	// until one local ACK timeout (the QP's Timeout attribute) has passed
+	// without progress; only then does it count a timeout against the
+	// retry count, as before. A lost tail packet, ACK or NAK then costs
+	// about Probe instead of the whole timeout. Choose it above the
+	// link's round trip: an early retry only resends, but one that comes
+	// too soon resends what was not lost.
+	Probe time.Duration
 }
 
 // PortConfig describes the engine's port.

@@ -1,6 +1,8 @@
 package transport
 
 import (
+	"time"
+
 	"github.com/softverbs/softverbs/cq"
 	"github.com/softverbs/softverbs/keys"
 	"github.com/softverbs/softverbs/qp"
@@ -18,6 +20,10 @@ type reqState struct {
 	retryPSN    PSN
 	rnrWait     bool
 	timerOn     bool
+	timerProbe  bool  // the running timer is an early probe (Config.Probe)
+	probeShift  uint8 // probes since progress: the next waits Probe<<probeShift
+	probesSpent bool  // a timeout's worth of probes went by: the plain timer
+	stalled     time.Duration
 	progressed  bool // ACKs or responses arrived since the timer was armed
 	drainedSent bool
 	// retried is the PSN the last retry restarted from; until progress is
@@ -533,6 +539,20 @@ func (c *Conn) onTimeoutLocked() {
 		c.armTimerLocked()
 		return
 	}
+	if c.req.timerProbe {
+		c.req.stalled += c.e.cfg.Probe << c.req.probeShift
+		if c.req.stalled < rto(c.qp.AttrLocked().Timeout) {
+			// An early go-back-N that does not count against the
+			// retry count; the send task arms the next, twice as long.
+			c.count(Probes)
+			c.req.probeShift++
+			c.req.needRetry = true
+			c.req.retryPSN = c.comp.psn
+			c.req.retriedValid = false
+			return
+		}
+		c.req.probesSpent = true // a timeout's worth without progress
+	}
 	c.count(Timeouts)
 	if c.req.retryLeft == 0 {
 		c.count(RetryExceededErr)
@@ -714,6 +734,19 @@ func (c *Conn) requestRetryLocked(psn PSN) {
 	}
 	c.req.needRetry = true
 	c.req.retryPSN = psn
+}
+
+// seqNAKRetryLocked retries from psn after a PSN sequence error NAK. A
+// NAK for the PSN the last retry restarted from is taken too, once the
+// requester has resent that PSN and the one after it: the responder
+// repeats its NAK when a go-back-N round still misses the PSN (or the NAK
+// was lost), and that round's packets are all dropped without it. A NAK
+// before then answers packets sent before the retry: ignored, as before.
+func (c *Conn) seqNAKRetryLocked(psn PSN) {
+	if c.req.retriedValid && c.req.retried == psn && psn.Add(1).Less(c.req.psn) {
+		c.req.retriedValid = false
+	}
+	c.requestRetryLocked(psn)
 }
 
 // creditOKLocked reports whether w may start under end-to-end credits.

@@ -27,6 +27,9 @@ type respState struct {
 
 	faultPSN   PSN  // respReadFault: the READ response PSN that could not be read
 	nakSent    bool // a sequence or RNR NAK is out; wait for the expected PSN
+	seqNAK     bool // ...and it was a sequence NAK
+	oosLast    PSN  // the last out-of-sequence PSN seen since that NAK
+	oosCount   int  // out-of-sequence packets since that NAK (or its repeat)
 	ackPending bool // coalesced ACK to send at the end of the batch
 	ackPSN     PSN
 	urgent     bool // this run sent more than ACKs: kick the link at its end
@@ -233,17 +236,14 @@ func (c *Conn) rcRequestLocked(p *Packet, a *qp.Attr) {
 	switch d := p.PSN.Diff(c.resp.epsn); {
 	case d > 0:
 		c.count(OutOfSeqRequest)
-		if !c.resp.nakSent {
-			c.resp.nakSent = true
-			c.sendAckLocked(NAKSyndrome(NAKPSNSeqError), c.resp.epsn)
-		}
+		c.seqErrorLocked(p.PSN)
 		return
 	case d < 0:
 		c.count(DuplicateRequest)
 		c.duplicateLocked(p, a)
 		return
 	}
-	c.resp.nakSent = false
+	c.resp.nakSent, c.resp.seqNAK = false, false
 	r := c.rcExecuteLocked(p, a)
 	switch r {
 	case respOK:
@@ -255,7 +255,7 @@ func (c *Conn) rcRequestLocked(p *Packet, a *qp.Attr) {
 		}
 	case respRNR:
 		c.count(SendRNRErr)
-		c.resp.nakSent = true
+		c.resp.nakSent, c.resp.seqNAK = true, false
 		c.sendAckLocked(RNRNAKSyndrome(RNRTimerCode(a.MinRNRTimer)), p.PSN)
 	default:
 		e := respError[r]
@@ -723,4 +723,37 @@ func (c *Conn) udRequestLocked(pb *pktBuf, a *qp.Attr) {
 		wc.ImmData = p.ImmDt().Imm()
 	}
 	c.count(RDMARecvs)
+}
+
+// seqNAKRepeat is how many out-of-sequence packets the responder drops
+// after a sequence NAK before it sends the NAK again, in case it was lost.
+// It is above one run of a requester's batch (sendBatch) so that packets
+// already in flight when the requester went back rarely trigger it.
+const seqNAKRepeat = 2 * sendBatch
+
+// seqErrorLocked answers an out-of-sequence request (PSN psn, beyond the
+// expected one) with a PSN sequence error NAK for the expected PSN: once
+// per gap, as rxe, and again once per go-back-N round that still misses
+// the expected PSN. A round shows itself by its PSNs going back (psn not
+// beyond the last out-of-sequence PSN): the requester went back, and what
+// it resent first was lost too. Without the repeat only the requester's
+// retransmit timer would recover. The NAK is sent again also after
+// seqNAKRepeat dropped packets, in case the NAK itself was lost. Both
+// speak go-back-N as before: a requester that ignores the repeat (rxe
+// does while its retry is under way) loses nothing.
+func (c *Conn) seqErrorLocked(psn PSN) {
+	r := &c.resp
+	switch {
+	case !r.nakSent:
+	case !r.seqNAK:
+		return // waiting out an RNR NAK: the requester resends its PSN
+	case !r.oosLast.Less(psn) || r.oosCount+1 >= seqNAKRepeat:
+		c.count(SeqNAKRepeats)
+	default:
+		r.oosCount++
+		r.oosLast = psn
+		return
+	}
+	r.nakSent, r.seqNAK, r.oosLast, r.oosCount = true, true, psn, 0
+	c.sendAckLocked(NAKSyndrome(NAKPSNSeqError), r.epsn)
 }

@@ -3,6 +3,7 @@ package transport
 import (
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -29,9 +30,15 @@ type rcHarness struct {
 
 func newRCHarness(t *testing.T) *rcHarness {
 	t.Helper()
+	return newRCHarnessProbe(t, 0)
+}
+
+// newRCHarnessProbe is newRCHarness with Config.Probe set.
+func newRCHarnessProbe(t *testing.T, probe time.Duration) *rcHarness {
+	t.Helper()
 	clk := clock.NewManual()
 	kt := keys.NewTable(8)
-	e, err := NewEngine(Config{Clock: clk, Exec: task.NewInline(), Keys: kt, Mcast: mcast.NewTable(4, 4)})
+	e, err := NewEngine(Config{Clock: clk, Exec: task.NewInline(), Keys: kt, Mcast: mcast.NewTable(4, 4), Probe: probe})
 	require.NoError(t, err)
 	peer := netip.MustParseAddr("198.18.0.1")
 	require.NoError(t, e.SetPort(PortConfig{Addrs: []netip.Addr{peer}}))
