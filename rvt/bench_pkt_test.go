@@ -329,7 +329,9 @@ func BenchmarkFabricScale(b *testing.B) {
 
 			clk := &countingClock{Clock: clock.Real()}
 			g0, h0 := runtime.NumGoroutine(), heapAlloc()
+			t0 := time.Now()
 			s := newScaleSet(b, clk, qps, depth)
+			setup := time.Since(t0)
 			h1, g1 := heapAlloc(), runtime.NumGoroutine()
 			b.ResetTimer()
 			rate := s.run(b, max(b.N, 2*qps), window, depth)
@@ -338,6 +340,7 @@ func BenchmarkFabricScale(b *testing.B) {
 			b.ReportMetric(rate, "msgs/s")
 			b.ReportMetric(baseRate, "8qps_msgs/s")
 			b.ReportMetric(rate/baseRate, "x_8qps")
+			b.ReportMetric(float64(setup.Microseconds())/float64(qps), "setup_us/pair")
 			b.ReportMetric(float64(g1-g0)/float64(2*qps), "goroutines/qp")
 			b.ReportMetric(float64(clk.pending.Load()), "idle_timers")
 			b.ReportMetric(float64(runtime.NumGoroutine()-g0), "idle_goroutines")
