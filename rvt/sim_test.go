@@ -173,7 +173,7 @@ func TestSimRetryExceededAccepted(t *testing.T) {
 	// loss20%; which of them do depends on the transport's timing, so at
 	// least one must, and all must pass.
 	accepted := 0
-	for _, seed := range []uint64{43, 543, 563, 763, 1083, 1593, 2033, 2193, 2713, 2893} {
+	for _, seed := range []uint64{823, 1233, 1243, 2623, 2843} {
 		res := runSim(seed, time.Minute)
 		if len(res.errs) > 0 {
 			t.Errorf("seed %d (%s) failed:\n  %s", seed, res.summary, strings.Join(res.errs, "\n  "))

@@ -69,14 +69,18 @@ type Conn struct {
 	rout   outbox
 
 	timerFired atomic.Bool
-	rnrFired   atomic.Bool
-	timerMu    sync.Mutex
-	timer      clock.Timer // guarded by timerMu
-	rnrTimer   clock.Timer // guarded by timerMu
-	stopped    atomic.Bool
-	removed    atomic.Bool   // RemoveConn has taken it (Engine.RemoveConn)
-	ran        chan struct{} // signalled after each task run while someone drains
-	waiters    atomic.Int32  // goroutines in WaitFlushed
+	// nakQueued says a NAK waits for the completer: a requester in the
+	// middle of a batch stops, as what it would send next after a loss
+	// is dropped by the responder.
+	nakQueued atomic.Bool
+	rnrFired  atomic.Bool
+	timerMu   sync.Mutex
+	timer     clock.Timer // guarded by timerMu
+	rnrTimer  clock.Timer // guarded by timerMu
+	stopped   atomic.Bool
+	removed   atomic.Bool   // RemoveConn has taken it (Engine.RemoveConn)
+	ran       chan struct{} // signalled after each task run while someone drains
+	waiters   atomic.Int32  // goroutines in WaitFlushed
 }
 
 func newConn(e *Engine, q *qp.QP) *Conn {
@@ -245,6 +249,9 @@ func (c *Conn) enqueue(pb *pktBuf, w wake, src *task.Task) {
 	t := c.recvTask
 	if resp {
 		t = c.sendTask
+		if pb.pkt.Opcode == RCAck && pb.pkt.AETH().Syndrome().Type() == AckTypeNAK {
+			c.nakQueued.Store(true) // the requester ends its batch early
+		}
 	}
 	q, l := &c.reqQ, &c.reqLocal
 	if resp {

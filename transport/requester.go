@@ -64,6 +64,9 @@ func (c *Conn) sendBatchUnlock() bool {
 	c.sendBufs = stockFor(c.sendTask)
 	h := c.e.hold()
 	defer flush(h, false)
+	if c.nakQueued.Load() {
+		c.nakQueued.Store(false) // the completer takes it now
+	}
 	more := c.completeLocked()
 	if c.requestLocked() {
 		more = true
@@ -112,6 +115,7 @@ func (c *Conn) requestLocked() bool {
 	rc := c.qp.Type() == qp.RC
 	pa := c.pathLocked(a) // once per batch: a failed route is not cached
 	budget := sendBatch
+	stopped := false
 	for budget > 0 && !c.req.rnrWait && sq.Next != sq.Head() {
 		w := sq.At(sq.Next)
 		fresh := w.State == qp.WQEPosted && w.Sent == 0
@@ -168,6 +172,12 @@ func (c *Conn) requestLocked() bool {
 		}
 		c.sendPacketLocked(w, a, pa)
 		budget--
+		if rc && budget&7 == 0 && budget > 0 && c.nakQueued.Load() {
+			// A NAK came in: stop here and run again, completer first,
+			// rather than send the rest of the batch to be dropped.
+			stopped = true
+			break
+		}
 	}
 	c.retireLocked()
 	c.checkDrainedLocked()
@@ -176,7 +186,7 @@ func (c *Conn) requestLocked() bool {
 		// timer runs, whatever stopped the requester.
 		c.armTimerLocked()
 	}
-	return budget == 0
+	return budget == 0 || stopped
 }
 
 // resolveSendLocked looks up the MRs of a WQE's SGEs.
