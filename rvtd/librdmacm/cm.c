@@ -503,6 +503,10 @@ RVM_EXPORT int rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *qp_a
 	ah->is_global = a.ah.is_global;
 	ah->src_path_bits = a.ah.src_path_bits;
 	*qp_attr_mask = (int)a.attr_mask;
+	if (getenv("RVM_DEBUG"))
+		rvm_warn("init_qp_attr %d: mask %#x rd %u dest_rd %u psn %u/%u dqp %u acc %#x timeout %u retry %u rnr %u",
+			 a.qp_state, a.attr_mask, a.max_rd_atomic, a.max_dest_rd_atomic, a.sq_psn, a.rq_psn,
+			 a.dest_qp_num, a.qp_access_flags, a.timeout, a.retry_cnt, a.rnr_retry);
 	return 0;
 }
 
@@ -519,14 +523,6 @@ static int qp_to(struct rvm_id *r, struct ibv_qp *qp, enum ibv_qp_state state, i
 		attr.max_dest_rd_atomic = (uint8_t)rd;
 	if (rd >= 0 && state == IBV_QPS_RTS && (mask & IBV_QP_MAX_QP_RD_ATOMIC))
 		attr.max_rd_atomic = (uint8_t)rd;
-	if (getenv("RVM_DEBUG"))
-		rvm_warn("qp %u to %d mask %#x rd %u dest_rd %u psn %u/%u dqp %u acc %#x", qp->qp_num, state, mask,
-			 attr.max_rd_atomic, attr.max_dest_rd_atomic, attr.sq_psn, attr.rq_psn,
-			 attr.dest_qp_num, attr.qp_access_flags),
-		rvm_warn("  ah glob %d sgid %u port %u dgid %02x%02x..%02x%02x%02x%02x mtu %d", attr.ah_attr.is_global,
-			 attr.ah_attr.grh.sgid_index, attr.ah_attr.port_num, attr.ah_attr.grh.dgid.raw[0],
-			 attr.ah_attr.grh.dgid.raw[1], attr.ah_attr.grh.dgid.raw[12], attr.ah_attr.grh.dgid.raw[13],
-			 attr.ah_attr.grh.dgid.raw[14], attr.ah_attr.grh.dgid.raw[15], attr.path_mtu);
 	return ibv_modify_qp(qp, &attr, mask);
 }
 
@@ -763,7 +759,17 @@ RVM_EXPORT int rdma_establish(struct rdma_cm_id *id)
 {
 	if (id->qp)
 		return rvm_err(EINVAL); /* librdmacm: only for an ID without a QP */
-	return rvm_err(rvm_call(RVM_OP_ESTABLISH, to_rid(id)->handle, NULL, 0, NULL, 0, NULL));
+	struct rvm_id *r = to_rid(id);
+	pthread_mutex_lock(&rvm_lock);
+	r->drop_established = 1;
+	pthread_mutex_unlock(&rvm_lock);
+	int err = rvm_call(RVM_OP_ESTABLISH, r->handle, NULL, 0, NULL, 0, NULL);
+	if (err) {
+		pthread_mutex_lock(&rvm_lock);
+		r->drop_established = 0;
+		pthread_mutex_unlock(&rvm_lock);
+	}
+	return rvm_err(err);
 }
 
 RVM_EXPORT int rdma_notify(struct rdma_cm_id *id, enum ibv_event_type event)
@@ -943,7 +949,10 @@ RVM_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma
 			/* By handle: an ID made for a request carries its
 			 * listener's context in every record. */
 			r = reg_find_locked(w.id);
-			if (r)
+			if (r && w.event == RDMA_CM_EVENT_ESTABLISHED && r->drop_established) {
+				r->drop_established = 0;
+				r = NULL; /* dropped below */
+			} else if (r)
 				r->delivered++;
 		}
 		pthread_mutex_unlock(&rvm_lock);

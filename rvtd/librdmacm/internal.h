@@ -51,6 +51,9 @@ struct rvm_id {
 	uint8_t resp_res, init_depth; /* for the QP: from the request or our connect */
 	struct ibv_sa_path_rec path;
 	int own_cqs;
+	/* The program called rdma_establish: over the kernel no event follows,
+	 * the daemon sends ESTABLISHED, which is dropped (under rvm_lock). */
+	int drop_established;
 	struct ibv_qp_init_attr *listen_qp_attr; /* rdma_create_ep on a passive sync ID */
 	struct rvm_id *next; /* the registry, by handle */
 };
