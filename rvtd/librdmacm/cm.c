@@ -503,10 +503,6 @@ RVM_EXPORT int rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *qp_a
 	ah->is_global = a.ah.is_global;
 	ah->src_path_bits = a.ah.src_path_bits;
 	*qp_attr_mask = (int)a.attr_mask;
-	if (getenv("RVM_DEBUG"))
-		rvm_warn("init_qp_attr %d: mask %#x rd %u dest_rd %u psn %u/%u dqp %u acc %#x timeout %u retry %u rnr %u",
-			 a.qp_state, a.attr_mask, a.max_rd_atomic, a.max_dest_rd_atomic, a.sq_psn, a.rq_psn,
-			 a.dest_qp_num, a.qp_access_flags, a.timeout, a.retry_cnt, a.rnr_retry);
 	return 0;
 }
 
