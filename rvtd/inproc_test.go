@@ -335,6 +335,76 @@ func TestCQOverflow(t *testing.T) {
 	}
 }
 
+// TestCQRingExactlyFull: a CQ ring filled to its last slot with nothing
+// more waiting, then polled empty, must still get the completions that come
+// after (the daemon has no timer that would look at the CQ again).
+func TestCQRingExactlyFull(t *testing.T) {
+	_, sock := startDaemon(t)
+	a, err := newNode(sock, "rvt0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := newNodeOpts(sock, "rvt1", false, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.c.Close()
+	defer b.c.Close()
+	ea, _ := a.endpoint()
+	eb, _ := b.endpoint()
+	if err := a.connect(eb); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 32; i++ {
+		if err := b.qp.PostRecv(uint64(i), client.SGE{Addr: b.mr.Addr, Length: 64, LKey: b.mr.LKey}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.connect(ea); err != nil {
+		t.Fatal(err)
+	}
+	send := func(from, n int) {
+		t.Helper()
+		for i := from; i < from+n; i++ {
+			if err := a.qp.PostSend(client.SendWR{WRID: uint64(i), Opcode: 2, Flags: 2,
+				SGL: []client.SGE{{Addr: a.mr.Addr, Length: 8, LKey: a.mr.LKey}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	wcs := make([]client.WC, 32)
+	got := 0
+	collect := func(want int) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for got < want && time.Now().Before(deadline) {
+			n, err := b.cq.Poll(wcs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, wc := range wcs[:n] {
+				if wc.Status != 0 || wc.WRID != uint64(got) {
+					t.Fatalf("completion %d: %+v", got, wc)
+				}
+				got++
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+		if got != want {
+			t.Fatalf("%d receive completions, want %d", got, want)
+		}
+	}
+	send(0, 16) // exactly the ring's 16 entries
+	waitFor(t, "a full ring", func() bool { n, _ := b.cq.Ring().Available(); return n == 16 })
+	time.Sleep(20 * time.Millisecond) // let the daemon find the ring full
+	collect(16)
+	send(16, 4)
+	collect(20)
+	if st := b.cq.Status(); st != 0 {
+		t.Fatalf("ring status %d, want 0 (no overflow)", st)
+	}
+}
+
 func TestUD(t *testing.T) {
 	_, sock := startDaemon(t)
 	mk := func(dev string) (*node, uint32) {
