@@ -23,6 +23,7 @@ static struct rvm_dev devs[16];
 static int ndevs;
 
 static struct rvm_id *registry; /* under rvm_lock */
+static struct rvm_channel *dead_channels; /* under rvm_lock */
 
 void rvm_warn(const char *fmt, ...)
 {
@@ -205,8 +206,12 @@ RVM_EXPORT void rdma_destroy_event_channel(struct rdma_event_channel *channel)
 	 * stays blocked; here the daemon's end is closed and the read returns
 	 * 0, so rdma_get_cm_event must know the channel is gone and block
 	 * instead of failing. The struct is kept for that (a few bytes per
-	 * destroyed channel). */
+	 * destroyed channel, on a list so that they stay reachable). */
 	close(c->ch.fd);
+	pthread_mutex_lock(&rvm_lock);
+	c->next_dead = dead_channels;
+	dead_channels = c;
+	pthread_mutex_unlock(&rvm_lock);
 }
 
 /* ---- the ID registry ---- */
@@ -393,6 +398,8 @@ static int sync_wait(struct rvm_id *r, enum rdma_cm_event_type want)
 	r->sync_ev = ev;
 	if (ev->event != want) {
 		int st = ev->status;
+		if (getenv("RVM_DEBUG"))
+			rvm_warn("sync: got %s (%d), want %s", rdma_event_str(ev->event), st, rdma_event_str(want));
 		return rvm_err(st < 0 ? -st : st ? ECONNREFUSED : EINVAL);
 	}
 	return 0;
@@ -612,6 +619,8 @@ RVM_EXPORT int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_
 		return rvm_err(err);
 	}
 	id->qp = qp;
+	if (!id->pd)
+		id->pd = attr->pd; /* rdma_reg_msgs and friends use it */
 	return 0;
 }
 
@@ -690,9 +699,7 @@ RVM_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_
 	int err = send_conn(RVM_OP_CONNECT, r, conn_param, r->resp_res, r->init_depth);
 	if (err)
 		return rvm_err(err);
-	return sync_wait(r, id->qp_type == IBV_QPT_UD || id->ps == RDMA_PS_UDP
-				    ? RDMA_CM_EVENT_ESTABLISHED
-				    : RDMA_CM_EVENT_ESTABLISHED);
+	return sync_wait(r, RDMA_CM_EVENT_ESTABLISHED); /* RC and UD (the SIDR_REP) alike */
 }
 
 RVM_EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
@@ -1139,6 +1146,8 @@ RVM_EXPORT int rdma_create_ep(struct rdma_cm_id **id, struct rdma_addrinfo *res,
 		return -1;
 	struct rvm_id *r = to_rid(cid);
 	int ret;
+	if (qp_init_attr)
+		qp_init_attr->qp_type = qpt; /* as librdmacm: the addrinfo's */
 	if (res->ai_flags & RAI_PASSIVE) {
 		ret = rdma_bind_addr(cid, res->ai_src_addr);
 		if (!ret && qp_init_attr) {

@@ -39,6 +39,7 @@ struct rvm_channel {
 	struct rdma_event_channel ch;
 	uint32_t handle;
 	volatile int destroyed; /* the struct is kept: see rdma_destroy_event_channel */
+	struct rvm_channel *next_dead;
 };
 
 struct rvm_id {
