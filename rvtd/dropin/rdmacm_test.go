@@ -163,6 +163,36 @@ func cmToolPair(t *testing.T, name string) {
 	}
 }
 
+// TestRdmacmC runs rvtd/librdmacm/tests/cm_test.c: both ends in one
+// process (getaddrinfo, bind to port 0, resolve with device and path, a
+// rejected request with private data both ways and the new ID destroyed
+// before its event's ack, an accepted one with library-made CQs and a
+// SEND, the REP's private data on ESTABLISHED, rdma_migrate_id, options,
+// multicast refused); again with both libraries under ASan and UBSan.
+func TestRdmacmC(t *testing.T) {
+	build := rdmacmLib(t)
+	sock := startDaemon(t)
+	bin := filepath.Join(build, "test", "cm_test")
+	err, out := run(t, build, sock, 60*time.Second, bin)
+	if err != nil || !strings.Contains(out, "PASS") {
+		t.Fatalf("cm_test: %v\n%s", err, out)
+	}
+	var preload []string
+	for _, rt := range []string{"libasan.so", "libubsan.so"} {
+		o, err := exec.Command("gcc", "-print-file-name="+rt).Output()
+		if err != nil || !filepath.IsAbs(strings.TrimSpace(string(o))) {
+			t.Fatalf("gcc has no %s (%v)", rt, err)
+		}
+		preload = append(preload, strings.TrimSpace(string(o)))
+	}
+	env := []string{"LD_PRELOAD=" + strings.Join(preload, " "), "ASAN_OPTIONS=detect_leaks=1:exitcode=99",
+		"UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:exitcode=98"}
+	err, out = start(t, filepath.Join(build, "asan"), sock, 60*time.Second, env, bin).wait()
+	if err != nil || !strings.Contains(out, "PASS") || strings.Contains(out, "Sanitizer") || strings.Contains(out, "runtime error") {
+		t.Fatalf("cm_test under ASan: %v\n%s", err, out)
+	}
+}
+
 // TestRdmaServerClient: rdma_server and rdma_client, synchronous IDs
 // (rdma_create_ep, rdma_get_request, rdma_reg_msgs, rdma_post_send, ...).
 func TestRdmaServerClient(t *testing.T) {

@@ -55,6 +55,9 @@ struct rvm_id {
 	/* The program called rdma_establish: over the kernel no event follows,
 	 * the daemon sends ESTABLISHED, which is dropped (under rvm_lock). */
 	int drop_established;
+	/* The CONNECT_RESPONSE the library answered: its REP's private data
+	 * and parameters go with the ESTABLISHED that follows. */
+	struct rvm_event *rep;
 	struct ibv_qp_init_attr *listen_qp_attr; /* rdma_create_ep on a passive sync ID */
 	struct rvm_id *next; /* the registry, by handle */
 };
@@ -63,7 +66,7 @@ static inline struct rvm_id *to_rid(struct rdma_cm_id *id) { return rvm_containe
 
 struct rvm_evt {
 	struct rdma_cm_event ev;
-	struct rvm_id *id, *listen;
+	struct rvm_id *id, *listen; /* whose counts the ack completes */
 	uint8_t pdata[RVM_PRIVATE_MAX];
 };
 
