@@ -19,13 +19,16 @@ build:
 deps:
 	@bash scripts/deps.sh
 
-# The drop-in C libraries over rvtd (rvtd/libibverbs, issue 20) into
+# The drop-in C libraries over rvtd (rvtd/libibverbs, rvtd/librdmacm, issue 20) into
 # build/lib, with their C test programs in build/test. Needs gcc and the
 # rdma-core headers (deps installs them as root); without them it says so
 # and builds nothing (rvtd/dropin's tests then skip, or fail as root).
 libs:
 	@if command -v $${CC:-gcc} >/dev/null 2>&1 && [ -f /usr/include/infiniband/verbs.h ]; then \
-	  $(MAKE) --no-print-directory -C rvtd/libibverbs OUT=$(CURDIR)/build; \
+	  $(MAKE) --no-print-directory -C rvtd/libibverbs OUT=$(CURDIR)/build && \
+	  if [ -f /usr/include/rdma/rdma_cma.h ]; then \
+	    $(MAKE) --no-print-directory -C rvtd/librdmacm OUT=$(CURDIR)/build; \
+	  else echo "libs: librdmacm-dev missing (make deps as root); librdmacm not built"; fi; \
 	else echo "libs: gcc or libibverbs-dev missing (make deps as root); not built"; fi
 
 # The README's test command; .ci/run calls exactly this. It installs what its

@@ -212,6 +212,11 @@ int rvc_call(struct rvc_conn *c, uint16_t op, uint32_t handle, const void *req, 
 
 int rvc_connect(struct rvc_conn *c, int quiet)
 {
+	return rvc_connect_ex(c, quiet, RVC_MINOR, "libibverbs");
+}
+
+int rvc_connect_ex(struct rvc_conn *c, int quiet, uint16_t minor, const char *who)
+{
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path) + 64];
 	rvc_socket_path(path, sizeof(path));
 	memset(c, 0, sizeof(*c));
@@ -242,7 +247,7 @@ int rvc_connect(struct rvc_conn *c, int quiet)
 	}
 	c->fd = fd;
 	pthread_mutex_init(&c->lock, NULL);
-	struct rvc_hello hi = {.magic = RVC_MAGIC, .major = RVC_MAJOR, .minor = RVC_MINOR,
+	struct rvc_hello hi = {.magic = RVC_MAGIC, .major = RVC_MAJOR, .minor = minor,
 			       .pid = (uint32_t)getpid()};
 	char comm[64] = "";
 	FILE *f = fopen("/proc/self/comm", "re");
@@ -251,7 +256,7 @@ int rvc_connect(struct rvc_conn *c, int quiet)
 			comm[strcspn(comm, "\n")] = 0;
 		fclose(f);
 	}
-	snprintf(hi.client, sizeof(hi.client), "libibverbs %.20s", comm);
+	snprintf(hi.client, sizeof(hi.client), "%.10s %.20s", who, comm);
 	struct rvc_hello_reply hr;
 	int err = rvc_call(c, RVC_OP_HELLO, 0, &hi, sizeof(hi), NULL, 0, &hr, sizeof(hr), 0, 0, 0, NULL);
 	if (!err && (hr.magic != RVC_MAGIC || hr.major != RVC_MAJOR))
@@ -263,6 +268,7 @@ int rvc_connect(struct rvc_conn *c, int quiet)
 	}
 	c->daemon_pid = hr.daemon_pid;
 	c->page_size = hr.page_size;
+	c->minor = hr.minor;
 	return 0;
 }
 

@@ -25,6 +25,7 @@ struct rvc_conn {
 	uint32_t next_id;
 	uint32_t daemon_pid;
 	uint32_t page_size;
+	uint16_t minor; /* agreed in the hello */
 	uint8_t *buf; /* RVC_MAX_MESSAGE + 1 */
 };
 
@@ -38,6 +39,9 @@ struct rvc_reply {
 
 const char *rvc_socket_path(char *buf, size_t n);
 int rvc_connect(struct rvc_conn *c, int quiet);
+/* rvc_connect_ex asks for protocol minor version minor; who names the
+ * library in the hello (the daemon's logs). */
+int rvc_connect_ex(struct rvc_conn *c, int quiet, uint16_t minor, const char *who);
 void rvc_disconnect(struct rvc_conn *c);
 /* rvc_call sends one request and waits for its reply; the reply's body
  * (exactly fixed bytes, or fixed plus whole tail elements up to cap) is
