@@ -3,8 +3,8 @@
 # run): the environment defaults, the root and peer checks, the helpers, the
 # work directory and its cleanup, building rvt, starting the guest, creating
 # the TAP (and the AF_XDP netns) in the guest's bridge, and the checks of
-# the pingpong and rdma_cm tools' outputs. See scripts/interop.sh for the topology and
-# the environment. The sourcing script sets IOP (its name, for messages)
+# the pingpong, rdma_cm and perftest tools' outputs. See scripts/interop.sh
+# for the topology and the environment. The sourcing script sets IOP (its name, for messages)
 # first; it keeps its own cases, timeouts and per-case logic.
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -209,4 +209,22 @@ check_cm_out() {
 			grep -q '^data transfers complete$' "$f" || { log "$who: not complete"; return 1; }
 		;;
 	esac
+}
+
+# check_perftest_out FILE TOOL SIDE SIZE WHO: perftest's table in FILE: its
+# title line, then a result row for SIZE (none on the servers of ib_read_bw and
+# ib_atomic_bw, which print only the title, as perftest's do).
+check_perftest_out() {
+	local f=$1 tool=$2 side=$3 size=$4 who=$5 title rows
+	case $tool in
+	*_lat) title='^ *#bytes #iterations +t_min\[usec\]' ;;
+	*) title='^ *#bytes +#iterations +BW peak\[' ;;
+	esac
+	grep -Eq '^ *remote address: ' "$f" || { log "$who: no remote address"; return 1; }
+	if [ "$side-$tool" = server-ib_read_lat ]; then
+		! grep -Eq "$title" "$f" || { log "$who: a table, where perftest prints none"; return 1; }
+		return 0
+	fi
+	grep -Eq "$title" "$f" || { log "$who: no table title"; return 1; }
+	grep -Eq "^ *$size +[0-9]+ +[0-9]" "$f" || { log "$who: no result row for $size B"; return 1; }
 }

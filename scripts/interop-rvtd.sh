@@ -37,6 +37,14 @@
 #                         18515 and 18516), against two guest tools
 #   mixed  TR SIZE ITERS  rvt pingpong --rvtd and Debian's tool on our
 #                         library at once on t0, against two guest tools
+#   perf   HOST TOOL SIZE a perftest tool (-x 1, TCP exchange): HOST rvt is
+#                         `rvt TOOL --rvtd SOCK -d t0`, HOST dropin is
+#                         Debian's perftest on our library; against the
+#                         guest's perftest. Debian's ib_read_bw and
+#                         ib_atomic_bw take the peer's outstanding reads
+#                         (rxe: 128) as their initiator depth, above t0's
+#                         max_qp_init_rd_atom (16), so the guest's side of
+#                         those runs with -o 16 (rvt's clamps it itself)
 #   cm     TOOL ARG       rvt rping (-S ARG, -C 100), ucmatose or udaddy
 #                         (-c ARG) with --rvtd SOCK --ib-dev t0, the
 #                         connection manager in the daemon, against the
@@ -99,6 +107,13 @@ else
 	add dropin rc 1048576 3
 	add dropin uc 4096 20
 	add dropin ud 1024 20
+	for h in rvt dropin; do
+		add perf "$h" ib_write_bw 65536
+		add perf "$h" ib_read_bw 65536
+		add perf "$h" ib_send_bw 4096
+		add perf "$h" ib_atomic_bw 8
+		add perf "$h" ib_send_lat 64
+	done
 	add cm rping 64
 	add cm rping 4096
 	add cm ucmatose 4
@@ -150,19 +165,32 @@ log "rvtd (pid $rvtd_pid) serves $DEV on $TAP ($SVIP, MTU $guest_mtu) at $SOCK"
 
 # host_cmd KIND TR SIZE ITERS PORT SERVER: the host side's command line
 # (no argument has a space). SERVER is the address to connect to, or "" for
-# a server.
+# a server. KIND perf-rvt and perf-dropin: TR is the perftest tool.
 host_cmd() {
-	local k=$1 tr=$2 size=$3 iters=$4 port=$5 peer=$6 m=
+	local k=$1 tr=$2 size=$3 iters=$4 port=$5 peer=$6 m= s="-s $3"
 	[ "$tr" != ud ] && m="-m 1024"
+	[ "$tr" = ib_atomic_bw ] && s=
 	case $k in
 	pp) echo "timeout $T $RVT pingpong --rvtd $SOCK -d $DEV --$tr -g 1 -s $size -n $iters -c $m -p $port --timeout ${T}s $peer" ;;
 	dropin) echo "timeout $T env LD_LIBRARY_PATH=$LIBDIR RVTD_SOCKET=$SOCK ibv_${tr}_pingpong -d $DEV -g 1 -s $size -n $iters -c $m -p $port $peer" ;;
+	perf-rvt) echo "timeout $T $RVT $tr --rvtd $SOCK -d $DEV -x 1 $s -n $iters -p $port --timeout ${T}s $peer" ;;
+	perf-dropin) echo "timeout $T env LD_LIBRARY_PATH=$LIBDIR RVTD_SOCKET=$SOCK $tr -d $DEV -x 1 $s -n $iters -p $port $peer" ;;
 	esac
 }
-guest_pp_cmd() { # TR SIZE ITERS PORT SERVER
-	local m=
-	[ "$1" != ud ] && m="-m 1024"
-	echo "timeout $T ibv_${1}_pingpong -d rxe0 -g 1 -s $2 -n $3 -c $m -p $4 $5"
+# guest_cmd KIND TR SIZE ITERS PORT SERVER: the guest side's.
+guest_cmd() {
+	local k=$1 tr=$2 size=$3 iters=$4 port=$5 peer=$6 m= s="-s $3" o=
+	case $k in
+	perf-*)
+		[ "$tr" = ib_atomic_bw ] && s=
+		case $k-$tr in perf-dropin-ib_read_* | perf-dropin-ib_atomic_*) o="-o 16" ;; esac
+		echo "timeout $T $tr -d rxe0 -x 1 $s -n $iters $o -p $port $peer"
+		;;
+	*)
+		[ "$tr" != ud ] && m="-m 1024"
+		echo "timeout $T ibv_${tr}_pingpong -d rxe0 -g 1 -s $size -n $iters -c $m -p $port $peer"
+		;;
+	esac
 }
 
 # host_run OUT CMD...: CMD in netns $NS, its output in $WORK/OUT.txt, its
@@ -214,7 +242,7 @@ run_pp() {
 		done
 		if [ $ok = 1 ]; then
 			for i in "${!kinds[@]}"; do
-				gjobs+=("$("$PEERSH" spawn "$G" "$(guest_pp_cmd "$tr" "$size" "$iters" "${PORTS[$i]}" "$HOSTIP")")")
+				gjobs+=("$("$PEERSH" spawn "$G" "$(guest_cmd "${kinds[$i]}" "$tr" "$size" "$iters" "${PORTS[$i]}" "$HOSTIP")")")
 			done
 			guest_jobs=("${gjobs[@]}")
 			for i in "${!gjobs[@]}"; do
@@ -226,7 +254,7 @@ run_pp() {
 		for p in "${pids[@]}"; do wait "$p" || ok=0; done
 	else
 		for i in "${!kinds[@]}"; do
-			gjobs+=("$("$PEERSH" spawn "$G" "$(guest_pp_cmd "$tr" "$size" "$iters" "${PORTS[$i]}" "")")")
+			gjobs+=("$("$PEERSH" spawn "$G" "$(guest_cmd "${kinds[$i]}" "$tr" "$size" "$iters" "${PORTS[$i]}" "")")")
 		done
 		guest_jobs=("${gjobs[@]}")
 		for i in "${!kinds[@]}"; do
@@ -251,9 +279,19 @@ run_pp() {
 	fi
 	bg_pids=("$tcpdump_pid")
 	local bytes=$((size * iters * 2))
+	local hside=client gside=server
+	[ "$role" = sv-server ] && hside=server gside=client
 	for i in "${!kinds[@]}"; do
-		[ $ok = 1 ] && check_pingpong_out "$WORK/$name.h$i.txt" "$bytes" "$iters" "$name host $i (${kinds[$i]})" || ok=0
-		[ $ok = 1 ] && check_pingpong_out "$WORK/$name.g$i.txt" "$bytes" "$iters" "$name rxe $i" || ok=0
+		case ${kinds[$i]} in
+		perf-*)
+			[ $ok = 1 ] && check_perftest_out "$WORK/$name.h$i.txt" "$tr" "$hside" "$size" "$name host (${kinds[$i]})" || ok=0
+			[ $ok = 1 ] && check_perftest_out "$WORK/$name.g$i.txt" "$tr" "$gside" "$size" "$name rxe" || ok=0
+			;;
+		*)
+			[ $ok = 1 ] && check_pingpong_out "$WORK/$name.h$i.txt" "$bytes" "$iters" "$name host $i (${kinds[$i]})" || ok=0
+			[ $ok = 1 ] && check_pingpong_out "$WORK/$name.g$i.txt" "$bytes" "$iters" "$name rxe $i" || ok=0
+			;;
+		esac
 	done
 	[ $ok = 1 ]
 }
@@ -323,10 +361,10 @@ result() { # NAME OK T0 NOTE
 	local secs=$((ms / 1000)).$((ms % 1000 / 100))
 	if [ "$2" = 1 ]; then
 		pass=$((pass + 1))
-		printf 'PASS %-36s %5ss  %s\n' "$1" "$secs" "$4"
+		printf 'PASS %-40s %5ss  %s\n' "$1" "$secs" "$4"
 	else
 		fail=$((fail + 1))
-		printf 'FAIL %-36s %5ss  %s\n' "$1" "$secs" "$4"
+		printf 'FAIL %-40s %5ss  %s\n' "$1" "$secs" "$4"
 		local f
 		for f in "$WORK/$1".*.txt; do
 			[ -e "$f" ] || continue
@@ -341,6 +379,7 @@ for c in "${cases[@]}"; do
 	read -r kind role a1 a2 a3 <<<"$c"
 	n=$((n + 1))
 	name=$(printf '%02d-%s-%s-%s-%s' "$n" "$kind" "$role" "$a1" "$a2")
+	[ "$kind" = perf ] && name=$(printf '%02d-perf-%s-%s-%s' "$n" "$a1" "$role" "$a2")
 	t0=$(date +%s%N)
 	ok=1
 	note=
@@ -348,12 +387,14 @@ for c in "${cases[@]}"; do
 	pp | dropin) run_pp "$name" "$role" "$a1" "$a2" "$a3" "$kind" || ok=0 ;;
 	multi) run_pp "$name" "$role" "$a1" "$a2" "$a3" pp pp || ok=0 ;;
 	mixed) run_pp "$name" "$role" "$a1" "$a2" "$a3" pp dropin || ok=0 ;;
+	perf) run_pp "$name" "$role" "$a2" "$a3" 200 "perf-$a1" || ok=0 ;;
 	cm) run_cm "$name" "$role" "$a1" "$a2" || ok=0 ;;
 	*) log "$name: unknown kind $kind"; ok=0 ;;
 	esac
 	case $kind in
 	multi | mixed) note=$(overlap "$name") || { log "$name: the two clients did not overlap"; ok=0; } ;;
 	pp | dropin) note=$(grep -h ' iters in ' "$WORK/$name.h0.txt" 2>/dev/null | head -1 || true) ;;
+	perf) note=$(grep -hE "^ *$a3 +[0-9]+ +[0-9]" "$WORK/$name.h0.txt" "$WORK/$name.g0.txt" 2>/dev/null | head -1 | tr -s ' \t' ' ' || true) ;;
 	esac
 	result "$name" "$ok" "$t0" "$note"
 done
