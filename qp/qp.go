@@ -35,6 +35,7 @@ type QP struct {
 	attr Attr // guarded by mu
 	SQ   SendQueue
 	RQ   RecvQueue // unused when the QP has an SRQ
+	pull func()    // guarded by mu; see SetRecvPull
 }
 
 // New creates a QP in the RESET state. The caller (the device) owns the QP
@@ -487,8 +488,15 @@ func postRecv(rq *RecvQueue, kt *keys.Table, pd *keys.PD, maxSGE uint32, wrs []R
 // caller raises the event, outside all locks).
 func (q *QP) PopRecvLocked(dst *RecvWQE) (ok, limit bool) {
 	if q.cfg.SRQ != nil {
-		return q.cfg.SRQ.pop(dst)
+		return q.cfg.SRQ.pop(dst, q)
 	}
+	if popInto(&q.RQ, dst) {
+		return true, false
+	}
+	if q.pull == nil {
+		return false, false
+	}
+	q.pull()
 	return popInto(&q.RQ, dst), false
 }
 

@@ -18,6 +18,7 @@ type SRQ struct {
 	limit     uint32 // armed limit; 0 = not armed
 	refs      int32  // QPs using the SRQ
 	destroyed bool
+	pull      func(*QP) // see SetPull
 }
 
 // NewSRQ creates a shared receive queue of maxWR entries.
@@ -122,10 +123,10 @@ func (s *SRQ) Limit() uint32 {
 	return s.limit
 }
 
-func (s *SRQ) pop(dst *RecvWQE) (ok, limit bool) {
+func (s *SRQ) pop(dst *RecvWQE, q *QP) (ok, limit bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !popInto(&s.q, dst) {
+	if !popInto(&s.q, dst) && (s.pull == nil || s.destroyed || !s.pullLocked(dst, q)) {
 		return false, false
 	}
 	if s.limit != 0 && uint32(s.q.Len()) < s.limit {
@@ -133,4 +134,10 @@ func (s *SRQ) pop(dst *RecvWQE) (ok, limit bool) {
 		return true, true
 	}
 	return true, false
+}
+
+// pullLocked asks the pull function for WQEs and pops one.
+func (s *SRQ) pullLocked(dst *RecvWQE, q *QP) bool {
+	s.pull(q)
+	return popInto(&s.q, dst)
 }

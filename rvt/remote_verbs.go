@@ -338,7 +338,7 @@ type remoteSRQ struct {
 }
 
 func (r *remoteDev) createSRQ(pd *PD, maxWR, maxSGEs uint32) (*SRQ, error) {
-	s, err := r.dev.CreateSRQ(pd.rh, maxWR, maxSGEs, 0)
+	s, err := r.dev.CreateSRQ(pd.rh, maxWR, maxSGEs, 0, 0)
 	if err != nil {
 		return nil, remoteErr("create SRQ", err)
 	}

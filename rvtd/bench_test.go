@@ -75,13 +75,17 @@ func pingPong(n *node, ping bool) error {
 	// wait polls until a receive completion has come (sends counts the
 	// send completions seen meanwhile, in whatever order).
 	wait := func() error {
-		for recvs == 0 {
+		since := time.Now()
+		for spins := 0; recvs == 0; spins++ {
 			k, err := n.cq.Poll(buf)
 			if err != nil {
 				return err
 			}
 			if k == 0 {
 				schedYield()
+				if spins%1024 == 0 && time.Since(since) > 5*time.Second {
+					return fmt.Errorf("no message for 5 s: %s", ringState(n))
+				}
 			}
 			for _, wc := range buf[:k] {
 				if wc.Status != 0 {
@@ -127,6 +131,26 @@ func pingPong(n *node, ping bool) error {
 	if ping {
 		slices.Sort(rtts)
 		fmt.Println("LAT", (rtts[len(rtts)/2] / 2).Nanoseconds())
+		return nil
+	}
+	// The pong's last reply must leave before the process (and with it
+	// the session, QP and all) goes.
+	for since := time.Now(); sends < pingIters; {
+		k, err := n.cq.Poll(buf)
+		if err != nil {
+			return err
+		}
+		for _, wc := range buf[:k] {
+			if wc.Opcode < 128 {
+				sends++
+			}
+		}
+		if k == 0 {
+			schedYield()
+			if time.Since(since) > 5*time.Second {
+				return fmt.Errorf("%d of %d replies completed", sends, pingIters)
+			}
+		}
 	}
 	return nil
 }
@@ -141,9 +165,9 @@ func TestBenchmarkAgainstEmbedded(t *testing.T) {
 	if os.Getenv("RVTD_BENCH") == "" {
 		t.Skip("set RVTD_BENCH=1 to measure")
 	}
-	_, sock := startDaemon(t)
+	sock := startDaemonOpts(t, benchOptions(t))
 
-	sink, w := pairUp(t, sock, "victim", "writebench")
+	sink, w := pairUp(t, sock, "sink", "writebench")
 	w.send("GO")
 	f := w.expect("RATE")
 	bytes, _ := strconv.ParseFloat(f[1], 64)
@@ -195,3 +219,11 @@ func TestBenchmarkAgainstEmbedded(t *testing.T) {
 // schedYield gives the processor to another runnable thread, of this
 // process or another (sched_yield(2)).
 func schedYield() { _, _, _ = unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
+
+// ringState describes n's QP rings, for a report of a stall.
+func ringState(n *node) string {
+	u := func(b []byte) uint32 { return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24 }
+	h, r := n.qp.SendRingHeader(), n.qp.RecvRingHeader()
+	return fmt.Sprintf("send ring p=%d c=%d flags=%d, recv ring p=%d c=%d flags=%d",
+		u(h), u(h[64:]), u(h[128:]), u(r), u(r[64:]), u(r[128:]))
+}

@@ -29,12 +29,10 @@ import (
 // unsignaled WQEs when a later one completes: retirement is in order).
 //
 // A few loops (Options.Loops) serve every QP and CQ: each is an epoll over
-// its QPs' doorbell eventfds and a wake-up eventfd, with a 1 ms tick while
-// it has objects, in which it also looks at receive rings (which have no
-// doorbell) and at CQs whose ring was full.
-
-// tickMS is how often a loop with objects looks at every ring.
-const tickMS = 1
+// its QPs' doorbell eventfds and a wake-up eventfd the engine's kicks ring
+// (loop.go). There is no periodic look at the rings: receive rings have
+// the QP's doorbell too, and the engine pulls receives itself when it
+// finds none (recv.go); SRQ rings are pulled only (srq.go).
 
 // postBatch is the most WRs posted to the engine in one call.
 const postBatch = 32
@@ -69,6 +67,8 @@ type qpObj struct {
 	pd     *pdObj
 	scq    *cqObj
 	rcq    *cqObj
+	srq    *srqObj // nil: the QP has a receive ring of its own (rr)
+	rr     *recvRing
 	cookie uint64
 	typ    uint8
 	sigAll bool
@@ -78,33 +78,36 @@ type qpObj struct {
 	bell   *ring.Doorbell
 	cap    proto.Cap
 	queued atomic.Bool
+	active bool // in its loop's active set (the loop's own)
+
+	errPending atomic.Bool // the receive side found trouble: the loop acts
+	srqBad     atomic.Bool // a bad SRQ WQE completed here: the loop moves the QP to ERR
 
 	asyncEvents atomic.Uint32 // async events sent about the QP
 
 	mu       sync.Mutex // guards the fields below
 	dead     bool
 	reg      *ring.Region
-	sq, rq   *ring.Consumer
+	sq       *ring.Consumer
 	sqMask   uint32
-	rqMask   uint32
-	sqCons   uint32 // our copy of the send ring's consumer index
-	sqTaken  uint32 // records after sqCons posted to the engine
-	rqCons   uint32
-	rqTaken  uint32
-	sqWRID   []uint64 // the client's wr_id of each posted slot
-	rqWRID   []uint64
+	sqCons   uint32               // our copy of the send ring's consumer index
+	sqTaken  uint32               // records after sqCons posted to the engine
+	sqEpoch  uint64               // bumped at RESET: older engine wr_ids are stale
+	sqWRID   []uint64             // the client's wr_id of each posted slot
 	sqBad    map[uint32]cq.Status // a bad WQE's status, by ring index
-	rqBad    map[uint32]cq.Status
-	sqFailed bool // the ring's indices went out of range: no longer served
-	rqFailed bool
-	inErr    bool // the daemon moved the QP to ERR for a bad WQE
+	sqFailed bool                 // the ring's indices went out of range: no longer served
+	inErr    bool                 // the daemon moved the QP to ERR (or saw it there)
 	buf      []byte
 	wrs      []qp.SendWR
+	sges     []qp.SGE // the SGLs of the batch in q.wrs
+	inl      []byte   // and their inline data
 }
 
 // loop is one data-path goroutine.
 type loop struct {
 	srv  *Server
+	id   int32         // from 1
+	spin time.Duration // how long to poll after work; 0: never
 	epfd int
 	ep   *os.File        // epfd, watched by Go's netpoller
 	rc   syscall.RawConn // ep's
@@ -112,15 +115,16 @@ type loop struct {
 	quit atomic.Bool
 	done chan struct{}
 
-	mu     sync.Mutex // guards the fields below
-	qps    map[*qpObj]struct{}
-	cqs    map[*cqObj]struct{}
-	byFD   map[int32]*qpObj
-	dirtyQ []*qpObj
-	dirtyC []*cqObj
+	mu       sync.Mutex // guards the fields below
+	qps      map[*qpObj]struct{}
+	cqs      map[*cqObj]struct{}
+	byFD     map[int32]*qpObj
+	dirtyQ   []*qpObj
+	dirtyC   []*cqObj
+	sleeping bool // the loop waits in the netpoller: kicks ring l.wake
 }
 
-func newLoop(s *Server, _ int) (*loop, error) {
+func newLoop(s *Server, i int) (*loop, error) {
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil, os.NewSyscallError("epoll_create1", err)
@@ -142,7 +146,7 @@ func newLoop(s *Server, _ int) (*loop, error) {
 		w.Close()
 		return nil, err
 	}
-	l := &loop{srv: s, epfd: epfd, ep: ep, rc: rc, wake: w, done: make(chan struct{}),
+	l := &loop{srv: s, id: int32(i + 1), spin: s.spin, epfd: epfd, ep: ep, rc: rc, wake: w, done: make(chan struct{}),
 		qps: map[*qpObj]struct{}{}, cqs: map[*cqObj]struct{}{}, byFD: map[int32]*qpObj{}}
 	if err := l.watch(w.FD()); err != nil {
 		ep.Close()
@@ -195,8 +199,12 @@ func (l *loop) kickQP(q *qpObj) {
 	}
 	l.mu.Lock()
 	l.dirtyQ = append(l.dirtyQ, q)
+	ring := l.sleeping
+	l.sleeping = false
 	l.mu.Unlock()
-	_ = l.wake.Ring()
+	if ring {
+		_ = l.wake.Ring()
+	}
 }
 
 // kickCQ asks the loop to drain c's engine CQ soon. It runs in the
@@ -207,20 +215,24 @@ func (l *loop) kickCQ(c *cqObj) {
 	}
 	l.mu.Lock()
 	l.dirtyC = append(l.dirtyC, c)
+	ring := l.sleeping
+	l.sleeping = false
 	l.mu.Unlock()
-	_ = l.wake.Ring()
+	if ring {
+		_ = l.wake.Ring()
+	}
 }
 
 func (l *loop) stop() {
 	l.quit.Store(true)
-	_ = l.wake.Ring()
+	_ = l.wake.Ring() // whether it sleeps or spins
 	<-l.done
 	l.ep.Close()
 	l.wake.Close()
 }
 
 // wait returns the ready doorbells, waiting at most timeout milliseconds
-// (-1: no limit; 0 events: the tick). It sleeps in Go's netpoller, which
+// (-1: no limit). It sleeps in Go's netpoller, which
 // watches the loop's epoll descriptor, rather than in epoll_wait: a
 // goroutine woken there runs at once, where a thread returning from a
 // blocking system call must first win back a processor.
@@ -247,61 +259,6 @@ func (l *loop) wait(events []unix.EpollEvent, timeout int) (int, error) {
 		return 0, rerr
 	}
 	return max(n, 0), err
-}
-
-func (l *loop) run() {
-	defer close(l.done)
-	events := make([]unix.EpollEvent, 64)
-	var qs []*qpObj
-	var cs []*cqObj
-	var b [8]byte
-	for !l.quit.Load() {
-		l.mu.Lock()
-		timeout := -1
-		if len(l.qps) > 0 || len(l.cqs) > 0 {
-			timeout = tickMS
-		}
-		l.mu.Unlock()
-		n, err := l.wait(events, timeout)
-		if err != nil {
-			if !l.quit.Load() {
-				l.srv.log.Error("epoll_wait", "err", err)
-			}
-			return
-		}
-		qs, cs = qs[:0], cs[:0]
-		l.mu.Lock()
-		for _, ev := range events[:max(n, 0)] {
-			_, _ = unix.Read(int(ev.Fd), b[:]) // reset the eventfd
-			if q := l.byFD[ev.Fd]; q != nil {
-				qs = append(qs, q)
-			}
-		}
-		if n == 0 { // the tick: every ring
-			for q := range l.qps {
-				qs = append(qs, q)
-			}
-			for c := range l.cqs {
-				cs = append(cs, c)
-			}
-		}
-		for _, q := range l.dirtyQ {
-			q.queued.Store(false)
-			qs = append(qs, q)
-		}
-		for _, c := range l.dirtyC {
-			c.queued.Store(false)
-			cs = append(cs, c)
-		}
-		l.dirtyQ, l.dirtyC = l.dirtyQ[:0], l.dirtyC[:0]
-		l.mu.Unlock()
-		for _, q := range qs {
-			q.service()
-		}
-		for _, c := range cs {
-			c.drain()
-		}
-	}
 }
 
 func pow2(n uint32) uint32 {
@@ -428,8 +385,9 @@ func (o *cqObj) destroy() {
 	ss.mu.Unlock()
 }
 
-// drain moves completions from the engine CQ to the client's ring.
-func (o *cqObj) drain() {
+// drain moves completions from the engine CQ to the client's ring and
+// reports whether it wrote any.
+func (o *cqObj) drain() (did bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for !o.dead && o.prod.Status() == 0 {
@@ -478,11 +436,13 @@ func (o *cqObj) drain() {
 			continue
 		}
 		_, _ = o.prod.Publish(written)
+		did = true
 		if o.ch != nil && o.prod.TakeArm(notable) {
 			o.compEvents.Add(1)
 			o.ch.notify(o.cookie, o.handle)
 		}
 	}
+	return did
 }
 
 // overflowLocked puts the CQ in error: the ring is no longer served (EIO
@@ -527,28 +487,22 @@ func putCQE(e ring.CQE, wc *cq.WC) {
 // the ring slots it retires. It reports false for a completion that is not
 // one of q's ring slots (then it is dropped).
 func (q *qpObj) complete(wc *cq.WC) bool {
+	if q.srq != nil && wc.Opcode&cq.Recv != 0 {
+		return q.srq.complete(q, wc)
+	}
+	if wc.WRID&recvTag != 0 {
+		if q.rr == nil {
+			return false
+		}
+		return q.rr.complete(wc)
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.dead {
 		return false
 	}
 	idx := uint32(wc.WRID)
-	if wc.WRID&recvTag != 0 {
-		if q.rq == nil || idx-q.rqCons >= q.rqTaken {
-			return false
-		}
-		wc.WRID = q.rqWRID[idx&q.rqMask]
-		if st, ok := q.rqBad[idx]; ok {
-			wc.Status = st
-			delete(q.rqBad, idx)
-		}
-		n := idx + 1 - q.rqCons
-		q.rq.Release(int(n))
-		q.rqCons += n
-		q.rqTaken -= n
-		return true
-	}
-	if idx-q.sqCons >= q.sqTaken {
+	if wc.WRID>>epochShift != q.sqEpoch || idx-q.sqCons >= q.sqTaken {
 		return false
 	}
 	wc.WRID = q.sqWRID[idx&q.sqMask]
@@ -563,9 +517,17 @@ func (q *qpObj) complete(wc *cq.WC) bool {
 	return true
 }
 
-// recvTag marks the engine wr_id of a receive WQE (the low 32 bits are
-// the ring index), so a completion names its queue whatever its opcode.
-const recvTag = 1 << 32
+// The engine's wr_id of a WQE from a ring: the ring index in the low 32
+// bits, recvTag for a receive (so a completion names its queue whatever
+// its opcode), and the ring's epoch from bit 40 (bumped at RESET, so a
+// completion of a WQE from before is told apart).
+const (
+	recvTag    = 1 << 32
+	epochShift = 40
+	epochMask  = 1<<(64-epochShift) - 1 // epochs wrap within the wr_id
+)
+
+func (q *qpObj) sendWRID(idx uint32) uint64 { return uint64(idx) | q.sqEpoch<<epochShift }
 
 // resizeCQ gives the CQ a new ring of at least m.CQE entries: the
 // completions the client has not consumed are copied into it, in order,

@@ -239,12 +239,12 @@ func (n *node) connect(peer endpoint) error {
 	if err := n.qp.Modify(a, maskState|maskPKey|maskPort|maskAccess); err != nil {
 		return fmt.Errorf("INIT: %w", err)
 	}
-	a = proto.QPAttr{State: 2, PathMTU: 3, DestQPN: peer.QPN, RQPSN: 0, MaxDestRdAtomic: 1, MinRNRTimer: 1,
+	a = proto.QPAttr{State: 2, PathMTU: connectMTU, DestQPN: peer.QPN, RQPSN: 0, MaxDestRdAtomic: 1, MinRNRTimer: 1,
 		AV: proto.AV{DGID: peer.GID, SGIDIndex: 1, HopLimit: 64, Port: 1, IsGlobal: true}}
 	if err := n.qp.Modify(a, maskState|maskAV|maskPathMTU|maskDestQPN|maskRQPSN|maskMaxDestRd|maskMinRNR); err != nil {
 		return fmt.Errorf("RTR: %w", err)
 	}
-	a = proto.QPAttr{State: 3, Timeout: 10, RetryCnt: 3, RNRRetry: 7, SQPSN: 0, MaxRdAtomic: 1}
+	a = proto.QPAttr{State: 3, Timeout: connectTimeout, RetryCnt: connectRetry, RNRRetry: 7, SQPSN: 0, MaxRdAtomic: 1}
 	if err := n.qp.Modify(a, maskState|maskTimeout|maskRetry|maskRNRRetry|maskSQPSN|maskMaxRd); err != nil {
 		return fmt.Errorf("RTS: %w", err)
 	}

@@ -57,6 +57,9 @@ func TestSessionLimits(t *testing.T) {
 		if _, err := d.CreateQP(pd, 2, cq, cq, capa); !errors.Is(err, proto.ENOMEM) {
 			t.Errorf("second QP: %v, want ENOMEM", err)
 		}
+		if _, err := d.CreateSRQ(pd, 4, 1, 0, 0); !errors.Is(err, proto.ENOMEM) {
+			t.Errorf("an SRQ past the QP limit: %v, want ENOMEM", err)
+		}
 		c.Close()
 	}
 }

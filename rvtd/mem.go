@@ -62,7 +62,7 @@ func (ss *session) regMRVM(h uint32, m *proto.RegMR) (proto.Body, []int, error) 
 	if err != nil {
 		return nil, nil, err
 	}
-	o := &mrObj{pd: p, mr: mr, iova: m.IOVA, length: m.Length, key: mrKey(mr.Lkey), vm: true}
+	o := &mrObj{pd: p, mr: mr, iova: m.IOVA, length: m.Length, key: keyOf(p, mr.Lkey), vm: true}
 	o.handle = ss.addLocked(o)
 	ss.lkeys[o.key] = o
 	ss.nmr++
@@ -89,7 +89,7 @@ func (ss *session) allocMR(h uint32, m *proto.AllocMR) (proto.Body, []int, error
 	if err != nil {
 		return nil, nil, err
 	}
-	o := &mrObj{pd: p, mr: mr, key: mrKey(mr.Lkey), fast: true, maxPages: m.MaxPages}
+	o := &mrObj{pd: p, mr: mr, key: keyOf(p, mr.Lkey), fast: true, maxPages: m.MaxPages}
 	o.handle = ss.addLocked(o)
 	ss.lkeys[o.key] = o
 	ss.nmr++

@@ -39,7 +39,7 @@ type collector struct {
 }
 
 // objKinds are the kinds rvtd_client_objects counts, in a fixed order.
-var objKinds = [...]string{"context", "pd", "shm", "mr", "mw", "ah", "comp_channel", "cq", "qp", "cm_channel", "cm_id"}
+var objKinds = [...]string{"context", "pd", "shm", "mr", "mw", "ah", "comp_channel", "cq", "qp", "cm_channel", "cm_id", "srq"}
 
 func objKind(o any) int {
 	switch o.(type) {
@@ -65,6 +65,8 @@ func objKind(o any) int {
 		return 9
 	case *cmIDObj:
 		return 10
+	case *srqObj:
+		return 11
 	}
 	return -1
 }
@@ -181,9 +183,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 						rings = append(rings, ringv{"send", a, int(q.sqTaken), q.sq.Entries()})
 					}
 				}
-				if q.rq != nil && !q.rqFailed {
-					if a, err := q.rq.Available(); err == nil {
-						rings = append(rings, ringv{"recv", a, int(q.rqTaken), q.rq.Entries()})
+				if q.rr != nil {
+					if a, taken, entries, ok := q.rr.depth(); ok {
+						rings = append(rings, ringv{"recv", a, taken, entries})
 					}
 				}
 			}

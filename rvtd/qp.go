@@ -24,9 +24,6 @@ func (ss *session) createQP(h uint32, m *proto.CreateQP) (proto.Body, []int, err
 		return nil, nil, proto.EINVAL
 	}
 	c := m.Cap
-	if m.SRQ != 0 {
-		return nil, nil, proto.EOPNOTSUPP
-	}
 	if c.MaxSendWR > maxWR || c.MaxRecvWR > maxWR || c.MaxSendSGE > maxSGE || c.MaxRecvSGE > maxSGE || c.MaxInlineData > 1024 {
 		return nil, nil, proto.EINVAL
 	}
@@ -34,8 +31,15 @@ func (ss *session) createQP(h uint32, m *proto.CreateQP) (proto.Body, []int, err
 	p := lookupLocked[pdObj](ss, h)
 	scq := lookupLocked[cqObj](ss, m.SendCQ)
 	rcq := lookupLocked[cqObj](ss, m.RecvCQ)
+	var srq *srqObj
+	if m.SRQ != 0 {
+		srq = lookupLocked[srqObj](ss, m.SRQ)
+	}
 	switch {
 	case p == nil || scq == nil || rcq == nil || scq.ctx != p.ctx || rcq.ctx != p.ctx:
+		ss.mu.Unlock()
+		return nil, nil, proto.EINVAL
+	case m.SRQ != 0 && (srq == nil || srq.pd.ctx != p.ctx):
 		ss.mu.Unlock()
 		return nil, nil, proto.EINVAL
 	case ss.nqp >= ss.srv.cfg.Limits.QPs:
@@ -44,8 +48,8 @@ func (ss *session) createQP(h uint32, m *proto.CreateQP) (proto.Body, []int, err
 	}
 	ss.nqp++
 	ss.mu.Unlock()
-	q := &qpObj{sess: ss, ctx: p.ctx, pd: p, scq: scq, rcq: rcq, cookie: m.Cookie, typ: m.Type, sigAll: m.SigAll,
-		sqBad: map[uint32]cq.Status{}, rqBad: map[uint32]cq.Status{}}
+	q := &qpObj{sess: ss, ctx: p.ctx, pd: p, scq: scq, rcq: rcq, srq: srq, cookie: m.Cookie, typ: m.Type, sigAll: m.SigAll,
+		sqBad: map[uint32]cq.Status{}}
 	var err error
 	fail := func(e error) (proto.Body, []int, error) {
 		if q.qp != nil {
@@ -62,57 +66,83 @@ func (ss *session) createQP(h uint32, m *proto.CreateQP) (proto.Body, []int, err
 		ss.mu.Unlock()
 		return nil, nil, e
 	}
-	sqN, rqN := pow2(max(c.MaxSendWR, 1)), pow2(max(c.MaxRecvWR, 1))
+	sqN := pow2(max(c.MaxSendWR, 1))
 	sqL := ring.Layout{Offset: 0, Entries: sqN, Stride: ring.SendStride(max(c.MaxSendSGE, 1), c.MaxInlineData)}
-	rqL := ring.Layout{Offset: pageUp(sqL.Size()), Entries: rqN, Stride: ring.RecvStride(max(c.MaxRecvSGE, 1))}
-	if q.reg, err = ring.Create("rvtd-qp", int(rqL.Offset+rqL.Size())); err != nil {
+	var rqL ring.Layout // none with an SRQ
+	size := sqL.Size()
+	if srq == nil {
+		rqN := pow2(max(c.MaxRecvWR, 1))
+		rqL = ring.Layout{Offset: pageUp(sqL.Size()), Entries: rqN, Stride: ring.RecvStride(max(c.MaxRecvSGE, 1))}
+		size = rqL.Offset + rqL.Size()
+	}
+	if q.reg, err = ring.Create("rvtd-qp", int(size)); err != nil {
 		return fail(proto.ENOMEM)
 	}
 	mem := q.reg.Bytes()
 	if err := ring.Init(mem, ring.KindSend, sqL); err != nil {
 		return fail(err)
 	}
-	if err := ring.Init(mem, ring.KindRecv, rqL); err != nil {
-		return fail(err)
-	}
 	if q.sq, err = ring.NewConsumer(mem, ring.KindSend, sqL, nil, false); err != nil {
 		return fail(err)
 	}
-	if q.rq, err = ring.NewConsumer(mem, ring.KindRecv, rqL, nil, false); err != nil {
-		return fail(err)
+	q.cap = proto.Cap{MaxSendWR: sqN, MaxSendSGE: max(c.MaxSendSGE, 1), MaxInlineData: c.MaxInlineData}
+	ecap := qp.Cap{MaxSendWR: sqN, MaxSendSGE: q.cap.MaxSendSGE, MaxInlineData: c.MaxInlineData}
+	if srq == nil {
+		if err := ring.Init(mem, ring.KindRecv, rqL); err != nil {
+			return fail(err)
+		}
+		rc, err := ring.NewConsumer(mem, ring.KindRecv, rqL, nil, false)
+		if err != nil {
+			return fail(err)
+		}
+		q.cap.MaxRecvWR, q.cap.MaxRecvSGE = rqL.Entries, max(c.MaxRecvSGE, 1)
+		ecap.MaxRecvWR, ecap.MaxRecvSGE = q.cap.MaxRecvWR, q.cap.MaxRecvSGE
+		q.rr = newRecvRing(q, rc, rqL.Entries, rqL.Stride, q.cap.MaxRecvSGE)
 	}
-	q.sqMask, q.rqMask = sqN-1, rqN-1
-	q.sqWRID, q.rqWRID = make([]uint64, sqN), make([]uint64, rqN)
-	q.buf = make([]byte, max(sqL.Stride, rqL.Stride))
-	q.cap = proto.Cap{MaxSendWR: sqN, MaxRecvWR: rqN, MaxSendSGE: max(c.MaxSendSGE, 1),
-		MaxRecvSGE: max(c.MaxRecvSGE, 1), MaxInlineData: c.MaxInlineData}
+	q.sqMask = sqN - 1
+	q.sqWRID = make([]uint64, sqN)
+	q.buf = make([]byte, sqL.Stride)
+	q.sges = make([]qp.SGE, 0, postBatch*int(q.cap.MaxSendSGE))
+	q.inl = make([]byte, 0, postBatch*int(c.MaxInlineData))
 	if q.bell, err = ring.NewDoorbell(); err != nil {
 		return fail(proto.ENOMEM)
 	}
-	q.qp, err = p.pd.CreateQP(rvt.QPInitAttr{Type: qp.Type(m.Type), SendCQ: scq.cq, RecvCQ: rcq.cq, SigAll: m.SigAll,
-		Cap: qp.Cap{MaxSendWR: sqN, MaxRecvWR: rqN, MaxSendSGE: q.cap.MaxSendSGE, MaxRecvSGE: q.cap.MaxRecvSGE, MaxInlineData: c.MaxInlineData}})
+	ia := rvt.QPInitAttr{Type: qp.Type(m.Type), SendCQ: scq.cq, RecvCQ: rcq.cq, SigAll: m.SigAll, Cap: ecap}
+	if srq != nil {
+		ia.SRQ = srq.srq
+	}
+	q.qp, err = p.pd.CreateQP(ia)
 	if err != nil {
 		return fail(err)
 	}
 	q.qpn = q.qp.Num()
 	ss.mu.Lock()
 	q.handle = ss.addLocked(q)
-	q.loop = ss.srv.loopFor(q.handle + ss.id)
+	q.loop = scq.loop // its send completions are drained where it posts: no hand-over between loops
 	p.refs++
 	scq.refs++
 	rcq.refs++
+	if srq != nil {
+		srq.refs++
+	}
 	ss.mu.Unlock()
 	q.ctx.d.qps.Store(q.qpn, q)
+	if q.rr != nil {
+		q.qp.SetRecvPull(q.pullRecv)
+	}
 	if err := q.loop.addQP(q); err != nil {
 		q.destroy(false)
 		return nil, nil, err
 	}
 	// The daemon sleeps on the send ring from the start: the client rings.
 	_, _ = q.sq.SleepBeyond(0)
-	return &proto.QPReply{QP: q.handle, QPN: q.qpn, Cap: q.cap, MapSize: uint64(len(mem)),
+	r := &proto.QPReply{QP: q.handle, QPN: q.qpn, Cap: q.cap, MapSize: uint64(len(mem)),
 		SQ:    proto.RingLayout{Offset: sqL.Offset, Entries: sqL.Entries, Stride: sqL.Stride},
-		RQ:    proto.RingLayout{Offset: rqL.Offset, Entries: rqL.Entries, Stride: rqL.Stride},
-		MemFD: q.reg.FD(), Doorbell: q.bell.FD()}, nil, nil
+		MemFD: q.reg.FD(), Doorbell: q.bell.FD()}
+	if srq == nil {
+		r.RQ = proto.RingLayout{Offset: rqL.Offset, Entries: rqL.Entries, Stride: rqL.Stride}
+	}
+	return r, nil, nil
 }
 
 func (ss *session) modifyQP(h uint32, m *proto.ModifyQP) error {
@@ -126,11 +156,41 @@ func (ss *session) modifyQP(h uint32, m *proto.ModifyQP) error {
 	}
 	// The rings' capacities are fixed at creation.
 	a.Cap = qp.Cap{}
+	q.mu.Lock()
+	if q.dead {
+		q.mu.Unlock()
+		return proto.EINVAL
+	}
 	if err := q.qp.Modify(&a, qp.AttrMask(m.Mask)&^qp.AttrCap); err != nil {
+		q.mu.Unlock()
 		return err
 	}
+	if m.Mask&uint32(qp.AttrState) != 0 && a.State == qp.Reset {
+		q.resetLocked()
+	} else if q.qp.State() == qp.Err {
+		q.inErr = true
+	}
+	q.mu.Unlock()
 	q.loop.kickQP(q)
 	return nil
+}
+
+// resetLocked restarts the rings with the QP (modify_qp to RESET; q.mu
+// held): the engine has discarded the WQEs it held, without completions,
+// so the daemon releases every slot, and both rings' indices go back to 0
+// (docs/rvtd-protocol.md, section 7). Completions of the old WQEs still on
+// the way carry the old epoch and are dropped.
+func (q *qpObj) resetLocked() {
+	q.sq.Reset()
+	q.sqCons, q.sqTaken = 0, 0
+	q.sqEpoch = (q.sqEpoch + 1) & epochMask
+	clear(q.sqBad)
+	q.sqFailed, q.inErr = false, false
+	q.errPending.Store(false)
+	if q.rr != nil {
+		q.rr.reset()
+	}
+	_, _ = q.sq.SleepBeyond(0)
 }
 
 func (ss *session) destroyQP(h uint32) (proto.Body, []int, error) {
@@ -162,9 +222,14 @@ func (q *qpObj) destroy(toErr bool) {
 	if err := q.qp.Destroy(); err != nil {
 		ss.log.Warn("destroy QP", "qpn", q.qpn, "err", err)
 	}
+	if q.rr != nil { // a late pull finds the ring gone
+		q.rr.mu.Lock()
+		q.rr.failed = true
+		q.rr.mu.Unlock()
+	}
 	q.mu.Lock()
 	_ = q.reg.Close()
-	q.reg, q.sq, q.rq = nil, nil, nil
+	q.reg, q.sq = nil, nil
 	q.mu.Unlock()
 	q.bell.Close()
 	ss.mu.Lock()
@@ -173,33 +238,20 @@ func (q *qpObj) destroy(toErr bool) {
 	q.pd.refs--
 	q.scq.refs--
 	q.rcq.refs--
+	if q.srq != nil {
+		q.srq.refs--
+	}
 	ss.mu.Unlock()
-}
-
-// service moves new WQE records from q's rings to the engine.
-func (q *qpObj) service() {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.dead {
-		return
-	}
-	st := q.qp.State()
-	if st != qp.Reset && !q.rqFailed {
-		q.serviceRecvLocked()
-	}
-	if st.Allows(qp.PostSendOK) && !q.sqFailed {
-		q.serviceSendLocked()
-	}
 }
 
 // ringFault: the client's index of a ring is out of range. That ring is no
 // longer served; the QP goes to ERR and the client gets IBV_EVENT_QP_FATAL.
+// c is the send ring, or nil for the receive ring (which has failed
+// itself).
 func (q *qpObj) ringFaultLocked(c *ring.Consumer, err error) {
-	c.Fail(uint32(proto.EPROTO))
-	if c == q.sq {
+	if c != nil {
+		c.Fail(uint32(proto.EPROTO))
 		q.sqFailed = true
-	} else {
-		q.rqFailed = true
 	}
 	q.sess.log.Warn("ring corrupt", "qpn", q.qpn, "err", err)
 	q.toErrLocked()
@@ -217,88 +269,30 @@ func (q *qpObj) toErrLocked() {
 	}
 }
 
-func (q *qpObj) serviceRecvLocked() {
-	for {
-		avail, err := q.rq.Available()
-		if err != nil {
-			q.ringFaultLocked(q.rq, err)
-			return
-		}
-		if q.rqTaken >= uint32(avail) {
-			// Nothing new: ask the client to ring the QP's doorbell for
-			// the next receive (the tick finds it otherwise).
-			ready, err := q.rq.SleepBeyond(int(q.rqTaken))
-			if err != nil {
-				q.ringFaultLocked(q.rq, err)
-				return
-			}
-			if !ready {
-				return
-			}
-			continue
-		}
-		q.takeRecvsLocked(uint32(avail))
-	}
-}
-
-// takeRecvsLocked posts the receive records up to avail to the engine.
-func (q *qpObj) takeRecvsLocked(avail uint32) {
-	for q.rqTaken < avail {
-		idx := q.rqCons + q.rqTaken
-		rec := q.buf[:len(q.rq.Slot(int(q.rqTaken)))]
-		copy(rec, q.rq.Slot(int(q.rqTaken)))
-		w := ring.RecvWQE(rec)
-		wr := qp.RecvWR{WRID: uint64(idx) | recvTag}
-		var bad cq.Status
-		n := int(w.NumSGE())
-		switch {
-		case n > w.MaxSGEs() || uint32(n) > q.cap.MaxRecvSGE:
-			bad = cq.LocLenErr
-		default:
-			for i := 0; i < n; i++ {
-				s := w.SGE(i)
-				if !q.sess.sgeOK(q.pd, s.LKey(), s.Addr(), s.Length()) {
-					bad = cq.LocProtErr
-					break
-				}
-				wr.SGL = append(wr.SGL, qp.SGE{Addr: s.Addr(), Length: s.Length(), Lkey: s.LKey()})
-			}
-		}
-		if bad == 0 {
-			if err := q.qp.PostRecv(wr); err != nil {
-				bad = statusOf(err)
-			}
-		}
-		if bad != 0 {
-			q.rqBad[idx] = bad
-			q.toErrLocked()
-			wr.SGL = nil
-			_ = q.qp.PostRecv(wr) // flushed, in order; complete gives it its status
-		}
-		q.rqWRID[idx&q.rqMask] = ring.RecvWQE(rec).WRID()
-		q.rqTaken++
-	}
-}
-
-func (q *qpObj) serviceSendLocked() {
+func (q *qpObj) serviceSendLocked(spin bool) (did bool) {
 	for {
 		avail, err := q.sq.Available()
 		if err != nil {
 			q.ringFaultLocked(q.sq, err)
-			return
+			return did
 		}
 		if q.sqTaken >= uint32(avail) {
+			if spin {
+				q.sq.Wake() // the loop polls: no doorbell needed
+				return did
+			}
 			ready, err := q.sq.SleepBeyond(int(q.sqTaken))
 			if err != nil {
 				q.ringFaultLocked(q.sq, err)
-				return
+				return did
 			}
 			if !ready {
-				return
+				return did
 			}
 			continue
 		}
-		q.wrs = q.wrs[:0]
+		did = true
+		q.wrs, q.sges, q.inl = q.wrs[:0], q.sges[:0], q.inl[:0]
 		first := q.sqTaken
 		for q.sqTaken < uint32(avail) && len(q.wrs) < postBatch {
 			idx := q.sqCons + q.sqTaken
@@ -343,7 +337,7 @@ func (q *qpObj) postSendLocked(first uint32) {
 func (q *qpObj) badSendLocked(idx uint32, st cq.Status) {
 	q.sqBad[idx] = st
 	q.toErrLocked()
-	wr := qp.SendWR{WRID: uint64(idx), Opcode: qp.OpSend, Flags: qp.Signaled}
+	wr := qp.SendWR{WRID: q.sendWRID(idx), Opcode: qp.OpSend, Flags: qp.Signaled}
 	if qp.Type(q.typ) == qp.UD {
 		wr.AH = &qp.AH{PD: q.pd.pd.PD} // never sent: the QP is in ERR
 	}
@@ -361,7 +355,7 @@ func (q *qpObj) sendWR(k int, idx uint32) (qp.SendWR, uint64, cq.Status) {
 	copy(rec, slot)
 	w := ring.SendWQE(rec)
 	wr := qp.SendWR{
-		WRID: uint64(idx), Opcode: qp.Opcode(w.Opcode()), Flags: qp.SendFlags(w.SendFlags()),
+		WRID: q.sendWRID(idx), Opcode: qp.Opcode(w.Opcode()), Flags: qp.SendFlags(w.SendFlags()),
 		RemoteAddr: w.RemoteAddr(), Rkey: w.RKey(), CompareAdd: w.CompareAdd(), Swap: w.Swap(),
 		RemoteQPN: w.RemoteQPN(), RemoteQKey: w.RemoteQKey(),
 	}
@@ -401,22 +395,28 @@ func (q *qpObj) sendWR(k int, idx uint32) (qp.SendWR, uint64, cq.Status) {
 		if w.NumSGE() != 0 || n > len(w.Inline()) || uint32(n) > q.cap.MaxInlineData {
 			return wr, w.WRID(), cq.LocLenErr
 		}
-		wr.InlineData = append([]byte(nil), w.Inline()[:n]...)
+		start := len(q.inl) // the batch's inline data share q.inl, as SGLs
+		q.inl = append(q.inl, w.Inline()[:n]...)
+		wr.InlineData = q.inl[start:len(q.inl):len(q.inl)]
 		return wr, w.WRID(), 0
 	}
 	n := int(w.NumSGE())
 	if n > w.MaxSGEs() || uint32(n) > q.cap.MaxSendSGE {
 		return wr, w.WRID(), cq.LocLenErr
 	}
-	if n > 0 {
-		wr.SGL = make([]qp.SGE, n)
-	}
+	// The SGLs of a batch share q.sges (the engine copies them when
+	// posted); the batch's capacity was set aside at creation.
+	start := len(q.sges)
 	for i := 0; i < n; i++ {
 		s := w.SGE(i)
 		if !q.sess.sgeOK(q.pd, s.LKey(), s.Addr(), s.Length()) {
+			q.sges = q.sges[:start]
 			return wr, w.WRID(), cq.LocProtErr
 		}
-		wr.SGL[i] = qp.SGE{Addr: s.Addr(), Length: s.Length(), Lkey: s.LKey()}
+		q.sges = append(q.sges, qp.SGE{Addr: s.Addr(), Length: s.Length(), Lkey: s.LKey()})
+	}
+	if n > 0 {
+		wr.SGL = q.sges[start:len(q.sges):len(q.sges)]
 	}
 	return wr, w.WRID(), 0
 }

@@ -57,8 +57,11 @@ func sendSize(i int) int { return 1 + i*255 }
 
 func runRole(role, sock, dev string) error {
 	line := readLine
-	if role == "garbage" {
+	switch role {
+	case "garbage":
 		return garbageRole(sock)
+	case "many":
+		return manyRole(sock)
 	}
 	if strings.HasPrefix(role, "pvm-") {
 		return pvmRole(role, sock, dev) // pvm_test.go
@@ -68,6 +71,9 @@ func runRole(role, sock, dev string) error {
 	}
 	n, err := newNode(sock, dev)
 	if err != nil {
+		return err
+	}
+	if err := prepareRole(role, n); err != nil {
 		return err
 	}
 	ep, err := n.endpoint()
@@ -213,12 +219,16 @@ func runRole(role, sock, dev string) error {
 			}
 		}
 		return errors.New("no error completion after the peer died")
-	case "victim":
+	case "victim", "sink":
 		_, _ = line("NEVER")
 	case "writebench":
 		return writeBench(n, peer)
 	case "ping", "pong":
 		return pingPong(n, role == "ping")
+	case "msgsend":
+		return msgSend(n)
+	case "msgrecv":
+		return msgRecv(n)
 	}
 	_, _ = line("EOF")
 	return nil

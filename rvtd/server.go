@@ -22,6 +22,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/softverbs/softverbs/clock"
 	"github.com/softverbs/softverbs/internal/devopen"
@@ -46,6 +47,12 @@ type Options struct {
 	// Loops is the number of data-path goroutines (each an epoll loop over
 	// its share of the QPs' doorbells); 0: 2.
 	Loops int
+	// Spin is how long a loop keeps polling the rings it served after
+	// work, before it sleeps (busy clients then ring no doorbell); 0 or
+	// negative: never. It pays when a CPU is to spare: on two CPUs shared
+	// with two busy-polling clients it made the round trip slower
+	// (docs/rvtd.md, Figures), so it is off unless asked for.
+	Spin time.Duration
 }
 
 // Server is a running daemon: its devices, its listener, its sessions.
@@ -53,6 +60,8 @@ type Server struct {
 	cfg     *Config
 	log     *slog.Logger
 	clk     clock.Clock
+	spin    time.Duration // Options.Spin, resolved
+	spinner atomic.Int32  // the id of the loop that spins, 0: none
 	devices []*device
 	byName  map[string]*device
 	loops   []*loop
@@ -138,6 +147,7 @@ func New(cfg *Config, o Options) (_ *Server, err error) {
 	if n <= 0 {
 		n = 2
 	}
+	s.spin = max(o.Spin, 0)
 	for i := 0; i < n; i++ {
 		lp, err := newLoop(s, i)
 		if err != nil {

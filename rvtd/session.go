@@ -33,7 +33,7 @@ type session struct {
 	mu      sync.Mutex // guards the fields below
 	objs    map[uint32]any
 	next    uint32
-	lkeys   map[uint32]*mrObj // the session's MRs by lkey without its key byte (mrKey), for SGE checks
+	lkeys   map[lkeyOf]*mrObj // the session's MRs by device and lkey without its key byte (keyOf), for SGE checks
 	nqp     int
 	nmr     int
 	ncqe    int
@@ -61,6 +61,15 @@ type devCtx struct {
 // not read them; beyond it they are dropped (and logged).
 const maxPendingEvents = 4096
 
+// lkeyOf names an MR of a session: keys are per device, and a session
+// may open several devices.
+type lkeyOf struct {
+	d    *device
+	lkey uint32 // without its key byte (mrKey): fast-register changes it
+}
+
+func keyOf(p *pdObj, lkey uint32) lkeyOf { return lkeyOf{p.ctx.d, mrKey(lkey)} }
+
 type pdObj struct {
 	handle uint32
 	ctx    *devCtx
@@ -82,7 +91,7 @@ type mrObj struct {
 	mr     *rvt.MR
 	iova   uint64
 	length uint64
-	key    uint32 // mrKey of its lkey, fixed for its life
+	key    lkeyOf // keyOf its lkey, fixed for its life
 	vm     bool   // kind 2
 	fast   bool   // alloc_mr: its keys and range change with REG_MR WQEs
 
@@ -111,7 +120,7 @@ type chanObj struct {
 }
 
 func newSession(s *Server, id uint32, c *proto.Conn) *session {
-	ss := &session{srv: s, id: id, conn: c, objs: map[uint32]any{}, lkeys: map[uint32]*mrObj{}}
+	ss := &session{srv: s, id: id, conn: c, objs: map[uint32]any{}, lkeys: map[lkeyOf]*mrObj{}}
 	if cred, err := c.PeerCred(); err == nil {
 		ss.pid, ss.uid = uint32(cred.Pid), cred.Uid
 		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", cred.Pid)); err == nil {
@@ -336,12 +345,23 @@ func (ss *session) dispatch(m proto.Msg) (proto.Body, []int, error) {
 		return ss.createAH(h, m.Body.(*proto.CreateAH))
 	case proto.OpDestroyAH:
 		return nil, nil, ss.destroyAH(h)
+	case proto.OpCreateSRQ:
+		return ss.createSRQ(h, m.Body.(*proto.CreateSRQ))
+	case proto.OpModifySRQ:
+		return nil, nil, ss.modifySRQ(h, m.Body.(*proto.SRQAttr))
+	case proto.OpQuerySRQ:
+		return ss.querySRQ(h)
+	case proto.OpDestroySRQ:
+		return ss.destroySRQ(h)
+	case proto.OpAttachMcast:
+		return nil, nil, ss.attachMcast(h, m.Body.(*proto.Mcast))
+	case proto.OpDetachMcast:
+		return nil, nil, ss.detachMcast(h, m.Body.(*proto.Mcast))
 	}
 	if proto.IsCM(m.Op) {
 		return ss.cmDispatch(m)
 	}
-	// Known messages not served yet: fast-register MRs, SRQs,
-	// multicast (docs/rvtd.md).
+	// A request the table knows and this daemon does not serve.
 	return nil, nil, proto.EOPNOTSUPP
 }
 
@@ -633,7 +653,7 @@ func (ss *session) regMR(h uint32, m *proto.RegMR) (proto.Body, []int, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	o := &mrObj{pd: p, shm: sh, mr: mr, iova: m.IOVA, length: m.Length, key: mrKey(mr.Lkey)}
+	o := &mrObj{pd: p, shm: sh, mr: mr, iova: m.IOVA, length: m.Length, key: keyOf(p, mr.Lkey)}
 	o.handle = ss.addLocked(o)
 	ss.lkeys[o.key] = o
 	ss.nmr++
@@ -674,7 +694,7 @@ func (ss *session) deregLocked(o *mrObj) error {
 // the engine's.
 func (ss *session) sgeOK(pd *pdObj, lkey uint32, addr uint64, length uint32) bool {
 	ss.mu.Lock()
-	o := ss.lkeys[mrKey(lkey)]
+	o := ss.lkeys[keyOf(pd, lkey)]
 	ss.mu.Unlock()
 	if o == nil || o.pd != pd {
 		return false
@@ -906,6 +926,7 @@ func (ss *session) teardown() {
 	var ctxs []*devCtx
 	var ahs []*ahObj
 	var mws []*mwObj
+	var srqs []*srqObj
 	for _, o := range ss.objs {
 		switch o := o.(type) {
 		case *qpObj:
@@ -926,11 +947,16 @@ func (ss *session) teardown() {
 			ahs = append(ahs, o)
 		case *mwObj:
 			mws = append(mws, o)
+		case *srqObj:
+			srqs = append(srqs, o)
 		}
 	}
 	ss.mu.Unlock()
 	for _, q := range qps {
 		q.destroy(true)
+	}
+	for _, s := range srqs {
+		s.destroy()
 	}
 	ss.mu.Lock()
 	for _, o := range ahs {

@@ -384,9 +384,10 @@ func (d *Device) createQP(pd uint32, m *proto.CreateQP) (*QP, error) {
 	q := &QP{d: d, Handle: o.QP, QPN: o.QPN, Cap: o.Cap, bell: bell, reg: reg}
 	q.sqLayout = ring.Layout{Offset: o.SQ.Offset, Entries: o.SQ.Entries, Stride: o.SQ.Stride}
 	rl := ring.Layout{Offset: o.RQ.Offset, Entries: o.RQ.Entries, Stride: o.RQ.Stride}
-	if q.sq, err = ring.NewProducer(reg.Bytes(), ring.KindSend, q.sqLayout, bell, true); err == nil {
+	if q.sq, err = ring.NewProducer(reg.Bytes(), ring.KindSend, q.sqLayout, bell, true); err == nil && rl.Entries != 0 {
 		// The receive ring shares the QP's doorbell (protocol 1.0,
 		// section 7): rung when the daemon has set NEED_WAKEUP on it.
+		// A QP on an SRQ has none (entries 0).
 		q.rq, err = ring.NewProducer(reg.Bytes(), ring.KindRecv, rl, bell, true)
 	}
 	if err != nil {
@@ -394,7 +395,9 @@ func (d *Device) createQP(pd uint32, m *proto.CreateQP) (*QP, error) {
 		return nil, err
 	}
 	q.sqRaw = reg.Bytes()[o.SQ.Offset : o.SQ.Offset+q.sqLayout.Size()]
-	q.rqRaw = reg.Bytes()[o.RQ.Offset : o.RQ.Offset+rl.Size()]
+	if q.rq != nil {
+		q.rqRaw = reg.Bytes()[o.RQ.Offset : o.RQ.Offset+rl.Size()]
+	}
 	d.c.own(q.Close)
 	return q, nil
 }
@@ -421,8 +424,18 @@ func (q *QP) Close() {
 }
 
 // Modify is ibv_modify_qp.
+//
+// To RESET, the daemon empties both rings and restarts their indices at
+// 0 (WQEs posted before are discarded, with no completion): the
+// producers take the indices again from the rings.
 func (q *QP) Modify(a proto.QPAttr, mask uint32) error {
 	_, err := q.d.c.Call(proto.OpModifyQP, q.Handle, &proto.ModifyQP{Mask: mask, Attr: a})
+	if err == nil && mask&1 != 0 && a.State == 0 { // IBV_QP_STATE, IBV_QPS_RESET
+		q.sq.Resync()
+		if q.rq != nil {
+			q.rq.Resync()
+		}
+	}
 	return err
 }
 
@@ -463,10 +476,16 @@ type SendWR struct {
 	AH         uint32 // UD: the AH handle; BIND_MW: the window's handle
 	RemoteQPN  uint32 // UD; BIND_MW: the MR's handle
 	RemoteQKey uint32 // UD
+	Inline     []byte // with IBV_SEND_INLINE (8): the data, instead of SGL
 }
 
 // ErrFull is a post to a full ring.
 var ErrFull = errors.New("ring full")
+
+var (
+	errTooManySGEs = errors.New("too many SGEs")
+	errNoRecvRing  = errors.New("the QP has no receive ring: post to its SRQ")
+)
 
 // PostSend writes one send WQE record and publishes it; the producer rings
 // the doorbell if the daemon sleeps.
@@ -498,12 +517,32 @@ func (q *QP) PostSend(wr SendWR) error {
 	for i, s := range wr.SGL {
 		w.SGE(i).Set(s.Addr, s.Length, s.LKey)
 	}
+	if err := putInline(w, &wr); err != nil {
+		return err
+	}
 	_, err = q.sq.Publish(1)
 	return err
 }
 
+// putInline writes wr's inline data into the record.
+func putInline(w ring.SendWQE, wr *SendWR) error {
+	if wr.Flags&8 == 0 {
+		return nil
+	}
+	if len(wr.Inline) > len(w.Inline()) {
+		return errors.New("inline data larger than the record")
+	}
+	w.SetNumSGE(0)
+	w.SetInlineLen(uint16(len(wr.Inline)))
+	copy(w.Inline(), wr.Inline)
+	return nil
+}
+
 // PostRecv writes one receive WQE record.
 func (q *QP) PostRecv(wrid uint64, sgl ...SGE) error {
+	if q.rq == nil {
+		return errNoRecvRing
+	}
 	free, err := q.rq.Free()
 	if err != nil {
 		return err

@@ -163,68 +163,6 @@ func (d *Device) ListQPs() ([]proto.QPEntry, error) {
 	}
 }
 
-// CreateSRQ is ibv_create_srq: the SRQ's handle and its receive ring.
-func (d *Device) CreateSRQ(pd uint32, maxWR, maxSGE, limit uint32) (*SRQ, error) {
-	r, err := d.c.Call(proto.OpCreateSRQ, pd, &proto.CreateSRQ{MaxWR: maxWR, MaxSGE: maxSGE, SRQLimit: limit})
-	if err != nil {
-		return nil, err
-	}
-	o := r.(*proto.SRQReply)
-	reg, err := ring.Map(o.FD, int(o.MapSize), false)
-	if err != nil {
-		return nil, err
-	}
-	l := ring.Layout{Offset: o.Ring.Offset, Entries: o.Ring.Entries, Stride: o.Ring.Stride}
-	p, err := ring.NewProducer(reg.Bytes(), ring.KindSRQ, l, nil, true)
-	if err != nil {
-		reg.Close()
-		return nil, err
-	}
-	s := &SRQ{d: d, Handle: o.SRQ, MaxWR: o.MaxWR, MaxSGE: o.MaxSGE, ring: p, reg: reg}
-	d.c.own(s.close)
-	return s, nil
-}
-
-// SRQ is a shared receive queue: its ring of receive WQEs (no doorbell).
-type SRQ struct {
-	d             *Device
-	Handle        uint32
-	MaxWR, MaxSGE uint32
-	ring          *ring.Producer
-	reg           *ring.Region
-}
-
-func (s *SRQ) close() {
-	if s.reg != nil {
-		s.reg.Close()
-		s.reg = nil
-	}
-}
-
-// Ring is the SRQ's receive ring (one producer at a time).
-func (s *SRQ) Ring() *ring.Producer { return s.ring }
-
-// Destroy is ibv_destroy_srq; the ring is unmapped.
-func (s *SRQ) Destroy() error {
-	if _, err := s.d.c.Call(proto.OpDestroySRQ, s.Handle, nil); err != nil {
-		return err
-	}
-	s.close()
-	return nil
-}
-
-// AttachMcast is ibv_attach_mcast.
-func (q *QP) AttachMcast(gid [16]byte, lid uint16) error {
-	_, err := q.d.c.Call(proto.OpAttachMcast, q.Handle, &proto.Mcast{GID: gid, LID: lid})
-	return err
-}
-
-// DetachMcast is ibv_detach_mcast.
-func (q *QP) DetachMcast(gid [16]byte, lid uint16) error {
-	_, err := q.d.c.Call(proto.OpDetachMcast, q.Handle, &proto.Mcast{GID: gid, LID: lid})
-	return err
-}
-
 // CloseAsync closes the device's async event socket on this side, which
 // ends a reader blocked in ReadAsyncEvent.
 func (d *Device) CloseAsync() error { return d.Async.Close() }
