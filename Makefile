@@ -67,13 +67,16 @@ interop:
 	GO=$(GO) scripts/interop.sh
 	GO=$(GO) scripts/interop-cm.sh
 	GO=$(GO) scripts/interop-perftest.sh
+	GO=$(GO) scripts/interop-rvtd.sh
 
 # The short subset .ci/run runs: RC pingpong, rping, ib_write_bw and
-# ib_send_lat in each role over TAP.
+# ib_send_lat in each role over TAP; RC pingpong through rvtd in each role
+# and Debian's ibv_rc_pingpong on our libibverbs.
 interop-quick:
 	GO=$(GO) scripts/interop.sh --quick
 	GO=$(GO) scripts/interop-cm.sh --quick
 	GO=$(GO) scripts/interop-perftest.sh --quick
+	GO=$(GO) scripts/interop-rvtd.sh --quick
 
 # The perftest tools on the in-memory pair beside their same-run baselines:
 # rewrites the table in docs/performance.md and the plots under

@@ -86,27 +86,6 @@ log "guest $G: $GIP, eth0 MTU $guest_mtu"
 # (scripts/interop-lib.sh).
 setup_links "" xdp
 
-# check_out FILE TOOL WHO ROLE ARG: the lines the tool prints on success.
-check_out() {
-	local f=$1 tool=$2 who=$3 side=$4
-	case $tool in
-	rping)
-		local want=100 n
-		if [ "$side" = client ]; then
-			n=$(grep -c '^ping data: rdma-ping-' "$f" || true)
-		else
-			n=$(grep -c '^server ping data: rdma-ping-' "$f" || true)
-		fi
-		[ "$n" = "$want" ] || { log "$who: $n of $want ping data lines"; return 1; }
-		! grep -q 'data mismatch' "$f" || { log "$who: data mismatch"; return 1; }
-		;;
-	ucmatose | udaddy)
-		grep -q '^test complete$' "$f" && grep -q '^return status 0$' "$f" &&
-			grep -q '^data transfers complete$' "$f" || { log "$who: not complete"; return 1; }
-		;;
-	esac
-}
-
 pass=0
 fail=0
 n=0
@@ -151,8 +130,8 @@ for c in "${cases[@]}"; do
 		[ $ok = 1 ] || kill "$rvt_pid" 2>/dev/null || true
 		wait "$rvt_pid" || ok=0
 		rvt_pid=
-		[ $ok = 1 ] && check_out "$sout" "$tool" "$name rvt" server || ok=0
-		[ $ok = 1 ] && check_out "$gout" "$tool" "$name rxe" client || ok=0
+		[ $ok = 1 ] && check_cm_out "$sout" "$tool" "$name rvt" server || ok=0
+		[ $ok = 1 ] && check_cm_out "$gout" "$tool" "$name rxe" client || ok=0
 	else
 		guest_job=$("$PEERSH" spawn "$G" "timeout $T $rxe_srv")
 		sleep "$DELAY"
@@ -160,8 +139,8 @@ for c in "${cases[@]}"; do
 		[ $ok = 1 ] || "$PEERSH" stop "$G" "$guest_job" >/dev/null 2>&1 || true
 		"$PEERSH" wait "$G" "$guest_job" "$((T + 30))" >"$gout" 2>&1 || ok=0
 		guest_job=
-		[ $ok = 1 ] && check_out "$sout" "$tool" "$name rvt" client || ok=0
-		[ $ok = 1 ] && check_out "$gout" "$tool" "$name rxe" server || ok=0
+		[ $ok = 1 ] && check_cm_out "$sout" "$tool" "$name rvt" client || ok=0
+		[ $ok = 1 ] && check_cm_out "$gout" "$tool" "$name rxe" server || ok=0
 	fi
 	ms=$((($(date +%s%N) - t0) / 1000000))
 	secs=$((ms / 1000)).$((ms % 1000 / 100))

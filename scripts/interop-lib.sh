@@ -1,9 +1,10 @@
-# Shared by scripts/interop.sh, scripts/interop-cm.sh and
-# scripts/interop-perftest.sh (sourced, not run): the environment defaults,
-# the root and peer checks, the helpers, the work directory and its cleanup,
-# building rvt, starting the guest and creating the TAP (and the AF_XDP
-# netns) in the guest's bridge. See scripts/interop.sh for the topology and
-# the environment. The sourcing script sets IOP (its name, for messages)
+# Shared by scripts/interop.sh, scripts/interop-cm.sh,
+# scripts/interop-perftest.sh and scripts/interop-rvtd.sh (sourced, not
+# run): the environment defaults, the root and peer checks, the helpers, the
+# work directory and its cleanup, building rvt, starting the guest, creating
+# the TAP (and the AF_XDP netns) in the guest's bridge, and the checks of
+# the pingpong, rdma_cm and perftest tools' outputs. See scripts/interop.sh
+# for the topology and the environment. The sourcing script sets IOP (its name, for messages)
 # first; it keeps its own cases, timeouts and per-case logic.
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -39,10 +40,15 @@ check_host() {
 }
 
 # setup_work PREFIX: the work directory /tmp/PREFIX.XXXXXX (kept on failure
-# or with KEEP=1) and the cleanup on exit: rvt, the guest job, the TAP, the
-# AF_XDP netns, and the guest if this script started it (unless KEEP_GUEST).
+# or with KEEP=1) and the cleanup on exit: rvt (and the other host processes
+# in bg_pids), the guest job (and those in guest_jobs), rvtd (SIGTERM, then
+# waited for: it releases its TAP), the TAP, the AF_XDP netns, and the guest
+# if this script started it (unless KEEP_GUEST).
 rvt_pid=
+bg_pids=()
 guest_job=
+guest_jobs=()
+rvtd_pid=
 started_guest=
 xdp_up=
 setup_work() {
@@ -52,8 +58,15 @@ setup_work() {
 }
 cleanup() {
 	local rc=$?
+	local p j
 	[ -n "$rvt_pid" ] && kill "$rvt_pid" 2>/dev/null || true
+	for p in "${bg_pids[@]}"; do kill "$p" 2>/dev/null || true; done
 	[ -n "$guest_job" ] && "$PEERSH" stop "$G" "$guest_job" >/dev/null 2>&1 || true
+	for j in "${guest_jobs[@]}"; do "$PEERSH" stop "$G" "$j" >/dev/null 2>&1 || true; done
+	if [ -n "$rvtd_pid" ]; then
+		kill "$rvtd_pid" 2>/dev/null || true
+		wait "$rvtd_pid" 2>/dev/null || true
+	fi
 	nsip link del "$TAP" >/dev/null 2>&1 || true
 	[ -n "$xdp_up" ] && ip netns del "$XNS" >/dev/null 2>&1 || true
 	if [ -n "$started_guest" ] && [ -z "${KEEP_GUEST:-}" ]; then
@@ -120,12 +133,7 @@ start_guest() {
 setup_links() {
 	local qlen=$1 xdp=$2 q=()
 	[ -n "$qlen" ] && q=(txqueuelen "$qlen")
-	# A Linux bridge takes the lowest MAC of its ports unless its address
-	# was set: adding or removing our ports would then change the MAC
-	# behind 10.50.0.254, and the guest, with the old one in its ARP cache,
-	# could not reach the out-of-band TCP port for ~15 s. Pin the bridge's
-	# current MAC.
-	nsip link set "$BR" address "$(nsip -br link show "$BR" | awk '{print $3}')"
+	pin_bridge_mac
 	nsip link del "$TAP" >/dev/null 2>&1 || true
 	nsip tuntap add dev "$TAP" mode tap
 	nsx sysctl -qw "net.ipv6.conf.$TAP.disable_ipv6=1" 2>/dev/null || true
@@ -135,7 +143,7 @@ setup_links() {
 	# message at path MTU 1024 (1024 packets at once) faster than the TCG
 	# guest drains it: RC recovers by retransmitting, UC loses the message.
 	# A deeper queue stands in for the line rate a real peer would have.
-	[ -n "$qlen" ] && nsip link set "$("$PEERSH" tap "$G")" txqueuelen "$qlen"
+	guest_tap_qlen "$qlen"
 	# The AF_XDP side: a netns joined to the bridge by a veth.
 	if [ -n "$xdp" ] && printf '%s\n' "${cases[@]}" | grep -q ' xdp$'; then
 		RXE_MTU=$guest_mtu "$PEERSH" veth "$XNS" "$XIP/24" "$XIF" >/dev/null
@@ -144,7 +152,79 @@ setup_links() {
 		ip -n "$XNS" link set "$XIF" address 02:5f:00:00:00:c9
 		xdp_up=1
 	fi
-	# Forget what the guest learned in earlier runs (MACs of our ports may
-	# have changed since).
+	guest_forget_neighbours
+}
+
+# pin_bridge_mac: a Linux bridge takes the lowest MAC of its ports unless
+# its address was set: adding or removing our ports would then change the
+# MAC behind 10.50.0.254, and the guest, with the old one in its ARP cache,
+# could not reach the out-of-band TCP port for ~15 s. Pin the bridge's
+# current MAC.
+pin_bridge_mac() {
+	nsip link set "$BR" address "$(nsip -br link show "$BR" | awk '{print $3}')"
+}
+
+# guest_tap_qlen QLEN: the txqueuelen of the guest's TAP (nothing if empty).
+guest_tap_qlen() {
+	[ -z "$1" ] || nsip link set "$("$PEERSH" tap "$G")" txqueuelen "$1"
+}
+
+# guest_forget_neighbours: forget what the guest learned in earlier runs
+# (MACs of our ports may have changed since).
+guest_forget_neighbours() {
 	"$PEERSH" run "$G" 'ip neigh flush dev eth0' >/dev/null
+}
+
+# check_pingpong_out FILE BYTES ITERS WHO: FILE holds an ibv_*_pingpong's
+# (or rvt pingpong's) two result lines with the right numbers, and (the
+# server checks, with -c) no "invalid data".
+check_pingpong_out() {
+	local file=$1 bytes=$2 iters=$3 who=$4
+	grep -Eq "^$bytes bytes in [0-9]+\.[0-9]{2} seconds = " "$file" &&
+		grep -Eq "^$iters iters in [0-9]+\.[0-9]{2} seconds = " "$file" ||
+		{ log "$who: no result lines"; return 1; }
+	if grep -q "invalid data" "$file"; then
+		log "$who: $(grep -c 'invalid data' "$file") invalid pages"
+		return 1
+	fi
+}
+
+# check_cm_out FILE TOOL WHO SIDE: the lines rping (-C 100 -v), ucmatose or
+# udaddy print on success; SIDE is client or server.
+check_cm_out() {
+	local f=$1 tool=$2 who=$3 side=$4
+	case $tool in
+	rping)
+		local want=100 n
+		if [ "$side" = client ]; then
+			n=$(grep -c '^ping data: rdma-ping-' "$f" || true)
+		else
+			n=$(grep -c '^server ping data: rdma-ping-' "$f" || true)
+		fi
+		[ "$n" = "$want" ] || { log "$who: $n of $want ping data lines"; return 1; }
+		! grep -q 'data mismatch' "$f" || { log "$who: data mismatch"; return 1; }
+		;;
+	ucmatose | udaddy)
+		grep -q '^test complete$' "$f" && grep -q '^return status 0$' "$f" &&
+			grep -q '^data transfers complete$' "$f" || { log "$who: not complete"; return 1; }
+		;;
+	esac
+}
+
+# check_perftest_out FILE TOOL SIDE SIZE WHO: perftest's table in FILE: its
+# title line, then a result row for SIZE (none on the servers of ib_read_bw and
+# ib_atomic_bw, which print only the title, as perftest's do).
+check_perftest_out() {
+	local f=$1 tool=$2 side=$3 size=$4 who=$5 title rows
+	case $tool in
+	*_lat) title='^ *#bytes #iterations +t_min\[usec\]' ;;
+	*) title='^ *#bytes +#iterations +BW peak\[' ;;
+	esac
+	grep -Eq '^ *remote address: ' "$f" || { log "$who: no remote address"; return 1; }
+	if [ "$side-$tool" = server-ib_read_lat ]; then
+		! grep -Eq "$title" "$f" || { log "$who: a table, where perftest prints none"; return 1; }
+		return 0
+	fi
+	grep -Eq "$title" "$f" || { log "$who: no table title"; return 1; }
+	grep -Eq "^ *$size +[0-9]+ +[0-9]" "$f" || { log "$who: no result row for $size B"; return 1; }
 }

@@ -129,24 +129,6 @@ rvt_listening() {
 	return 1
 }
 
-# check_out FILE TOOL SIDE SIZE WHO: perftest's table in FILE: its title
-# line, then a result row for SIZE (none on the servers of ib_read_bw and
-# ib_atomic_bw, which print only the title, as perftest's do).
-check_out() {
-	local f=$1 tool=$2 side=$3 size=$4 who=$5 title rows
-	case $tool in
-	*_lat) title='^ *#bytes #iterations +t_min\[usec\]' ;;
-	*) title='^ *#bytes +#iterations +BW peak\[' ;;
-	esac
-	grep -Eq '^ *remote address: ' "$f" || { log "$who: no remote address"; return 1; }
-	if [ "$side-$tool" = server-ib_read_lat ]; then
-		! grep -Eq "$title" "$f" || { log "$who: a table, where perftest prints none"; return 1; }
-		return 0
-	fi
-	grep -Eq "$title" "$f" || { log "$who: no table title"; return 1; }
-	grep -Eq "^ *$size +[0-9]+ +[0-9]" "$f" || { log "$who: no result row for $size B"; return 1; }
-}
-
 # same_addr_format RVTFILE RXEFILE WHO: both sides print their address lines
 # with the same fields (OUT, RKey, VAddr or none), as perftest's two sides
 # of one run do.
@@ -191,8 +173,8 @@ run_one() {
 		[ $ok = 1 ] || kill "$rvt_pid" 2>/dev/null || true
 		wait "$rvt_pid" || { log "$name: rvt (server) failed"; ok=0; }
 		rvt_pid=
-		[ $ok = 1 ] && check_out "$sout" "$tool" server "$size" "$name rvt" || ok=0
-		[ $ok = 1 ] && check_out "$gout" "$tool" client "$size" "$name rxe" || ok=0
+		[ $ok = 1 ] && check_perftest_out "$sout" "$tool" server "$size" "$name rvt" || ok=0
+		[ $ok = 1 ] && check_perftest_out "$gout" "$tool" client "$size" "$name rxe" || ok=0
 	else
 		guest_job=$("$PEERSH" spawn "$G" "$gcmd")
 		if [ -n "$cm" ]; then
@@ -208,8 +190,8 @@ run_one() {
 		[ $ok = 1 ] || "$PEERSH" stop "$G" "$guest_job" >/dev/null 2>&1 || true
 		"$PEERSH" wait "$G" "$guest_job" "$((T + 30))" >"$gout" 2>&1 || { log "$name: perftest (server) failed"; ok=0; }
 		guest_job=
-		[ $ok = 1 ] && check_out "$sout" "$tool" client "$size" "$name rvt" || ok=0
-		[ $ok = 1 ] && check_out "$gout" "$tool" server "$size" "$name rxe" || ok=0
+		[ $ok = 1 ] && check_perftest_out "$sout" "$tool" client "$size" "$name rvt" || ok=0
+		[ $ok = 1 ] && check_perftest_out "$gout" "$tool" server "$size" "$name rxe" || ok=0
 	fi
 	[ $ok = 1 ] && same_addr_format "$sout" "$gout" "$name" || ok=0
 	if [ $ok = 0 ]; then

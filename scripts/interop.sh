@@ -131,19 +131,6 @@ listening_here() {
 	return 1
 }
 
-# Each output must hold the tools' two result lines with the right numbers,
-# and the server (which checks, with -c) no "invalid data".
-check_out() {
-	local file=$1 bytes=$2 iters=$3 who=$4
-	grep -Eq "^$bytes bytes in [0-9]+\.[0-9]{2} seconds = " "$file" &&
-		grep -Eq "^$iters iters in [0-9]+\.[0-9]{2} seconds = " "$file" ||
-		{ log "$who: no result lines"; return 1; }
-	if grep -q "invalid data" "$file"; then
-		log "$who: $(grep -c 'invalid data' "$file") invalid pages"
-		return 1
-	fi
-}
-
 pass=0
 fail=0
 n=0
@@ -205,8 +192,8 @@ for c in "${cases[@]}"; do
 		guest_job=
 	fi
 	bytes=$((size * iters * 2))
-	[ $ok = 1 ] && check_out "$sout" "$bytes" "$iters" "$name rvt" || ok=0
-	[ $ok = 1 ] && check_out "$gout" "$bytes" "$iters" "$name rxe" || ok=0
+	[ $ok = 1 ] && check_pingpong_out "$sout" "$bytes" "$iters" "$name rvt" || ok=0
+	[ $ok = 1 ] && check_pingpong_out "$gout" "$bytes" "$iters" "$name rxe" || ok=0
 	ms=$((($(date +%s%N) - t0) / 1000000))
 	secs=$((ms / 1000)).$((ms % 1000 / 100))
 	if [ $ok = 1 ]; then
