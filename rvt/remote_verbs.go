@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/softverbs/softverbs/cq"
+	"github.com/softverbs/softverbs/internal/qpconv"
 	"github.com/softverbs/softverbs/keys"
 	"github.com/softverbs/softverbs/qp"
 	"github.com/softverbs/softverbs/rvtd/client"
@@ -164,7 +165,7 @@ func (r *remoteDev) createAH(pd *PD, av AddressVector) (*AH, error) {
 	if err := pd.TryRef(); err != nil {
 		return nil, fmt.Errorf("create AH: %w", err)
 	}
-	h, err := r.dev.CreateAH(pd.rh, fromAV(av))
+	h, err := r.dev.CreateAH(pd.rh, qpconv.FromAV(av))
 	if err != nil {
 		pd.Unref()
 		return nil, remoteErr("create AH", err)
@@ -420,7 +421,7 @@ func (r *remoteDev) createQP(pd *PD, ia QPInitAttr) (*QP, error) {
 // moves its state only). State and Query still ask the daemon: it moves
 // QPs on its own too (to ERR, SQE).
 func (x *remoteQP) modify(local *qp.QP, a *QPAttr, mask QPAttrMask) error {
-	if err := x.q.Modify(fromQPAttr(*a), uint32(mask)); err != nil {
+	if err := x.q.Modify(qpconv.FromQPAttr(*a), uint32(mask)); err != nil {
 		return remoteErr("modify QP", err)
 	}
 	local.Lock()
@@ -436,7 +437,7 @@ func (x *remoteQP) query() (QPAttr, error) {
 	if err != nil {
 		return QPAttr{}, remoteErr("query QP", err)
 	}
-	return toQPAttr(&a), nil
+	return qpconv.ToQPAttr(&a), nil
 }
 
 // postSend writes the WQE records of wrs and publishes them together (all

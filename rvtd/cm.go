@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/softverbs/softverbs/cm"
+	"github.com/softverbs/softverbs/internal/qpconv"
 	"github.com/softverbs/softverbs/qp"
 	"github.com/softverbs/softverbs/rvt"
 	"github.com/softverbs/softverbs/rvtd/proto"
@@ -656,14 +657,14 @@ func (ss *session) cmInitQPAttr(o *cmIDObj, st qp.State) (proto.Body, []int, err
 		}
 		a := rvt.QPAttr{State: st, Port: 1, QKey: o.udQKey()}
 		mask := qp.AttrState | qp.RequiredAttrs(qp.UD, from, st)
-		return &proto.CMInitQPAttrReply{Mask: uint32(mask), Attr: fromQPAttr(a)}, nil, nil
+		return &proto.CMInitQPAttrReply{Mask: uint32(mask), Attr: qpconv.FromQPAttr(a)}, nil, nil
 	}
 	a, mask, err := id.InitQPAttr(st)
 	if err != nil {
 		return nil, nil, cmErrno(err)
 	}
 	a.State = st
-	return &proto.CMInitQPAttrReply{Mask: uint32(mask), Attr: fromQPAttr(a)}, nil, nil
+	return &proto.CMInitQPAttrReply{Mask: uint32(mask), Attr: qpconv.FromQPAttr(a)}, nil, nil
 }
 
 func (ss *session) cmEstablish(o *cmIDObj) error {
@@ -880,7 +881,7 @@ func cmEventRecord(o *cmIDObj, listen uint32, ev cm.Event, src, dst netip.AddrPo
 	if ev.UD != nil {
 		r.UD = true
 		r.QPNum, r.QKey = ev.UD.QPN, ev.UD.QKey
-		r.AH = fromAV(ev.UD.AV)
+		r.AH = qpconv.FromAV(ev.UD.AV)
 	}
 	b := make([]byte, proto.CMEventRecordSize)
 	if err := proto.PutRecord(b, &r); err != nil {

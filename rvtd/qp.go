@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/softverbs/softverbs/cq"
+	"github.com/softverbs/softverbs/internal/qpconv"
 	"github.com/softverbs/softverbs/keys"
 	"github.com/softverbs/softverbs/qp"
 	"github.com/softverbs/softverbs/rvt"
@@ -150,7 +151,7 @@ func (ss *session) modifyQP(h uint32, m *proto.ModifyQP) error {
 	if q == nil {
 		return proto.EINVAL
 	}
-	a := toQPAttr(&m.Attr)
+	a := qpconv.ToQPAttr(&m.Attr)
 	if m.Mask&uint32(qp.AttrAV) != 0 && !m.Attr.AV.IsGlobal {
 		return proto.EINVAL
 	}

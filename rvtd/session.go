@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/softverbs/softverbs/internal/qpconv"
 	"github.com/softverbs/softverbs/keys"
 	"github.com/softverbs/softverbs/rvt"
 	"github.com/softverbs/softverbs/rvtd/proto"
@@ -328,7 +329,7 @@ func (ss *session) dispatch(m proto.Msg) (proto.Body, []int, error) {
 		if q == nil {
 			return nil, nil, proto.EINVAL
 		}
-		return &proto.QueryQPReply{Attr: fromQPAttr(q.qp.Query()), Type: q.typ, SigAll: q.sigAll}, nil, nil
+		return &proto.QueryQPReply{Attr: qpconv.FromQPAttr(q.qp.Query()), Type: q.typ, SigAll: q.sigAll}, nil, nil
 	case proto.OpDestroyQP:
 		return ss.destroyQP(h)
 	case proto.OpQueryCounters:
@@ -766,7 +767,7 @@ func (ss *session) createAH(h uint32, m *proto.CreateAH) (proto.Body, []int, err
 	if p == nil || !m.AV.IsGlobal {
 		return nil, nil, proto.EINVAL
 	}
-	ah, err := p.pd.CreateAH(toAV(m.AV))
+	ah, err := p.pd.CreateAH(qpconv.ToAV(m.AV))
 	if err != nil {
 		return nil, nil, err
 	}
