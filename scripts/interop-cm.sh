@@ -34,22 +34,7 @@ IOP=interop-cm
 T=${CASE_TIMEOUT:-120}
 DELAY=${RXE_SERVER_DELAY:-3}
 
-list=
-quick=
-custom=()
-while [ $# -gt 0 ]; do
-	case $1 in
-	--quick) quick=1 ;;
-	--list) list=1 ;;
-	--case)
-		[ $# -ge 2 ] || { echo "--case needs \"ROLE TOOL ARG [LINK]\"" >&2; exit 2; }
-		custom+=("$2")
-		shift
-		;;
-	*) echo "usage: $0 [--quick] [--list] [--case 'ROLE TOOL ARG [LINK]']..." >&2; exit 2 ;;
-	esac
-	shift
-done
+parse_case_args "ROLE TOOL ARG [LINK]" "$@"
 
 cases=()
 add() { local role; for role in sv-server rxe-server; do cases+=("$role $*"); done; }

@@ -228,3 +228,24 @@ check_perftest_out() {
 	grep -Eq "$title" "$f" || { log "$who: no table title"; return 1; }
 	grep -Eq "^ *$size +[0-9]+ +[0-9]" "$f" || { log "$who: no result row for $size B"; return 1; }
 }
+
+# parse_case_args FORMAT ARGS...: the scripts' common flags. --quick sets
+# quick=1, --list list=1, and each --case "FORMAT" adds to custom[].
+parse_case_args() {
+	local fmt=$1
+	shift
+	list= quick= custom=()
+	while [ $# -gt 0 ]; do
+		case $1 in
+		--quick) quick=1 ;;
+		--list) list=1 ;;
+		--case)
+			[ $# -ge 2 ] || { echo "--case needs \"$fmt\"" >&2; exit 2; }
+			custom+=("$2")
+			shift
+			;;
+		*) echo "usage: $0 [--quick] [--list] [--case '$fmt']..." >&2; exit 2 ;;
+		esac
+		shift
+	done
+}

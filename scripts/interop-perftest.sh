@@ -48,21 +48,8 @@ QLEN=${QLEN:-4096}
 DELAY=${RXE_SERVER_DELAY:-3}
 
 mode=full
-list=
-custom=()
-while [ $# -gt 0 ]; do
-	case $1 in
-	--quick) mode=quick ;;
-	--list) list=1 ;;
-	--case)
-		[ $# -ge 2 ] || { echo "--case needs \"ROLE TOOL MTU FLAG...\"" >&2; exit 2; }
-		custom+=("$2")
-		shift
-		;;
-	*) echo "usage: $0 [--quick] [--list] [--case 'ROLE TOOL MTU FLAG...']..." >&2; exit 2 ;;
-	esac
-	shift
-done
+parse_case_args "ROLE TOOL MTU FLAG..." "$@"
+[ -n "$quick" ] && mode=quick
 
 cases=()
 add() { local role; for role in sv-server rxe-server; do cases+=("$role $*"); done; }

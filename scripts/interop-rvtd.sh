@@ -67,22 +67,7 @@ DELAY=${RXE_SERVER_DELAY:-3}
 DEV=t0
 PORTS=(18515 18516)
 
-list=
-quick=
-custom=()
-while [ $# -gt 0 ]; do
-	case $1 in
-	--quick) quick=1 ;;
-	--list) list=1 ;;
-	--case)
-		[ $# -ge 2 ] || { echo "--case needs \"KIND ROLE ARGS...\"" >&2; exit 2; }
-		custom+=("$2")
-		shift
-		;;
-	*) echo "usage: $0 [--quick] [--list] [--case 'KIND ROLE ARGS...']..." >&2; exit 2 ;;
-	esac
-	shift
-done
+parse_case_args "KIND ROLE ARGS..." "$@"
 
 cases=()
 add() { local k=$1 role; shift; for role in sv-server rxe-server; do cases+=("$k $role $*"); done; }

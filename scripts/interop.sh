@@ -51,21 +51,8 @@ PORT=18515
 QLEN=${QLEN:-4096}
 
 mode=full
-list=
-custom=()
-while [ $# -gt 0 ]; do
-	case $1 in
-	--quick) mode=quick ;;
-	--list) list=1 ;;
-	--case)
-		[ $# -ge 2 ] || { echo "--case needs \"ROLE TRANSPORT MTU SIZE ITERS\"" >&2; exit 2; }
-		custom+=("$2")
-		shift
-		;;
-	*) echo "usage: $0 [--quick] [--list] [--case 'ROLE TRANSPORT MTU SIZE ITERS']..." >&2; exit 2 ;;
-	esac
-	shift
-done
+parse_case_args "ROLE TRANSPORT MTU SIZE ITERS" "$@"
+[ -n "$quick" ] && mode=quick
 
 # The cases: "ROLE TRANSPORT MTU SIZE ITERS [LINK]". ROLE sv-server runs rvt
 # as the server and the rdma-core tool as the client; rxe-server the other
