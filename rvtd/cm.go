@@ -193,14 +193,10 @@ func (ss *session) cmCreateChannel() (proto.Body, []int, error) {
 
 func (ss *session) cmDestroyChannel(h uint32) error {
 	ss.mu.Lock()
-	ch := lookupLocked[cmChanObj](ss, h)
-	if ch == nil {
+	ch, err := unusedLocked(ss, h, func(o *cmChanObj) int { return o.refs })
+	if err != nil {
 		ss.mu.Unlock()
-		return proto.EINVAL
-	}
-	if ch.refs > 0 {
-		ss.mu.Unlock()
-		return proto.EBUSY
+		return err
 	}
 	delete(ss.objs, h)
 	ss.mu.Unlock()

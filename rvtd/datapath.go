@@ -342,14 +342,10 @@ func (ss *session) createCQ(h uint32, m *proto.CreateCQ) (proto.Body, []int, err
 
 func (ss *session) destroyCQ(h uint32) (proto.Body, []int, error) {
 	ss.mu.Lock()
-	o := lookupLocked[cqObj](ss, h)
-	if o == nil {
+	o, err := unusedLocked(ss, h, func(o *cqObj) int { return o.refs })
+	if err != nil {
 		ss.mu.Unlock()
-		return nil, nil, proto.EINVAL
-	}
-	if o.refs > 0 {
-		ss.mu.Unlock()
-		return nil, nil, proto.EBUSY
+		return nil, nil, err
 	}
 	ss.mu.Unlock()
 	o.destroy()

@@ -152,6 +152,19 @@ func lookupLocked[T any](ss *session, h uint32) *T {
 	return o
 }
 
+// unusedLocked is lookupLocked for a destroy: EINVAL if the session has no
+// object h of kind T, EBUSY while other objects use it (refs not 0).
+func unusedLocked[T any](ss *session, h uint32, refs func(*T) int) (*T, error) {
+	o := lookupLocked[T](ss, h)
+	if o == nil {
+		return nil, proto.EINVAL
+	}
+	if refs(o) > 0 {
+		return nil, proto.EBUSY
+	}
+	return o, nil
+}
+
 // serve reads requests until the connection ends, then tears the session
 // down.
 func (ss *session) serve() {
@@ -386,14 +399,10 @@ func (ss *session) openDevice(m *proto.OpenDevice) (proto.Body, []int, error) {
 
 func (ss *session) closeDevice(h uint32) error {
 	ss.mu.Lock()
-	c := lookupLocked[devCtx](ss, h)
-	if c == nil {
+	c, err := unusedLocked(ss, h, func(o *devCtx) int { return o.refs })
+	if err != nil {
 		ss.mu.Unlock()
-		return proto.EINVAL
-	}
-	if c.refs > 0 {
-		ss.mu.Unlock()
-		return proto.EBUSY
+		return err
 	}
 	delete(ss.objs, h)
 	ss.mu.Unlock()
@@ -532,12 +541,9 @@ func (ss *session) allocPD(h uint32) (proto.Body, []int, error) {
 func (ss *session) deallocPD(h uint32) error {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	p := lookupLocked[pdObj](ss, h)
-	if p == nil {
-		return proto.EINVAL
-	}
-	if p.refs > 0 {
-		return proto.EBUSY
+	p, err := unusedLocked(ss, h, func(p *pdObj) int { return p.refs })
+	if err != nil {
+		return err
 	}
 	if err := p.pd.Dealloc(); err != nil {
 		return err
@@ -615,14 +621,10 @@ func (ss *session) shmAttach(h uint32, m *proto.ShmAttach) (proto.Body, []int, e
 
 func (ss *session) shmFree(h uint32) error {
 	ss.mu.Lock()
-	sh := lookupLocked[shmObj](ss, h)
-	if sh == nil {
+	sh, err := unusedLocked(ss, h, func(o *shmObj) int { return o.refs })
+	if err != nil {
 		ss.mu.Unlock()
-		return proto.EINVAL
-	}
-	if sh.refs > 0 {
-		ss.mu.Unlock()
-		return proto.EBUSY
+		return err
 	}
 	delete(ss.objs, h)
 	ss.mem -= sh.size
@@ -818,14 +820,10 @@ func (ss *session) createChannel(h uint32) (proto.Body, []int, error) {
 
 func (ss *session) destroyChannel(h uint32) error {
 	ss.mu.Lock()
-	ch := lookupLocked[chanObj](ss, h)
-	if ch == nil {
+	ch, err := unusedLocked(ss, h, func(o *chanObj) int { return o.refs })
+	if err != nil {
 		ss.mu.Unlock()
-		return proto.EINVAL
-	}
-	if ch.refs > 0 {
-		ss.mu.Unlock()
-		return proto.EBUSY
+		return err
 	}
 	delete(ss.objs, h)
 	ch.ctx.refs--

@@ -136,14 +136,10 @@ func (ss *session) querySRQ(h uint32) (proto.Body, []int, error) {
 
 func (ss *session) destroySRQ(h uint32) (proto.Body, []int, error) {
 	ss.mu.Lock()
-	s := lookupLocked[srqObj](ss, h)
-	if s == nil {
+	s, err := unusedLocked(ss, h, func(o *srqObj) int { return o.refs })
+	if err != nil {
 		ss.mu.Unlock()
-		return nil, nil, proto.EINVAL
-	}
-	if s.refs > 0 {
-		ss.mu.Unlock()
-		return nil, nil, proto.EBUSY
+		return nil, nil, err
 	}
 	ss.mu.Unlock()
 	s.destroy()
