@@ -129,8 +129,8 @@ func TestCNPDroppedAsNotSupported(t *testing.T) {
 	require.NoError(t, transport.PutICRC(frame[netdev.EthernetHeaderLen:]))
 	n.d.Engine().ReceiveFrame(frame)
 	c := n.d.Counters()
-	require.Equal(t, uint64(1), c["drop_"+transport.DropNotSupported.String()], "%v", c)
-	require.Zero(t, c["drop_"+transport.DropQPType.String()], "%v", c)
+	require.Equal(t, uint64(1), c["drop_"+transport.DropNotSupported.Name()], "%v", c)
+	require.Zero(t, c["drop_"+transport.DropQPType.Name()], "%v", c)
 }
 
 // TestErrorsAcrossLayers checks that an error a lower package returns

@@ -637,7 +637,7 @@ func TestBadSourceDroppedBeforeCommEst(t *testing.T) {
 	dst, src := n.mr(t, 64), n.mr(t, 64)
 	require.NoError(t, b.PostRecv(RecvWR{WRID: 1, SGL: sge(dst, 0, 64)}))
 	require.NoError(t, a.PostSend(SendWR{WRID: 2, Opcode: qp.OpSend, SGL: sge(src, 0, 8)}))
-	require.Equal(t, uint64(1), b.Counters()["drop_"+transport.DropBadSource.String()])
+	require.Equal(t, uint64(1), b.Counters()["drop_"+transport.DropBadSource.Name()])
 	ev.mu.Lock()
 	defer ev.mu.Unlock()
 	for _, e := range ev.evs {

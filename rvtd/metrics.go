@@ -2,7 +2,6 @@ package rvtd
 
 import (
 	"strconv"
-	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -115,20 +114,6 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-// dropLabel turns a drop reason ("bad P_Key") into a label value
-// ("bad_p_key").
-func dropLabel(r transport.DropReason) string {
-	return strings.Map(func(c rune) rune {
-		switch {
-		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '_':
-			return c
-		case c >= 'A' && c <= 'Z':
-			return c + 'a' - 'A'
-		}
-		return '_'
-	}, r.String())
-}
-
 // Collect implements prometheus.Collector. It takes the locks in the
 // package's order, one at a time: Server.mu for the session list, each
 // session.mu for its objects, each qpObj.mu for its rings.
@@ -157,7 +142,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			counter(c.portCounters[i], float64(m[i.String()]), name, "1")
 		}
 		for r := transport.DropReason(1); r < transport.NumDropReasons; r++ {
-			counter(c.drops, float64(m["drop_"+r.String()]), name, "1", dropLabel(r))
+			counter(c.drops, float64(m["drop_"+r.Name()]), name, "1", r.Name())
 		}
 
 		var n [len(qpTypes)][len(qpStates)]int

@@ -70,7 +70,7 @@ func (cs *Counters) Get(c Counter) uint64 { return cs.c[c].Load() }
 // Drops returns how many packets were dropped for reason r.
 func (cs *Counters) Drops(r DropReason) uint64 { return cs.drops[r].Load() }
 
-// Snapshot returns every non-zero counter by name (drops as "drop_<reason>").
+// Snapshot returns every non-zero counter by name (drops as "drop_" and the reason's Name, e.g. "drop_bad_icrc").
 func (cs *Counters) Snapshot() map[string]uint64 {
 	m := make(map[string]uint64)
 	for i := Counter(0); i < NumCounters; i++ {
@@ -80,7 +80,7 @@ func (cs *Counters) Snapshot() map[string]uint64 {
 	}
 	for r := DropReason(1); r < NumDropReasons; r++ {
 		if v := cs.drops[r].Load(); v != 0 {
-			m["drop_"+r.String()] = v
+			m["drop_"+r.Name()] = v
 		}
 	}
 	return m

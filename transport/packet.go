@@ -70,6 +70,22 @@ func (r DropReason) String() string {
 	return "drop reason " + strconv.Itoa(int(r))
 }
 
+// Name is the reason in snake case ("bad ICRC" is "bad_icrc"), the form
+// counters and metrics use: a name with no spaces or capitals.
+func (r DropReason) Name() string {
+	b := []byte(r.String())
+	for i, c := range b {
+		switch {
+		case c >= 'A' && c <= 'Z':
+			b[i] = c + 'a' - 'A'
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+		default:
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
+
 // DropError is the error that carries a drop reason. Get the reason back
 // with errors.As or DropReasonOf.
 type DropError struct {

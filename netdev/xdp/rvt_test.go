@@ -494,6 +494,6 @@ func TestXDPRvt(t *testing.T) {
 	for _, n := range []*xdpNode{na, nb} {
 		c := n.dev.Counters()
 		t.Logf("%s counters: %v", n.dev.Name(), c)
-		require.Zero(t, c["drop_"+transport.DropBadICRC.String()], "no ICRC failures on %s", n.dev.Name())
+		require.Zero(t, c["drop_"+transport.DropBadICRC.Name()], "no ICRC failures on %s", n.dev.Name())
 	}
 }
