@@ -408,13 +408,7 @@ func (c *Conn) deliver(o *outbox, t *task.Task) {
 		}
 		i = j
 	}
-	// Drop the CQ references one by one: a run makes one or two
-	// completions, and clear's call to memclrHasPointers cost more than
-	// the stores (1% of a one-WR SEND). Backwards, which the compiler
-	// does not turn back into that call.
-	for i := len(o.cqs) - 1; i >= 0; i-- {
-		o.cqs[i] = nil
-	}
+	clear(o.cqs)
 	o.cqs, o.wcs = o.cqs[:0], o.wcs[:0]
 	if len(o.due) == 0 && (len(o.evs) == 0 || c.e.cfg.Events == nil) {
 		o.evs = o.evs[:0]
