@@ -188,7 +188,7 @@ func benchSends(b *testing.B, inline bool, qps, post int) {
 	}
 	base := chanPingPong(200000)
 	b.ResetTimer()
-	start := time.Now()
+	start, cpu0 := time.Now(), processCPU()
 	errs := make(chan error, qps)
 	for i, p := range pairs[1:] {
 		go func() { errs <- p.sends((b.N+qps-2-i)/qps, post) }()
@@ -202,10 +202,16 @@ func benchSends(b *testing.B, inline bool, qps, post int) {
 		}
 	}
 	el := time.Since(start).Seconds()
+	cpu1 := processCPU()
 	b.StopTimer()
 	rate := float64(b.N) / el
 	b.ReportMetric(rate, "msgs/s")
 	b.ReportMetric(rate/base, "x_chan")
+	if cpu0 >= 0 && cpu1 >= 0 {
+		// The process's CPU time per message (every goroutine's): on a
+		// shared machine wall time moves with the load, this much less.
+		b.ReportMetric(float64(cpu1-cpu0)/float64(b.N), "cpu_ns/op")
+	}
 }
 
 // recvWR is the receive WR sends posts: 64 bytes of the destination.

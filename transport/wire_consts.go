@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"math/bits"
 	"strconv"
 	"time"
 )
@@ -170,13 +171,22 @@ func (c CreditCode) Credits() (n uint32, ok bool) {
 
 // CreditCodeFor returns the largest credit code whose count does not exceed
 // free, the number of receive WQEs available.
+//
+// The table is 0-3, then 2^k (code 2k) and 3*2^(k-1) (code 2k+1) up to
+// 32768 (code 30), so the code follows from the top two bits of free: a
+// responder works it out for every ACK, and a search of the table cost a
+// loop of up to 31 compares.
 func CreditCodeFor(free uint32) CreditCode {
-	c := CreditCode(0)
-	for i, n := range creditCounts {
-		if n > free {
-			break
-		}
-		c = CreditCode(i)
+	if free < 4 {
+		return CreditCode(free)
+	}
+	if free >= 32768 {
+		return 30
+	}
+	k := bits.Len32(free) - 1 // 2^k <= free < 2^(k+1), 2 <= k <= 14
+	c := CreditCode(2 * k)
+	if free>>(k-1)&1 != 0 { // free >= 3*2^(k-1)
+		c++
 	}
 	return c
 }
