@@ -98,6 +98,24 @@ type Releaser interface {
 	Release(frame []byte)
 }
 
+// FrameLender is implemented by links that lend their own buffers for
+// frames to be built in, so that a frame travels without a copy: the sender
+// builds it at the start of a buffer from TxFrame and hands the buffer over
+// with SendOwned, and the receiver gets that buffer (the in-memory fabric).
+// The link owns the buffer again from SendOwned on, whatever it returns; a
+// buffer that will not be sent goes back with Release. Ask for it with a
+// type assertion on the link itself, not with As: a wrapper (faults,
+// capture) that does not implement it must see every frame through Send.
+type FrameLender interface {
+	Releaser
+	// TxFrame returns a buffer of at least n bytes (the frame is built at
+	// its start), or nil if the link has none that long.
+	TxFrame(n int) []byte
+	// SendOwned is Send for frame, which starts at the start of a buffer
+	// from TxFrame; the caller must not use the buffer afterwards.
+	SendOwned(frame []byte) error
+}
+
 // Holder is implemented by links that can hand frames to the device in
 // batches (one system call for many). Between Hold and its Flush, Send may
 // queue a frame instead of transmitting it; Flush transmits what is

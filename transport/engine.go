@@ -166,7 +166,11 @@ type Engine struct {
 	// far as Snapshot can tell: Snapshot sums under it, and RemoveConn
 	// unregisters the QP and adds its counts under it, so no sum counts a
 	// QP twice or not at all (the device's counters never go down).
-	countMu  sync.Mutex
+	countMu sync.Mutex
+	// The counters every received frame writes (rcvd_pkts) get cache
+	// lines of their own: next to port, which every packet reads, they
+	// cost a cache miss per packet to the other core.
+	_        [128]byte
 	counters Counters
 	pool     sync.Pool         // *pktBuf
 	local    *netdev.FramePool // copies of frames sent to this device (UD, multicast)
@@ -189,11 +193,12 @@ type Engine struct {
 
 type portState struct {
 	link    netdev.Link
-	rel     netdev.Releaser // the link takes frames back, if it can
-	hold    netdev.Holder   // the link batches transmits, if it can
-	poll    netdev.Poller   // the link's receive ring can be polled, if it can
-	here    bool            // the link's handler runs on its own goroutine
-	queue   bool            // the link holds frames for unresolved neighbours
+	rel     netdev.Releaser    // the link takes frames back, if it can
+	lend    netdev.FrameLender // the link lends buffers to build frames in, if it can
+	hold    netdev.Holder      // the link batches transmits, if it can
+	poll    netdev.Poller      // the link's receive ring can be polled, if it can
+	here    bool               // the link's handler runs on its own goroutine
+	queue   bool               // the link holds frames for unresolved neighbours
 	mac     netdev.MAC
 	gids    []netdev.GID
 	resolve func(netip.Addr) (netdev.MAC, bool)
@@ -253,6 +258,8 @@ func (e *Engine) SetPort(pc PortConfig) error {
 	e.mu.Lock()
 	ps := &portState{link: pc.Link, mac: pc.MAC, gids: gids, resolve: pc.Resolve, mtu: m, ttl: pc.TTL}
 	ps.rel, _ = pc.Link.(netdev.Releaser)
+	// Not As: a wrapper that does not lend buffers sees every frame.
+	ps.lend, _ = pc.Link.(netdev.FrameLender)
 	ps.hold, _ = netdev.As[netdev.Holder](pc.Link)
 	ps.poll, _ = netdev.As[netdev.Poller](pc.Link)
 	if o, ok := netdev.As[netdev.OwnReceiver](pc.Link); ok {
@@ -705,21 +712,35 @@ func (ps *portState) routeTo(av *qp.AddressVector, srcPort uint16, datagram bool
 
 // txPkt is a packet being built: on the loopback fast path in a packet
 // buffer the receiver takes as it is (pb), else in a frame buffer (frame)
-// with headroom for the framing before the BTH.
+// with head bytes of headroom for the framing before the BTH. The frame
+// buffer is the QP's own, or, for a unicast packet on a link that lends
+// buffers (lend), one of the link's, handed over with the frame.
 type txPkt struct {
 	pb    *pktBuf
 	frame []byte
+	head  int
+	lend  netdev.FrameLender
 }
 
 // startTx returns where to build a packet for route r, and the bytes to
-// write it into from the BTH on: a packet buffer on the fast path, else
-// frame (the QP's transmit buffer) past the headroom.
+// write it into from the BTH on: a packet buffer on the fast path, else a
+// frame buffer past the headroom: one the link lends for a unicast packet
+// to the wire (the frame then starts at the buffer's start, so the
+// receiver gets the buffer whole), or frame (the QP's transmit buffer).
 func (e *Engine) startTx(r *route, frame []byte, bc *bufCache) (txPkt, []byte) {
 	if r.fast {
 		pb := bc.get(e)
 		return txPkt{pb: pb}, pb.own[:cap(pb.own)]
 	}
-	return txPkt{frame: frame}, frame[netHeadroom:]
+	if r.wire && !r.local && !r.bad {
+		if l := e.port.Load().lend; l != nil {
+			head := netdev.HeaderLen(netdev.UsesIPv6(r.src.IP, r.dst.IP))
+			if buf := l.TxFrame(maxFrame - netHeadroom + head); buf != nil {
+				return txPkt{frame: buf, head: head, lend: l}, buf[head:]
+			}
+		}
+	}
+	return txPkt{frame: frame, head: netHeadroom}, frame[netHeadroom:]
 }
 
 // xmit sends one packet, built in t (see startTx) and ib bytes long from
@@ -762,16 +783,18 @@ func (e *Engine) xmitSpan(c *Conn, r *route, t txPkt, ib int, ext []byte, span u
 	}
 	if r.bad {
 		e.counters.c[SendErr].Add(1)
+		e.abortTx(t, nil)
 		return
 	}
 	buf := t.frame
 	v6 := netdev.UsesIPv6(r.src.IP, r.dst.IP)
-	start := netHeadroom - netdev.HeaderLen(v6)
+	start := t.head - netdev.HeaderLen(v6)
 	udpLen := ib + ICRCLen
-	frame := buf[start : netHeadroom+udpLen]
+	frame := buf[start : t.head+udpLen]
 	hl := netdev.EncodeRoCEv2Headers(frame, r.src, r.dst, r.ttl, r.tos, udpLen)
 	if hl == 0 {
 		e.counters.c[SendErr].Add(1)
+		e.abortTx(t, nil)
 		return
 	}
 	if r.wire {
@@ -779,15 +802,29 @@ func (e *Engine) xmitSpan(c *Conn, r *route, t txPkt, ib int, ext []byte, span u
 		// copy below is received as checked.
 		if err := PutICRC(frame[netdev.EthernetHeaderLen:]); err != nil {
 			e.counters.c[SendErr].Add(1)
+			e.abortTx(t, nil)
 			return
 		}
 		netdev.PutUDPChecksum(frame, r.src.IP, r.dst.IP) // over IPv6 it covers the ICRC
-		if l := e.port.Load().link; l != nil {
-			if err := l.Send(frame); err != nil {
+		ps := e.port.Load()
+		if l := ps.link; l != nil {
+			var err error
+			switch {
+			case t.lend == nil:
+				err = l.Send(frame)
+			case ps.lend == t.lend:
+				err = t.lend.SendOwned(frame) // start is 0: the buffer whole
+			default: // the port changed since startTx
+				err = l.Send(frame)
+				t.lend.Release(buf)
+			}
+			if err != nil {
 				e.counters.c[SendErr].Add(1)
 			} else if r.unresolved {
 				e.counters.c[SentUnresolved].Add(1)
 			}
+		} else {
+			e.abortTx(t, nil)
 		}
 	}
 	if r.local {
