@@ -430,6 +430,26 @@ type pktBuf struct {
 	v6    bool
 	next  *pktBuf // in a Conn's pktQueue or pktList
 	gen   uint32  // in a pktList: the Conn's reset generation when listed
+	// icrc, if not nil, is the packet from its IP header through its
+	// ICRC, not checked yet: the QP's task checks it (lateICRC).
+	icrc []byte
+}
+
+// lateICRC reports whether a frame received with w leaves its ICRC check
+// to the task that takes the packet: on a worker pool, from a link that
+// delivers on the sender's goroutine (the fabric: inside Send). The
+// sender then makes the ICRC and the receiver checks it, each on its own
+// core, instead of the sender doing both.
+func (e *Engine) lateICRC(w wake) bool { return w == wakeSchedule && !e.serial }
+
+// dropReason is r for a packet dropped before its task took it, or
+// DropBadICRC if its ICRC was left for later and is wrong: a corrupted
+// frame is counted as one whatever its corrupted headers say.
+func (pb *pktBuf) dropReason(r DropReason) DropReason {
+	if pb.icrc != nil && !CheckICRC(pb.icrc) {
+		return DropBadICRC
+	}
+	return r
 }
 
 // onDrainer reports whether code that passes w runs where the tasks' own
@@ -475,6 +495,7 @@ func (pb *pktBuf) reset() {
 	pb.frame, pb.rel = nil, nil
 	pb.pkt = Packet{}
 	pb.ipHdr = nil
+	pb.icrc = nil
 	pb.own = pb.own[:0]
 }
 
@@ -519,7 +540,8 @@ const (
 // w says how to wake the QP's task; checked says the frame's ICRC is known
 // to be right (the engine wrote it).
 func (e *Engine) receiveFrame(frame []byte, rel netdev.Releaser, w wake, checked bool) {
-	fi, ok := e.roceFrame(frame, checked)
+	late := !checked && e.lateICRC(w)
+	fi, ok := e.roceFrame(frame, checked || late)
 	if !ok {
 		if rel != nil {
 			rel.Release(frame) // the link reuses it: not garbage
@@ -529,9 +551,12 @@ func (e *Engine) receiveFrame(frame []byte, rel netdev.Releaser, w wake, checked
 	end := fi.End()
 	pb := e.getBuf(w)
 	pb.frame, pb.rel = frame, rel
+	if late {
+		pb.icrc = frame[fi.IPOff:end]
+	}
 	if err := Parse(frame[fi.PayloadOff:end-ICRCLen], &pb.pkt); err != nil {
 		r, _ := DropReasonOf(err)
-		e.drop(nil, r)
+		e.drop(nil, pb.dropReason(r))
 		e.putBuf(pb, w)
 		return
 	}
@@ -541,7 +566,7 @@ func (e *Engine) receiveFrame(frame []byte, rel netdev.Releaser, w wake, checked
 		// A frame flooded to us (unknown or corrupted MAC): the ICRC
 		// does not cover the MAC, the destination GID decides (rxe's
 		// rxe_chk_dgid).
-		e.drop(nil, DropNotLocal)
+		e.drop(nil, pb.dropReason(DropNotLocal))
 		e.putBuf(pb, w)
 		return
 	}
@@ -573,22 +598,27 @@ func (e *Engine) roceFrame(frame []byte, checked bool) (netdev.FrameInfo, bool) 
 func (e *Engine) deliver(pb *pktBuf, w wake) {
 	p := &pb.pkt
 	if p.PKey&^PKeyFullMember != DefaultPKey&^PKeyFullMember {
-		e.drop(nil, DropBadPKey)
+		e.drop(nil, pb.dropReason(DropBadPKey))
 		e.putBuf(pb, w)
 		return
 	}
 	if p.Info.Has(FlagCNP) {
-		e.drop(nil, DropNotSupported) // no congestion control
+		e.drop(nil, pb.dropReason(DropNotSupported)) // no congestion control
 		e.putBuf(pb, w)
 		return
 	}
 	if p.DestQP == multicastQPN {
+		if pb.icrc != nil && !CheckICRC(pb.icrc) {
+			e.drop(nil, DropBadICRC)
+			e.putBuf(pb, w)
+			return
+		}
 		e.deliverMulticast(pb, w)
 		return
 	}
 	c := e.lookup(p.DestQP)
 	if c == nil {
-		e.drop(nil, DropUnknownQP)
+		e.drop(nil, pb.dropReason(DropUnknownQP))
 		e.putBuf(pb, w)
 		return
 	}
