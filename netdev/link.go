@@ -104,10 +104,16 @@ type Releaser interface {
 // with SendOwned, and the receiver gets that buffer (the in-memory fabric).
 // The link owns the buffer again from SendOwned on, whatever it returns; a
 // buffer that will not be sent goes back with Release. Ask for it with a
-// type assertion on the link itself, not with As: a wrapper (faults,
-// capture) that does not implement it must see every frame through Send.
+// type assertion on the link itself, not with As, and use it only if
+// Lender returns that same link: a wrapper (faults, capture, a test's link
+// that embeds a fabric port to watch its Send) must see every frame
+// through Send, also when embedding gives it these methods.
 type FrameLender interface {
 	Releaser
+	// Lender returns the link whose Send SendOwned stands for: the
+	// lender itself (a wrapper that embeds it inherits the method, and
+	// the answer then differs from the wrapper).
+	Lender() Link
 	// TxFrame returns a buffer of at least n bytes (the frame is built at
 	// its start), or nil if the link has none that long.
 	TxFrame(n int) []byte

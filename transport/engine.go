@@ -259,7 +259,9 @@ func (e *Engine) SetPort(pc PortConfig) error {
 	ps := &portState{link: pc.Link, mac: pc.MAC, gids: gids, resolve: pc.Resolve, mtu: m, ttl: pc.TTL}
 	ps.rel, _ = pc.Link.(netdev.Releaser)
 	// Not As: a wrapper that does not lend buffers sees every frame.
-	ps.lend, _ = pc.Link.(netdev.FrameLender)
+	if l, ok := pc.Link.(netdev.FrameLender); ok && l.Lender() == pc.Link {
+		ps.lend = l
+	}
 	ps.hold, _ = netdev.As[netdev.Holder](pc.Link)
 	ps.poll, _ = netdev.As[netdev.Poller](pc.Link)
 	if o, ok := netdev.As[netdev.OwnReceiver](pc.Link); ok {

@@ -305,6 +305,9 @@ func (p *Port) flood(frame []byte) {
 	}
 }
 
+// Lender returns p (netdev.FrameLender).
+func (p *Port) Lender() netdev.Link { return p }
+
 // TxFrame returns a buffer of at least n bytes from the fabric's pools
 // (netdev.FrameLender).
 func (p *Port) TxFrame(n int) []byte {

@@ -97,3 +97,23 @@ func TestFabricTxFrame(t *testing.T) {
 	})
 	require.Less(t, allocs, 0.1)
 }
+
+// watchLink embeds a port to watch its Send, as tests' links do: it
+// inherits the port's FrameLender methods, and Lender says they are not
+// its own.
+type watchLink struct{ *Port }
+
+func (w *watchLink) Send(frame []byte) error { return w.Port.Send(frame) }
+
+func TestFabricLenderIdentity(t *testing.T) {
+	fab := New(nil, 1)
+	p := fab.NewPort(frametest.MACA, 1500)
+	var l netdev.Link = p
+	fl, ok := l.(netdev.FrameLender)
+	require.True(t, ok)
+	require.Equal(t, l, fl.Lender(), "a port lends for itself")
+	var w netdev.Link = &watchLink{p}
+	wl, ok := w.(netdev.FrameLender)
+	require.True(t, ok, "embedding passes the methods on")
+	require.NotEqual(t, w, wl.Lender(), "but not the identity")
+}
