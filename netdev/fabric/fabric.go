@@ -47,7 +47,7 @@ type Fabric struct {
 	count int                                  // ports ever made
 
 	// pools holds the frame buffers of all ports, one pool per buffer
-	// size (int -> *netdev.FramePool): a frame sent with SendOwned is
+	// size (int -> *bufPool): a frame sent with SendOwned is
 	// received in the sender's buffer, and the receiver gives it back to
 	// the pool the sender took it from, so neither side allocates.
 	pools sync.Map
@@ -128,12 +128,12 @@ func (f *Fabric) NewFaultyPort(mac netdev.MAC, mtu int, fl faults.Profile) (*Por
 }
 
 // poolFor returns the fabric's pool of buffers of size bytes.
-func (f *Fabric) poolFor(size int) *netdev.FramePool {
+func (f *Fabric) poolFor(size int) *bufPool {
 	if v, ok := f.pools.Load(size); ok {
-		return v.(*netdev.FramePool)
+		return v.(*bufPool)
 	}
-	v, _ := f.pools.LoadOrStore(size, netdev.NewFramePool(size))
-	return v.(*netdev.FramePool)
+	v, _ := f.pools.LoadOrStore(size, newBufPool(size))
+	return v.(*bufPool)
 }
 
 // AddAddr records that ip lives at mac, for Resolve. IPv4 and IPv4-mapped
@@ -242,7 +242,7 @@ type Port struct {
 	mac    netdev.MAC
 	mtu    int
 	index  int
-	pool   *netdev.FramePool
+	pool   *bufPool
 
 	netdev.Receiver
 	closed atomic.Bool
@@ -376,7 +376,7 @@ func (p *Port) MTU() int { return p.mtu }
 func (p *Port) Release(frame []byte) {
 	if c := cap(frame); c != p.pool.Size() {
 		if v, ok := p.fabric.pools.Load(c); ok {
-			v.(*netdev.FramePool).Put(frame)
+			v.(*bufPool).Put(frame)
 			return
 		}
 	}

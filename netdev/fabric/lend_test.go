@@ -117,3 +117,17 @@ func TestFabricLenderIdentity(t *testing.T) {
 	require.True(t, ok, "embedding passes the methods on")
 	require.NotEqual(t, w, wl.Lender(), "but not the identity")
 }
+
+func TestBufPool(t *testing.T) {
+	p := newBufPool(100)
+	b := p.Get()
+	require.Len(t, b, 100)
+	p.Put(b[:10])           // its capacity counts
+	p.Put(make([]byte, 50)) // too small: not kept
+	require.Len(t, p.free, 1)
+	require.Same(t, &b[0], &p.Get()[0])
+	for range maxPooled + 10 {
+		p.Put(make([]byte, 100))
+	}
+	require.Len(t, p.free, maxPooled, "bounded")
+}
