@@ -98,6 +98,30 @@ type Releaser interface {
 	Release(frame []byte)
 }
 
+// FrameLender is implemented by links that lend their own buffers for
+// frames to be built in, so that a frame travels without a copy: the sender
+// builds it at the start of a buffer from TxFrame and hands the buffer over
+// with SendOwned, and the receiver gets that buffer (the in-memory fabric).
+// The link owns the buffer again from SendOwned on, whatever it returns; a
+// buffer that will not be sent goes back with Release. Ask for it with a
+// type assertion on the link itself, not with As, and use it only if
+// Lender returns that same link: a wrapper (faults, capture, a test's link
+// that embeds a fabric port to watch its Send) must see every frame
+// through Send, also when embedding gives it these methods.
+type FrameLender interface {
+	Releaser
+	// Lender returns the link whose Send SendOwned stands for: the
+	// lender itself (a wrapper that embeds it inherits the method, and
+	// the answer then differs from the wrapper).
+	Lender() Link
+	// TxFrame returns a buffer of at least n bytes (the frame is built at
+	// its start), or nil if the link has none that long.
+	TxFrame(n int) []byte
+	// SendOwned is Send for frame, which starts at the start of a buffer
+	// from TxFrame; the caller must not use the buffer afterwards.
+	SendOwned(frame []byte) error
+}
+
 // Holder is implemented by links that can hand frames to the device in
 // batches (one system call for many). Between Hold and its Flush, Send may
 // queue a frame instead of transmitting it; Flush transmits what is

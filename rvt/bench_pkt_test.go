@@ -134,6 +134,9 @@ func benchLoss(b *testing.B, inline bool, probe time.Duration, loss float64) {
 	b.ReportMetric(gbps, "GB/s")
 	b.ReportMetric(base, "lossless_GB/s")
 	b.ReportMetric(gbps/base, "x_lossless")
+	// Request packets sent per packet the WRITEs need (go-back-N's
+	// resends): what the loss costs, whatever the load on the machine.
+	b.ReportMetric(float64(p.n.d.Counters()["sent_pkts"])/float64(b.N*size/4096), "sent/needed")
 }
 
 // countingClock is the real clock, counting the AfterFunc calls that are

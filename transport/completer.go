@@ -69,6 +69,7 @@ func (c *Conn) progressLocked(psn PSN) {
 	if !c.comp.psn.Less(psn) {
 		return
 	}
+	c.growWindowLocked(psn.Diff(c.comp.psn))
 	c.comp.psn = psn
 	c.req.retriedValid = false
 	c.req.limitOn = false

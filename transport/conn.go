@@ -344,6 +344,17 @@ func (c *Conn) next(in *inbox, l *pktList, q *pktQueue) *pktBuf {
 	pb := in.b[in.i]
 	in.b[in.i] = nil
 	in.i++
+	if pb.icrc != nil {
+		// Received with its ICRC left to us (Engine.lateICRC).
+		ok := CheckICRC(pb.icrc)
+		pb.icrc = nil
+		if !ok {
+			c.pend[RcvdPkts]--
+			c.e.drop(nil, DropBadICRC)
+			c.e.putBuf(pb, wakeSchedule)
+			return c.next(in, l, q)
+		}
+	}
 	if pb.pkt.span > 1 {
 		// A loopback burst: the rest of the packets it stands for.
 		c.pend[RcvdPkts] += uint64(pb.pkt.span - 1)

@@ -166,7 +166,11 @@ type Engine struct {
 	// far as Snapshot can tell: Snapshot sums under it, and RemoveConn
 	// unregisters the QP and adds its counts under it, so no sum counts a
 	// QP twice or not at all (the device's counters never go down).
-	countMu  sync.Mutex
+	countMu sync.Mutex
+	// The counters every received frame writes (rcvd_pkts) get cache
+	// lines of their own: next to port, which every packet reads, they
+	// cost a cache miss per packet to the other core.
+	_        [128]byte
 	counters Counters
 	pool     sync.Pool         // *pktBuf
 	local    *netdev.FramePool // copies of frames sent to this device (UD, multicast)
@@ -189,11 +193,12 @@ type Engine struct {
 
 type portState struct {
 	link    netdev.Link
-	rel     netdev.Releaser // the link takes frames back, if it can
-	hold    netdev.Holder   // the link batches transmits, if it can
-	poll    netdev.Poller   // the link's receive ring can be polled, if it can
-	here    bool            // the link's handler runs on its own goroutine
-	queue   bool            // the link holds frames for unresolved neighbours
+	rel     netdev.Releaser    // the link takes frames back, if it can
+	lend    netdev.FrameLender // the link lends buffers to build frames in, if it can
+	hold    netdev.Holder      // the link batches transmits, if it can
+	poll    netdev.Poller      // the link's receive ring can be polled, if it can
+	here    bool               // the link's handler runs on its own goroutine
+	queue   bool               // the link holds frames for unresolved neighbours
 	mac     netdev.MAC
 	gids    []netdev.GID
 	resolve func(netip.Addr) (netdev.MAC, bool)
@@ -253,6 +258,10 @@ func (e *Engine) SetPort(pc PortConfig) error {
 	e.mu.Lock()
 	ps := &portState{link: pc.Link, mac: pc.MAC, gids: gids, resolve: pc.Resolve, mtu: m, ttl: pc.TTL}
 	ps.rel, _ = pc.Link.(netdev.Releaser)
+	// Not As: a wrapper that does not lend buffers sees every frame.
+	if l, ok := pc.Link.(netdev.FrameLender); ok && l.Lender() == pc.Link {
+		ps.lend = l
+	}
 	ps.hold, _ = netdev.As[netdev.Holder](pc.Link)
 	ps.poll, _ = netdev.As[netdev.Poller](pc.Link)
 	if o, ok := netdev.As[netdev.OwnReceiver](pc.Link); ok {
@@ -423,6 +432,26 @@ type pktBuf struct {
 	v6    bool
 	next  *pktBuf // in a Conn's pktQueue or pktList
 	gen   uint32  // in a pktList: the Conn's reset generation when listed
+	// icrc, if not nil, is the packet from its IP header through its
+	// ICRC, not checked yet: the QP's task checks it (lateICRC).
+	icrc []byte
+}
+
+// lateICRC reports whether a frame received with w leaves its ICRC check
+// to the task that takes the packet: on a worker pool, from a link that
+// delivers on the sender's goroutine (the fabric: inside Send). The
+// sender then makes the ICRC and the receiver checks it, each on its own
+// core, instead of the sender doing both.
+func (e *Engine) lateICRC(w wake) bool { return w == wakeSchedule && !e.serial }
+
+// dropReason is r for a packet dropped before its task took it, or
+// DropBadICRC if its ICRC was left for later and is wrong: a corrupted
+// frame is counted as one whatever its corrupted headers say.
+func (pb *pktBuf) dropReason(r DropReason) DropReason {
+	if pb.icrc != nil && !CheckICRC(pb.icrc) {
+		return DropBadICRC
+	}
+	return r
 }
 
 // onDrainer reports whether code that passes w runs where the tasks' own
@@ -468,6 +497,7 @@ func (pb *pktBuf) reset() {
 	pb.frame, pb.rel = nil, nil
 	pb.pkt = Packet{}
 	pb.ipHdr = nil
+	pb.icrc = nil
 	pb.own = pb.own[:0]
 }
 
@@ -512,7 +542,8 @@ const (
 // w says how to wake the QP's task; checked says the frame's ICRC is known
 // to be right (the engine wrote it).
 func (e *Engine) receiveFrame(frame []byte, rel netdev.Releaser, w wake, checked bool) {
-	fi, ok := e.roceFrame(frame, checked)
+	late := !checked && e.lateICRC(w)
+	fi, ok := e.roceFrame(frame, checked || late)
 	if !ok {
 		if rel != nil {
 			rel.Release(frame) // the link reuses it: not garbage
@@ -522,9 +553,12 @@ func (e *Engine) receiveFrame(frame []byte, rel netdev.Releaser, w wake, checked
 	end := fi.End()
 	pb := e.getBuf(w)
 	pb.frame, pb.rel = frame, rel
+	if late {
+		pb.icrc = frame[fi.IPOff:end]
+	}
 	if err := Parse(frame[fi.PayloadOff:end-ICRCLen], &pb.pkt); err != nil {
 		r, _ := DropReasonOf(err)
-		e.drop(nil, r)
+		e.drop(nil, pb.dropReason(r))
 		e.putBuf(pb, w)
 		return
 	}
@@ -534,7 +568,7 @@ func (e *Engine) receiveFrame(frame []byte, rel netdev.Releaser, w wake, checked
 		// A frame flooded to us (unknown or corrupted MAC): the ICRC
 		// does not cover the MAC, the destination GID decides (rxe's
 		// rxe_chk_dgid).
-		e.drop(nil, DropNotLocal)
+		e.drop(nil, pb.dropReason(DropNotLocal))
 		e.putBuf(pb, w)
 		return
 	}
@@ -566,22 +600,27 @@ func (e *Engine) roceFrame(frame []byte, checked bool) (netdev.FrameInfo, bool) 
 func (e *Engine) deliver(pb *pktBuf, w wake) {
 	p := &pb.pkt
 	if p.PKey&^PKeyFullMember != DefaultPKey&^PKeyFullMember {
-		e.drop(nil, DropBadPKey)
+		e.drop(nil, pb.dropReason(DropBadPKey))
 		e.putBuf(pb, w)
 		return
 	}
 	if p.Info.Has(FlagCNP) {
-		e.drop(nil, DropNotSupported) // no congestion control
+		e.drop(nil, pb.dropReason(DropNotSupported)) // no congestion control
 		e.putBuf(pb, w)
 		return
 	}
 	if p.DestQP == multicastQPN {
+		if pb.icrc != nil && !CheckICRC(pb.icrc) {
+			e.drop(nil, DropBadICRC)
+			e.putBuf(pb, w)
+			return
+		}
 		e.deliverMulticast(pb, w)
 		return
 	}
 	c := e.lookup(p.DestQP)
 	if c == nil {
-		e.drop(nil, DropUnknownQP)
+		e.drop(nil, pb.dropReason(DropUnknownQP))
 		e.putBuf(pb, w)
 		return
 	}
@@ -705,21 +744,35 @@ func (ps *portState) routeTo(av *qp.AddressVector, srcPort uint16, datagram bool
 
 // txPkt is a packet being built: on the loopback fast path in a packet
 // buffer the receiver takes as it is (pb), else in a frame buffer (frame)
-// with headroom for the framing before the BTH.
+// with head bytes of headroom for the framing before the BTH. The frame
+// buffer is the QP's own, or, for a unicast packet on a link that lends
+// buffers (lend), one of the link's, handed over with the frame.
 type txPkt struct {
 	pb    *pktBuf
 	frame []byte
+	head  int
+	lend  netdev.FrameLender
 }
 
 // startTx returns where to build a packet for route r, and the bytes to
-// write it into from the BTH on: a packet buffer on the fast path, else
-// frame (the QP's transmit buffer) past the headroom.
+// write it into from the BTH on: a packet buffer on the fast path, else a
+// frame buffer past the headroom: one the link lends for a unicast packet
+// to the wire (the frame then starts at the buffer's start, so the
+// receiver gets the buffer whole), or frame (the QP's transmit buffer).
 func (e *Engine) startTx(r *route, frame []byte, bc *bufCache) (txPkt, []byte) {
 	if r.fast {
 		pb := bc.get(e)
 		return txPkt{pb: pb}, pb.own[:cap(pb.own)]
 	}
-	return txPkt{frame: frame}, frame[netHeadroom:]
+	if r.wire && !r.local && !r.bad {
+		if l := e.port.Load().lend; l != nil {
+			head := netdev.HeaderLen(netdev.UsesIPv6(r.src.IP, r.dst.IP))
+			if buf := l.TxFrame(maxFrame - netHeadroom + head); buf != nil {
+				return txPkt{frame: buf, head: head, lend: l}, buf[head:]
+			}
+		}
+	}
+	return txPkt{frame: frame, head: netHeadroom}, frame[netHeadroom:]
 }
 
 // xmit sends one packet, built in t (see startTx) and ib bytes long from
@@ -762,16 +815,18 @@ func (e *Engine) xmitSpan(c *Conn, r *route, t txPkt, ib int, ext []byte, span u
 	}
 	if r.bad {
 		e.counters.c[SendErr].Add(1)
+		e.abortTx(t, nil)
 		return
 	}
 	buf := t.frame
 	v6 := netdev.UsesIPv6(r.src.IP, r.dst.IP)
-	start := netHeadroom - netdev.HeaderLen(v6)
+	start := t.head - netdev.HeaderLen(v6)
 	udpLen := ib + ICRCLen
-	frame := buf[start : netHeadroom+udpLen]
+	frame := buf[start : t.head+udpLen]
 	hl := netdev.EncodeRoCEv2Headers(frame, r.src, r.dst, r.ttl, r.tos, udpLen)
 	if hl == 0 {
 		e.counters.c[SendErr].Add(1)
+		e.abortTx(t, nil)
 		return
 	}
 	if r.wire {
@@ -779,15 +834,29 @@ func (e *Engine) xmitSpan(c *Conn, r *route, t txPkt, ib int, ext []byte, span u
 		// copy below is received as checked.
 		if err := PutICRC(frame[netdev.EthernetHeaderLen:]); err != nil {
 			e.counters.c[SendErr].Add(1)
+			e.abortTx(t, nil)
 			return
 		}
 		netdev.PutUDPChecksum(frame, r.src.IP, r.dst.IP) // over IPv6 it covers the ICRC
-		if l := e.port.Load().link; l != nil {
-			if err := l.Send(frame); err != nil {
+		ps := e.port.Load()
+		if l := ps.link; l != nil {
+			var err error
+			switch {
+			case t.lend == nil:
+				err = l.Send(frame)
+			case ps.lend == t.lend:
+				err = t.lend.SendOwned(frame) // start is 0: the buffer whole
+			default: // the port changed since startTx
+				err = l.Send(frame)
+				t.lend.Release(buf)
+			}
+			if err != nil {
 				e.counters.c[SendErr].Add(1)
 			} else if r.unresolved {
 				e.counters.c[SentUnresolved].Add(1)
 			}
+		} else {
+			e.abortTx(t, nil)
 		}
 	}
 	if r.local {

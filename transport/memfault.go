@@ -23,4 +23,7 @@ func (e *Engine) abortTx(t txPkt, bc *bufCache) {
 	if t.pb != nil {
 		bc.put(e, t.pb)
 	}
+	if t.lend != nil {
+		t.lend.Release(t.frame)
+	}
 }

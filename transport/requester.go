@@ -47,6 +47,10 @@ type reqState struct {
 	limitOn    bool
 	limitPSN   PSN
 	creditWait bool // stopped for credits (counted once per wait)
+
+	// The send window after a loss, 0 while it is Config.Window, and the
+	// PSNs acknowledged towards its next step (window.go).
+	cwnd, cwndAcked int32
 }
 
 // sendBatch bounds the packets one run of the send task emits.
@@ -148,7 +152,7 @@ func (c *Conn) requestLocked() bool {
 			if !c.creditOKLocked(w) {
 				break
 			}
-			if c.req.psn.Diff(c.comp.psn) >= int32(c.e.cfg.Window) {
+			if c.req.psn.Diff(c.comp.psn) >= c.windowLocked() {
 				break
 			}
 		}
@@ -359,7 +363,7 @@ func (c *Conn) sendPacketLocked(w *qp.SendWQE, a *qp.Attr, pa *path) {
 	span := uint32(1)
 	var ext []byte
 	if inPlace && rem > mtu && (op.Send() || op == qp.OpRDMAWrite || op == qp.OpRDMAWriteWithImm) {
-		room := uint32(int32(c.e.cfg.Window) - psn.Diff(c.comp.psn)) // >= 1: requestLocked checked
+		room := uint32(c.windowLocked() - psn.Diff(c.comp.psn)) // >= 1: requestLocked checked
 		if c.req.limitOn {
 			room = min(room, uint32(c.req.limitPSN.Diff(psn))+1)
 		}
@@ -459,7 +463,7 @@ func (c *Conn) sendPacketLocked(w *qp.SendWQE, a *qp.Attr, pa *path) {
 	}
 	if typ == qp.RC {
 		c.req.noAck += int(span)
-		if last || c.req.noAck >= c.e.cfg.AckInterval || c.req.limitOn {
+		if last || c.req.noAck >= c.e.cfg.AckInterval || c.req.limitOn || c.windowEdgeLocked(psn.Add(span)) {
 			bth.SetAckReq(true)
 			c.req.noAck = 0
 		}
@@ -612,6 +616,9 @@ func (c *Conn) retryLocked(rnr bool) {
 		return // nothing was sent that needs sending again
 	}
 	c.count(Retransmits)
+	if !rnr {
+		c.shrinkWindowLocked()
+	}
 	w := sq.At(start)
 	first := PSN(w.FirstPSN)
 	var psn PSN

@@ -26,7 +26,9 @@ import (
 // goes to every other port; nothing goes back to the port it came from.
 //
 // Delivery is synchronous: Send copies the frame into a buffer from each
-// receiving port's pool and calls that port's handler before it returns. A
+// receiving port's pool and calls that port's handler before it returns;
+// SendOwned hands a frame built in a buffer from TxFrame to its one
+// receiving port without a copy (netdev.FrameLender). A
 // handler only queues work, so a simulation on one goroutine is
 // deterministic. Put a faults.Link (faults.Wrap, NewFaultyPort) in front of a
 // port for loss, delay and the rest.
@@ -43,6 +45,12 @@ type Fabric struct {
 	rng   *rand.Rand                           // MAC assignment and per-port fault seeds
 	ports atomic.Pointer[[]*Port]              // copy-on-write snapshot for flooding
 	count int                                  // ports ever made
+
+	// pools holds the frame buffers of all ports, one pool per buffer
+	// size (int -> *bufPool): a frame sent with SendOwned is
+	// received in the sender's buffer, and the receiver gives it back to
+	// the pool the sender took it from, so neither side allocates.
+	pools sync.Map
 }
 
 // New returns an empty fabric. clk (nil: the real clock) is the clock
@@ -88,7 +96,7 @@ func (f *Fabric) NewPort(mac netdev.MAC, mtu int) *Port {
 		fabric: f,
 		mac:    mac,
 		mtu:    mtu,
-		pool:   netdev.NewFramePool(netdev.MaxFrameLen(mtu)),
+		pool:   f.poolFor(netdev.MaxFrameLen(mtu)),
 		index:  f.count,
 	}
 	f.count++
@@ -117,6 +125,15 @@ func (f *Fabric) NewFaultyPort(mac netdev.MAC, mtu int, fl faults.Profile) (*Por
 		return nil, nil, err
 	}
 	return p, l, nil
+}
+
+// poolFor returns the fabric's pool of buffers of size bytes.
+func (f *Fabric) poolFor(size int) *bufPool {
+	if v, ok := f.pools.Load(size); ok {
+		return v.(*bufPool)
+	}
+	v, _ := f.pools.LoadOrStore(size, newBufPool(size))
+	return v.(*bufPool)
 }
 
 // AddAddr records that ip lives at mac, for Resolve. IPv4 and IPv4-mapped
@@ -148,7 +165,11 @@ func (f *Fabric) Resolve(ip netip.Addr) (netdev.MAC, bool) {
 
 // lookup returns the port for dst, or nil to flood. It learns src on from.
 func (f *Fabric) lookup(from *Port, src, dst netdev.MAC) *Port {
-	fdb := *f.fdb.Load()
+	fp := f.fdb.Load()
+	if c := from.fwd.Load(); c != nil && c.fdb == fp && c.src == src && c.dst == dst {
+		return c.to
+	}
+	fdb := *fp
 	known := fdb[src]
 	var to *Port
 	if !dst.IsMulticast() {
@@ -164,8 +185,20 @@ func (f *Fabric) lookup(from *Port, src, dst netdev.MAC) *Port {
 			f.editFDBLocked(func(fdb map[netdev.MAC]*Port) { fdb[src] = from })
 		}
 		f.mu.Unlock()
+	} else {
+		from.fwd.Store(&fwdEntry{fdb: fp, src: src, dst: dst, to: to})
 	}
 	return to
+}
+
+// fwdEntry is a port's last forwarding decision: frames from src to dst
+// go to to (nil: flood) while the forwarding database is fdb, and src
+// needs no learning. The database is replaced on every change, so a
+// decision made for an older one is never used.
+type fwdEntry struct {
+	fdb      *map[netdev.MAC]*Port
+	src, dst netdev.MAC
+	to       *Port
 }
 
 // editFDBLocked publishes a copy of the forwarding database changed by
@@ -202,16 +235,18 @@ type PortStats struct {
 	RxDropped         uint64 // longer than this port's MTU, no handler, or closed
 }
 
-// Port is one port of a Fabric; it implements Link and Releaser.
+// Port is one port of a Fabric; it implements Link, Releaser and
+// FrameLender.
 type Port struct {
 	fabric *Fabric
 	mac    netdev.MAC
 	mtu    int
 	index  int
-	pool   *netdev.FramePool
+	pool   *bufPool
 
 	netdev.Receiver
 	closed atomic.Bool
+	fwd    atomic.Pointer[fwdEntry] // the last lookup's answer
 
 	txFrames, txBytes, txDropped atomic.Uint64
 }
@@ -219,6 +254,8 @@ type Port struct {
 var (
 	_ netdev.Link     = (*Port)(nil)
 	_ netdev.Releaser = (*Port)(nil)
+
+	_ netdev.FrameLender = (*Port)(nil)
 )
 
 // Send forwards frame through the fabric, delivering it to the receiving
@@ -226,6 +263,23 @@ var (
 // ErrFrameTooLong or ErrTruncated (counted as TxDropped) for a frame longer
 // than the MTU allows or shorter than an Ethernet header.
 func (p *Port) Send(frame []byte) error {
+	if err := p.checkTx(frame); err != nil {
+		return err
+	}
+	eth := netdev.Ethernet(frame)
+	f := p.fabric
+	if to := f.lookup(p, eth.Src(), eth.Dst()); to != nil {
+		if to != p {
+			to.arrive(frame)
+		}
+		return nil
+	}
+	p.flood(frame)
+	return nil
+}
+
+// checkTx checks and counts a frame p's user sends.
+func (p *Port) checkTx(frame []byte) error {
 	if p.closed.Load() {
 		return netdev.ErrClosed
 	}
@@ -239,19 +293,53 @@ func (p *Port) Send(frame []byte) error {
 	}
 	p.txFrames.Add(1)
 	p.txBytes.Add(uint64(len(frame)))
-	eth := netdev.Ethernet(frame)
-	f := p.fabric
-	if to := f.lookup(p, eth.Src(), eth.Dst()); to != nil {
-		if to != p {
-			to.arrive(frame)
-		}
-		return nil
-	}
-	for _, q := range *f.ports.Load() {
+	return nil
+}
+
+// flood delivers a copy of frame to every port but p.
+func (p *Port) flood(frame []byte) {
+	for _, q := range *p.fabric.ports.Load() {
 		if q != p {
 			q.arrive(frame)
 		}
 	}
+}
+
+// Lender returns p (netdev.FrameLender).
+func (p *Port) Lender() netdev.Link { return p }
+
+// TxFrame returns a buffer of at least n bytes from the fabric's pools
+// (netdev.FrameLender).
+func (p *Port) TxFrame(n int) []byte {
+	if n <= p.pool.Size() {
+		return p.pool.Get()
+	}
+	if n > 1<<16 {
+		return nil
+	}
+	return p.fabric.poolFor((n + 1023) &^ 1023).Get()
+}
+
+// SendOwned is Send for a frame built in a buffer from TxFrame
+// (netdev.FrameLender): a frame to one port is delivered in that buffer,
+// without a copy; one flooded is copied to each port as Send does. The
+// buffer is the fabric's again whatever happens.
+func (p *Port) SendOwned(frame []byte) error {
+	if err := p.checkTx(frame); err != nil {
+		p.Release(frame)
+		return err
+	}
+	eth := netdev.Ethernet(frame)
+	if to := p.fabric.lookup(p, eth.Src(), eth.Dst()); to != nil {
+		if to != p {
+			to.take(frame)
+		} else {
+			p.Release(frame)
+		}
+		return nil
+	}
+	p.flood(frame)
+	p.Release(frame)
 	return nil
 }
 
@@ -267,14 +355,33 @@ func (p *Port) arrive(frame []byte) {
 	p.Deliver(b, len(b), p)
 }
 
+// take delivers a frame the fabric forwards to p in the sender's buffer.
+func (p *Port) take(frame []byte) {
+	if p.closed.Load() || netdev.FrameTooLong(frame, p.mtu) {
+		p.CountDropped()
+		p.Release(frame)
+		return
+	}
+	p.Deliver(frame, len(frame), p)
+}
+
 // HardwareAddr returns the port's MAC.
 func (p *Port) HardwareAddr() netdev.MAC { return p.mac }
 
 // MTU returns the port's MTU.
 func (p *Port) MTU() int { return p.mtu }
 
-// Release returns a received frame's buffer to the port's pool.
-func (p *Port) Release(frame []byte) { p.pool.Put(frame) }
+// Release returns a frame's buffer (received, or from TxFrame) to the
+// fabric's pool of its size, or else to the port's own pool.
+func (p *Port) Release(frame []byte) {
+	if c := cap(frame); c != p.pool.Size() {
+		if v, ok := p.fabric.pools.Load(c); ok {
+			v.(*bufPool).Put(frame)
+			return
+		}
+	}
+	p.pool.Put(frame)
+}
 
 // Close detaches the port from the fabric. It is idempotent.
 func (p *Port) Close() error {

@@ -1,0 +1,51 @@
+package fabric
+
+import "sync"
+
+// bufPool is a stack of frame buffers of one size, shared by the ports of
+// a fabric. A frame sent with SendOwned is taken on the sender's goroutine
+// and given back on the receiver's: a sync.Pool (netdev.FramePool) would
+// empty on one processor and fill on the other, and pay for stealing
+// (twice: its buffers and the boxes that carry them). One short critical
+// section per Get and Put costs less, and bounded, it keeps at most
+// maxPooled buffers when a burst is over.
+type bufPool struct {
+	size int
+	mu   sync.Mutex
+	free [][]byte
+}
+
+// maxPooled bounds what a bufPool keeps (at 9018-byte buffers, 4.5 MB):
+// more than two QPs' windows of frames in flight.
+const maxPooled = 512
+
+func newBufPool(size int) *bufPool { return &bufPool{size: size} }
+
+// Size returns the length of the buffers Get returns.
+func (p *bufPool) Size() int { return p.size }
+
+// Get returns a buffer of Size bytes with arbitrary contents.
+func (p *bufPool) Get() []byte {
+	p.mu.Lock()
+	if n := len(p.free); n > 0 {
+		b := p.free[n-1]
+		p.free[n-1] = nil
+		p.free = p.free[:n-1]
+		p.mu.Unlock()
+		return b[:p.size]
+	}
+	p.mu.Unlock()
+	return make([]byte, p.size)
+}
+
+// Put takes b back if it is long enough and the pool is not full.
+func (p *bufPool) Put(b []byte) {
+	if cap(b) < p.size {
+		return
+	}
+	p.mu.Lock()
+	if len(p.free) < maxPooled {
+		p.free = append(p.free, b[:cap(b)])
+	}
+	p.mu.Unlock()
+}

@@ -1,0 +1,66 @@
+package rvt
+
+import (
+	"bytes"
+	"net/netip"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/softverbs/softverbs/clock"
+	"github.com/softverbs/softverbs/netdev"
+	"github.com/softverbs/softverbs/netdev/fabric"
+	"github.com/softverbs/softverbs/netdev/faults"
+	"github.com/softverbs/softverbs/qp"
+	"github.com/softverbs/softverbs/transport"
+)
+
+// TestFabricWorkersCorrupt runs RC WRITEs between two worker-pool devices
+// on the fabric, where the fabric delivers inside the sender's Send and
+// the receiving QP's task checks the ICRC (transport's lateICRC), with
+// one side's frames corrupted at random: every corrupted frame is
+// dropped and counted as a bad ICRC, and go-back-N still puts every byte
+// in place.
+func TestFabricWorkersCorrupt(t *testing.T) {
+	fab := fabric.New(clock.Real(), 1)
+	open := func(i byte, corrupt float64) *node {
+		mac := netdev.MAC{0x02, 0, 0, 0, 0, i}
+		ip := netip.AddrFrom4([4]byte{198, 18, 0, i})
+		fab.AddAddr(ip, mac)
+		var link netdev.Link = fab.NewPort(mac, 9000)
+		if corrupt > 0 {
+			fl, err := faults.New(link, clock.Real(), 7, faults.Profile{Corrupt: corrupt})
+			require.NoError(t, err)
+			link = fl
+		}
+		return newNode(t, Options{Workers: 2, Link: link, MAC: mac,
+			Addrs: []netip.Addr{netip.MustParseAddr("fe80::1"), ip}, Resolve: fab.Resolve})
+	}
+	na, nb := open(1, 0.05), open(2, 0.05)
+	a, b := na.qp(t, qp.RC), nb.qp(t, qp.RC)
+	at := defaultAttrs()
+	at.mtu = qp.MTU4096
+	at.timeout = 8 // 1 ms: a corrupted tail costs little
+	connect(t, a, na.d, b, nb.d, at)
+	const size, n = 64 << 10, 16
+	src, dst := na.mr(t, size*n), nb.mr(t, size*n)
+	pat := make([]byte, size*n)
+	for i := range pat {
+		pat[i] = byte(i*31 + i>>12)
+	}
+	src.WriteAt(pat, src.IOVA)
+	for i := range n {
+		off := uint64(i * size)
+		require.NoError(t, a.PostSend(SendWR{WRID: uint64(i), Opcode: qp.OpRDMAWrite, Flags: qp.Signaled,
+			SGL:        []SGE{{Addr: src.IOVA + off, Length: size, Lkey: src.Lkey}},
+			RemoteAddr: dst.IOVA + off, Rkey: dst.Rkey}))
+	}
+	for _, wc := range poll(t, na.cq, n, nil) {
+		require.Zero(t, wc.Status, "%+v", wc)
+	}
+	got := make([]byte, size*n)
+	dst.ReadAt(got, dst.IOVA)
+	require.True(t, bytes.Equal(pat, got), "the destination differs from the source")
+	bad := "drop_" + transport.DropBadICRC.String()
+	require.NotZero(t, nb.d.Counters()[bad], "%v", nb.d.Counters())
+}
