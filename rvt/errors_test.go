@@ -372,7 +372,7 @@ func TestUCAndUDLoopback(t *testing.T) {
 	// Wrong Q_Key: dropped and counted, no completion.
 	require.NoError(t, u1.PostSend(SendWR{WRID: 12, Opcode: qp.OpSend, SGL: sge(src, 0, 10), AH: ah,
 		RemoteQPN: u2.Num(), RemoteQKey: 0x2222}))
-	require.Equal(t, uint64(1), n.d.Counters()["drop_bad Q_Key"])
+	require.Equal(t, uint64(1), n.d.Counters()["drop_bad_q_key"])
 
 	err = u1.PostSend(SendWR{WRID: 13, Opcode: qp.OpSend, SGL: sge(src, 0, 5000), AH: ah, RemoteQPN: u2.Num()})
 	require.ErrorIs(t, err, ErrInvalidArgument)

@@ -61,6 +61,6 @@ func TestFabricWorkersCorrupt(t *testing.T) {
 	got := make([]byte, size*n)
 	dst.ReadAt(got, dst.IOVA)
 	require.True(t, bytes.Equal(pat, got), "the destination differs from the source")
-	bad := "drop_" + transport.DropBadICRC.String()
+	bad := "drop_" + transport.DropBadICRC.Name()
 	require.NotZero(t, nb.d.Counters()[bad], "%v", nb.d.Counters())
 }

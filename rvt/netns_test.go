@@ -195,7 +195,7 @@ func wireRC(t *testing.T, a, b *node) {
 	require.Equal(t, uint64(1000), binary.NativeEndian.Uint64(src.Word(src.IOVA+900000)))
 	require.Equal(t, uint64(1023), binary.NativeEndian.Uint64(src.Word(src.IOVA+900008)))
 	require.Equal(t, uint64(77), binary.NativeEndian.Uint64(src.Word(src.IOVA+900024)))
-	require.Zero(t, a.d.Counters()["drop_bad ICRC"]+b.d.Counters()["drop_bad ICRC"], "no ICRC failures")
+	require.Zero(t, a.d.Counters()["drop_bad_icrc"]+b.d.Counters()["drop_bad_icrc"], "no ICRC failures")
 }
 
 func wireUC(t *testing.T, a, b *node) {
