@@ -19,7 +19,29 @@ const maxStock = 64
 // bufCache is a stock of empty packet buffers for one goroutine's batches.
 // A nil *bufCache is the engine's own buffers (Engine.getBuf with
 // wakeChain: the free list on an Inline engine, the sync.Pool otherwise).
-type bufCache struct{ b []*pktBuf }
+//
+// It also holds the goroutine's frame buffer, which a packet for the link
+// is built in (the link copies it in Send): with one per QP instead, 10,000
+// QPs held 80 MiB of them, and each packet of a QP that had not sent for a
+// while missed the cache writing its headers (BenchmarkFabricScale).
+type bufCache struct {
+	b  []*pktBuf
+	tx []byte
+}
+
+// frame returns the buffer to build a frame in: the goroutine's, or for a
+// nil bufCache (an Inline engine, whose tasks run one at a time) *own,
+// made on first use.
+func (bc *bufCache) frame(own *[]byte) []byte {
+	p := own
+	if bc != nil {
+		p = &bc.tx
+	}
+	if *p == nil {
+		*p = make([]byte, maxFrame)
+	}
+	return *p
+}
 
 // stockFor returns the stock for the batch of t that is running, which is
 // what the goroutine running it lends it; nil on an Inline engine.

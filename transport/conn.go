@@ -49,7 +49,7 @@ type Conn struct {
 	// Send task state, under the QP lock.
 	req   reqState
 	comp  compState
-	reqTx []byte
+	reqTx []byte // frame buffer on an Inline engine (bufCache.frame)
 	sout  outbox
 
 	// The cached route and MTU, under the QP lock.
@@ -65,7 +65,7 @@ type Conn struct {
 
 	// Receive task state, under the QP lock.
 	resp   respState
-	respTx []byte
+	respTx []byte // frame buffer on an Inline engine (bufCache.frame)
 	rout   outbox
 
 	timerFired atomic.Bool
@@ -75,7 +75,6 @@ type Conn struct {
 	nakQueued atomic.Bool
 	rnrFired  atomic.Bool
 	timerMu   sync.Mutex
-	timer     clock.Timer // guarded by timerMu
 	rnrTimer  clock.Timer // guarded by timerMu
 	stopped   atomic.Bool
 	removed   atomic.Bool   // RemoveConn has taken it (Engine.RemoveConn)
@@ -87,8 +86,6 @@ func newConn(e *Engine, q *qp.QP) *Conn {
 	c := &Conn{
 		e: e, qp: q,
 		srcPort: 0xC000 | uint16(q.Num()*0x9E37)&0x3FFF,
-		reqTx:   make([]byte, maxFrame),
-		respTx:  make([]byte, maxFrame),
 		ran:     make(chan struct{}, 1),
 	}
 	c.sendTask = task.New(e.cfg.Exec, "send", c.runSend)
@@ -115,9 +112,6 @@ func (c *Conn) stop() {
 	c.sendTask.Stop()
 	c.recvTask.Stop()
 	c.timerMu.Lock()
-	if c.timer != nil {
-		c.timer.Stop()
-	}
 	if c.rnrTimer != nil {
 		c.rnrTimer.Stop()
 	}
@@ -559,9 +553,7 @@ func (c *Conn) armTimerLocked() {
 	if p := c.e.cfg.Probe << c.req.probeShift; p > 0 && p < d && !c.req.probesSpent {
 		d, c.req.timerProbe = p, true
 	}
-	c.timerMu.Lock()
-	c.timer = c.e.clk.AfterFunc(d, c.onTimer)
-	c.timerMu.Unlock()
+	c.e.sweep.arm(c, d) // the engine's timer (sweeper.go)
 }
 
 func (c *Conn) onTimer() {

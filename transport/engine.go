@@ -6,9 +6,9 @@ package transport
 // send task runs the completer and requester and whose receive task runs
 // the responder.
 //
-// Lock order: qp.QP lock -> Conn.timerMu, and qp.QP lock -> the engine's
-// atomicMu; Engine.countMu -> qp.QP lock and Engine.countMu -> Engine.mu
-// (Snapshot, RemoveConn); Engine.mu (the QP table) is otherwise taken with
+// Lock order: qp.QP lock -> Conn.timerMu, qp.QP lock -> sweeper.mu, and
+// qp.QP lock -> the engine's atomicMu; Engine.countMu -> qp.QP lock and
+// Engine.countMu -> Engine.mu (Snapshot, RemoveConn); Engine.mu (the QP table) is otherwise taken with
 // no transport lock held, and nothing is taken under it. CQ pushes and
 // events are issued after the QP lock is released.
 
@@ -162,6 +162,8 @@ type Engine struct {
 
 	atomicMu sync.Mutex // serialises atomics on memory
 
+	sweep sweeper // the QPs' retransmit timers (sweeper.go)
+
 	// countMu makes a removed QP's counts move into counters at once as
 	// far as Snapshot can tell: Snapshot sums under it, and RemoveConn
 	// unregisters the QP and adds its counts under it, so no sum counts a
@@ -225,6 +227,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 		cfg: cfg, clk: clock.OrReal(cfg.Clock), log: log, keys: cfg.Keys, mc: cfg.Mcast,
 		local: netdev.NewFramePool(maxFrame),
 	}
+	e.sweep.e, e.sweep.epoch = e, e.clk.Now()
 	e.pool.New = func() any { return &pktBuf{own: make([]byte, 0, maxFrame)} }
 	_, e.serial = cfg.Exec.(*task.Inline)
 	e.port.Store(&portState{mtu: qp.MTU4096})
@@ -758,8 +761,10 @@ type txPkt struct {
 // write it into from the BTH on: a packet buffer on the fast path, else a
 // frame buffer past the headroom: one the link lends for a unicast packet
 // to the wire (the frame then starts at the buffer's start, so the
-// receiver gets the buffer whole), or frame (the QP's transmit buffer).
-func (e *Engine) startTx(r *route, frame []byte, bc *bufCache) (txPkt, []byte) {
+// receiver gets the buffer whole), else the running goroutine's
+// (bc.frame), or on an Inline engine the task's own, *own, made on first
+// use.
+func (e *Engine) startTx(r *route, own *[]byte, bc *bufCache) (txPkt, []byte) {
 	if r.fast {
 		pb := bc.get(e)
 		return txPkt{pb: pb}, pb.own[:cap(pb.own)]
@@ -772,6 +777,7 @@ func (e *Engine) startTx(r *route, frame []byte, bc *bufCache) (txPkt, []byte) {
 			}
 		}
 	}
+	frame := bc.frame(own)
 	return txPkt{frame: frame, head: netHeadroom}, frame[netHeadroom:]
 }
 

@@ -24,7 +24,8 @@ type reqState struct {
 	probeShift  uint8 // probes since progress: the next waits Probe<<probeShift
 	probesSpent bool  // a timeout's worth of probes went by: the plain timer
 	stalled     time.Duration
-	progressed  bool // ACKs or responses arrived since the timer was armed
+	progressed  bool   // ACKs or responses arrived since the timer was armed
+	timerSeq    uint64 // the running timer's entry on the engine's heap (sweeper.go)
 	drainedSent bool
 	// retried is the PSN the last retry restarted from; until progress is
 	// made, gaps and NAKs for that same PSN do not restart again (the old
@@ -395,7 +396,7 @@ func (c *Conn) sendPacketLocked(w *qp.SendWQE, a *qp.Attr, pa *path) {
 		}
 	}
 	info := o.Info()
-	t, b := c.e.startTx(r, c.reqTx, c.sendBufs)
+	t, b := c.e.startTx(r, &c.reqTx, c.sendBufs)
 	hl := info.HdrLen
 	clear(b[:hl])
 	destQP := a.DestQPN

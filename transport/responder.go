@@ -555,7 +555,7 @@ func (c *Conn) respHeaderLocked(r *route, o Opcode, psn PSN, syn Syndrome, a *qp
 		c.resp.urgent = true
 	}
 	info := o.Info()
-	t, b := c.e.startTx(r, c.respTx, c.recvBufs)
+	t, b := c.e.startTx(r, &c.respTx, c.recvBufs)
 	BTH(b).Init(o, DefaultPKey, a.DestQPN, psn)
 	if off := info.Offset(HdrAETH); off != 0 {
 		aeth := AETH(b[off:])
