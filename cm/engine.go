@@ -585,6 +585,10 @@ func (a *Agent) onSIDRREP(m SIDRREP) {
 
 // timeoutLocked runs when the ID's timer fired.
 func (a *Agent) timeoutLocked(id *ID) {
+	if id.resolve != nil {
+		a.resolveTimerLocked(id)
+		return
+	}
 	switch states[id.state].timer {
 	case timerNone:
 		return

@@ -131,6 +131,9 @@ func remoteEvent(r proto.CMEvent) Event {
 		if r.Status == -98 { // -EADDRINUSE
 			ev.Err = ErrAddrInUse
 		}
+		if r.Status == -110 { // -ETIMEDOUT
+			ev.Err = ErrAddrTimeout
+		}
 	case EventConnectError:
 		ev.Err = ErrInvalidArgument
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/netip"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -545,7 +546,7 @@ func (ss *session) cmResolveAddr(o *cmIDObj, m *proto.CMResolveAddr) error {
 			ss.mu.Unlock()
 		}
 	}
-	return cmErrno(id.ResolveAddr(src, dst))
+	return cmErrno(id.ResolveAddrTimeout(src, dst, time.Duration(m.TimeoutMS)*time.Millisecond))
 }
 
 func (ss *session) cmListen(o *cmIDObj) error {
@@ -865,6 +866,9 @@ func cmEventRecord(o *cmIDObj, listen uint32, ev cm.Event, src, dst netip.AddrPo
 		r.Status = -int32(unix.EHOSTUNREACH)
 		if errors.Is(ev.Err, cm.ErrAddrInUse) {
 			r.Status = -int32(unix.EADDRINUSE)
+		}
+		if errors.Is(ev.Err, cm.ErrAddrTimeout) {
+			r.Status = -int32(unix.ETIMEDOUT)
 		}
 	case ev.Type == cm.EventConnectError:
 		r.Status = -int32(unix.EINVAL)
