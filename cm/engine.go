@@ -567,14 +567,7 @@ func (a *Agent) onSIDRREP(m SIDRREP) {
 	}
 	a.toIdleLocked(id)
 	if m.Status() != SIDRSuccess {
-		reason := RejConsumerDefined
-		switch m.Status() {
-		case SIDRUnsupported:
-			reason = RejInvalidServiceID
-		case SIDRNoQP:
-			reason = RejNoQP
-		}
-		err := &RejectError{Reason: reason, SIDR: m.Status(), PrivateData: append([]byte(nil), m.PrivateData()...)}
+		err := SIDRRejectError(m.Status(), m.PrivateData())
 		a.emitLocked(id, Event{Type: EventRejected, Err: err, Param: ConnParam{PrivateData: err.PrivateData}})
 		return
 	}

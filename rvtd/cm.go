@@ -855,6 +855,15 @@ func cmEventRecord(o *cmIDObj, listen uint32, ev cm.Event, src, dst netip.AddrPo
 	p := ev.Param
 	var rej *cm.RejectError
 	switch {
+	case errors.As(ev.Err, &rej) && rej.SIDR != 0:
+		// Linux (cma_sidr_rep_handler): a SIDR_REP that is not SUCCESS
+		// is UNREACHABLE with the SIDR status (udaddy with no listener:
+		// "RDMA_CM_EVENT_UNREACHABLE, error: 1").
+		r.Event = uint32(cm.EventUnreachable)
+		r.Status = int32(rej.SIDR)
+		if len(p.PrivateData) == 0 {
+			p.PrivateData = rej.PrivateData
+		}
 	case errors.As(ev.Err, &rej):
 		r.Status = int32(rej.Reason)
 		if len(p.PrivateData) == 0 {

@@ -7,6 +7,9 @@ import (
 	"time"
 )
 
+// Behaviours of Debian's rdmacm-utils on our libraries that differed from
+// Linux rxe (seen against the rxe guest of scripts/interop-rvtd.sh).
+
 // TestRdmacmNoNeighbour: Debian's rping, ucmatose and udaddy to an address
 // of the fabric's subnet that no device answers for fail at address
 // resolution within their rdma_resolve_addr timeout (2 s), with
@@ -44,5 +47,24 @@ func TestRdmacmNoNeighbour(t *testing.T) {
 				t.Errorf("took %v, want about the 2 s resolve timeout", took)
 			}
 		})
+	}
+}
+
+// TestUdaddyNoListener: Debian's udaddy to a port nobody listens on ends
+// as over Linux rxe (seen against the rxe guest): the SIDR_REP status
+// UNSUPPORTED comes as "RDMA_CM_EVENT_UNREACHABLE, error: 1", exit status
+// 1. It used to come as REJECTED with reason 8.
+func TestUdaddyNoListener(t *testing.T) {
+	build := rdmacmLib(t)
+	sock := startDaemon(t)
+	bin := tool(t, "udaddy")
+	// udaddy's port is 7174; nobody listens there.
+	err, out := run(t, build, sock, 30*time.Second, bin, "-s", cmServerAddr, "-b", cmClientAddr)
+	var ee *exec.ExitError
+	if err == nil || !errorAs(err, &ee) || ee.ExitCode() != 1 {
+		t.Errorf("%v, want exit status 1\n%s", err, out)
+	}
+	if want := "RDMA_CM_EVENT_UNREACHABLE, error: 1"; !strings.Contains(out, want) {
+		t.Errorf("no %q:\n%s", want, out)
 	}
 }
