@@ -169,7 +169,7 @@ func (a *Agent) onREQ(from peer, dst netip.Addr, r REQ) {
 	sid := r.ServiceID()
 	priv := r.PrivateData()
 	var hdr CMAHeader
-	if sid.PortSpace() != PSIB {
+	if cmaHeaderIn(sid, priv) {
 		hdr = CMAHeader(priv[:CMAHeaderLen])
 		if hdr.Check() != nil {
 			a.countLocked("rej_bad_cma_header")
@@ -504,7 +504,7 @@ func (a *Agent) onSIDRREQ(from peer, dst netip.Addr, r SIDRREQ) {
 		x.SetServiceID(sid)
 		a.sendLocked(from, m)
 	}
-	if sid.PortSpace() != PSIB {
+	if cmaHeaderIn(sid, priv) {
 		hdr = CMAHeader(priv[:CMAHeaderLen])
 		if hdr.Check() != nil {
 			reply(SIDRReject)

@@ -364,9 +364,6 @@ func (id *ID) Connect(q *rvt.QP, p *ConnParam) error {
 	if sidr {
 		maxPD = MaxUDPrivateData
 	}
-	if id.ps == PSIB {
-		maxPD += CMAHeaderLen
-	}
 	if len(prm.PrivateData) > maxPD {
 		return fmt.Errorf("connect: %w: %d bytes of private data, at most %d", ErrInvalidArgument, len(prm.PrivateData), maxPD)
 	}
@@ -417,12 +414,11 @@ func (id *ID) Connect(q *rvt.QP, p *ConnParam) error {
 	id.tid = a.newTIDLocked(id.localID)
 	id.retries = 0
 	id.to = peer{gid: id.route.DGID, sgid: id.route.SGIDIndex, tc: id.route.TrafficClass, hopLimit: id.route.HopLimit}
+	// The rdma_cm header in every port space (IP addresses; psib.go).
 	priv := make([]byte, 0, SIDRREQPrivateDataLen)
-	if id.ps != PSIB {
-		h := make(CMAHeader, CMAHeaderLen)
-		h.Set(id.local, id.remote.Addr())
-		priv = append(priv, h...)
-	}
+	h := make(CMAHeader, CMAHeaderLen)
+	h.Set(id.local, id.remote.Addr())
+	priv = append(priv, h...)
 	priv = append(priv, prm.PrivateData...)
 	sid := MakeServiceID(id.ps, id.remote.Port())
 	m := make(MAD, MADLen)

@@ -123,6 +123,7 @@ else
 	add dropincm rping 20 64 srv:-a srv:0.0.0.0 cli:-I cli:@self
 	add dropincm ucmatose 2 10 -S 4096 srv:-b srv:0.0.0.0
 	add dropincm udaddy 2 10 -S 1024 cli:-b cli:@self
+	add dropincm ucmatose 2 10 -P ib
 fi
 if [ -n "$list" ]; then
 	printf '%s\n' "${cases[@]}"
