@@ -455,6 +455,11 @@ for c in "${cases[@]}"; do
 	n=$((n + 1))
 	name=$(printf '%02d-%s-%s-%s-%s' "$n" "$kind" "$role" "$a1" "$a2")
 	[ "$kind" = perf ] && name=$(printf '%02d-perf-%s-%s-%s' "$n" "$a1" "$role" "$a2")
+	if [ "$kind" = dropincm ]; then
+		x=${a3#* }
+		[ "$x" = "$a3" ] && x= || x=-opts
+		name=$(printf '%02d-dropincm-%s-%s-%s-%s%s' "$n" "$role" "$a1" "$a2" "${a3%% *}" "$x")
+	fi
 	t0=$(date +%s%N)
 	ok=1
 	note=
