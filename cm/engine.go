@@ -169,7 +169,7 @@ func (a *Agent) onREQ(from peer, dst netip.Addr, r REQ) {
 	sid := r.ServiceID()
 	priv := r.PrivateData()
 	var hdr CMAHeader
-	if sid.PortSpace() != PSIB {
+	if cmaHeaderIn(sid, priv) {
 		hdr = CMAHeader(priv[:CMAHeaderLen])
 		if hdr.Check() != nil {
 			a.countLocked("rej_bad_cma_header")
@@ -504,7 +504,7 @@ func (a *Agent) onSIDRREQ(from peer, dst netip.Addr, r SIDRREQ) {
 		x.SetServiceID(sid)
 		a.sendLocked(from, m)
 	}
-	if sid.PortSpace() != PSIB {
+	if cmaHeaderIn(sid, priv) {
 		hdr = CMAHeader(priv[:CMAHeaderLen])
 		if hdr.Check() != nil {
 			reply(SIDRReject)
@@ -567,14 +567,7 @@ func (a *Agent) onSIDRREP(m SIDRREP) {
 	}
 	a.toIdleLocked(id)
 	if m.Status() != SIDRSuccess {
-		reason := RejConsumerDefined
-		switch m.Status() {
-		case SIDRUnsupported:
-			reason = RejInvalidServiceID
-		case SIDRNoQP:
-			reason = RejNoQP
-		}
-		err := &RejectError{Reason: reason, SIDR: m.Status(), PrivateData: append([]byte(nil), m.PrivateData()...)}
+		err := SIDRRejectError(m.Status(), m.PrivateData())
 		a.emitLocked(id, Event{Type: EventRejected, Err: err, Param: ConnParam{PrivateData: err.PrivateData}})
 		return
 	}
@@ -585,6 +578,10 @@ func (a *Agent) onSIDRREP(m SIDRREP) {
 
 // timeoutLocked runs when the ID's timer fired.
 func (a *Agent) timeoutLocked(id *ID) {
+	if id.resolve != nil {
+		a.resolveTimerLocked(id)
+		return
+	}
 	switch states[id.state].timer {
 	case timerNone:
 		return

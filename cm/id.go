@@ -32,6 +32,7 @@ type ID struct {
 	local, remote netip.AddrPort
 	route         Route
 	addrOK        bool
+	resolve       *resolveWait // ResolveAddr waiting for the neighbour (resolve.go)
 	tc            uint8
 	ackTimeout    uint8 // SetAckTimeout (0: the negotiated one)
 
@@ -299,39 +300,10 @@ func (a *Agent) findListenerLocked(sid ServiceID, dst netip.Addr) *ID {
 	return any
 }
 
-// ResolveAddr resolves dst (and binds an ephemeral port if the ID has
-// none), then queues ADDR_RESOLVED or ADDR_ERROR (rdma_resolve_addr). src
-// may be the zero Addr.
+// ResolveAddr is ResolveAddrTimeout with DefaultResolveTimeout
+// (rdma_resolve_addr).
 func (id *ID) ResolveAddr(src netip.Addr, dst netip.AddrPort) error {
-	if id.r != nil {
-		return id.remoteResolveAddr(src, dst)
-	}
-	a := id.a
-	a.mu.Lock()
-	defer a.kick()
-	defer a.mu.Unlock()
-	if id.state != StateIdle || id.destroyed {
-		return fmt.Errorf("resolve addr: %w: %v", ErrInvalidState, id.state)
-	}
-	if !src.IsValid() && id.portBound {
-		src = id.local.Addr()
-	}
-	r, err := a.resolveLocked(src, dst.Addr(), id.tc)
-	if err != nil {
-		a.emitLocked(id, Event{Type: EventAddrError, Err: err})
-		return nil
-	}
-	if !id.portBound {
-		if err := a.bindLocked(id, netip.AddrPortFrom(r.Src, 0)); err != nil {
-			a.emitLocked(id, Event{Type: EventAddrError, Err: err})
-			return nil
-		}
-	}
-	id.route, id.addrOK = r, true
-	id.local = netip.AddrPortFrom(r.Src, id.local.Port())
-	id.remote = netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port())
-	a.emitLocked(id, Event{Type: EventAddrResolved})
-	return nil
+	return id.ResolveAddrTimeout(src, dst, DefaultResolveTimeout)
 }
 
 // ResolveRoute queues ROUTE_RESOLVED (rdma_resolve_route): on RoCE the
@@ -392,9 +364,6 @@ func (id *ID) Connect(q *rvt.QP, p *ConnParam) error {
 	if sidr {
 		maxPD = MaxUDPrivateData
 	}
-	if id.ps == PSIB {
-		maxPD += CMAHeaderLen
-	}
 	if len(prm.PrivateData) > maxPD {
 		return fmt.Errorf("connect: %w: %d bytes of private data, at most %d", ErrInvalidArgument, len(prm.PrivateData), maxPD)
 	}
@@ -445,12 +414,11 @@ func (id *ID) Connect(q *rvt.QP, p *ConnParam) error {
 	id.tid = a.newTIDLocked(id.localID)
 	id.retries = 0
 	id.to = peer{gid: id.route.DGID, sgid: id.route.SGIDIndex, tc: id.route.TrafficClass, hopLimit: id.route.HopLimit}
+	// The rdma_cm header in every port space (IP addresses; psib.go).
 	priv := make([]byte, 0, SIDRREQPrivateDataLen)
-	if id.ps != PSIB {
-		h := make(CMAHeader, CMAHeaderLen)
-		h.Set(id.local, id.remote.Addr())
-		priv = append(priv, h...)
-	}
+	h := make(CMAHeader, CMAHeaderLen)
+	h.Set(id.local, id.remote.Addr())
+	priv = append(priv, h...)
 	priv = append(priv, prm.PrivateData...)
 	sid := MakeServiceID(id.ps, id.remote.Port())
 	m := make(MAD, MADLen)
@@ -726,6 +694,10 @@ func (id *ID) Destroy() {
 		id.state = StateIdle
 		a.removeLocked(id)
 	case StateIdle:
+		if id.resolve != nil {
+			id.resolve = nil
+			a.stopTimerLocked(id)
+		}
 		a.removeLocked(id)
 	case StateREQSent, StateMRAREQRcvd:
 		a.sendRejLocked(id, MsgREQ, RejTimeout, nil)

@@ -126,10 +126,19 @@ func remoteEvent(r proto.CMEvent) Event {
 		ev.Err = &RejectError{Reason: RejectReason(r.Status), PrivateData: ev.Param.PrivateData}
 	case EventUnreachable:
 		ev.Err = ErrUnreachable
+		if r.Status > 0 && !r.UD {
+			// A SIDR_REP status (see cmEventRecord in rvtd): REJECTED, as
+			// for an in-process ID.
+			ev.Type = EventRejected
+			ev.Err = SIDRRejectError(SIDRStatus(r.Status), ev.Param.PrivateData)
+		}
 	case EventAddrError, EventRouteError:
 		ev.Err = ErrNoRoute
 		if r.Status == -98 { // -EADDRINUSE
 			ev.Err = ErrAddrInUse
+		}
+		if r.Status == -110 { // -ETIMEDOUT
+			ev.Err = ErrAddrTimeout
 		}
 	case EventConnectError:
 		ev.Err = ErrInvalidArgument

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/netip"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -545,7 +546,7 @@ func (ss *session) cmResolveAddr(o *cmIDObj, m *proto.CMResolveAddr) error {
 			ss.mu.Unlock()
 		}
 	}
-	return cmErrno(id.ResolveAddr(src, dst))
+	return cmErrno(id.ResolveAddrTimeout(src, dst, time.Duration(m.TimeoutMS)*time.Millisecond))
 }
 
 func (ss *session) cmListen(o *cmIDObj) error {
@@ -854,6 +855,15 @@ func cmEventRecord(o *cmIDObj, listen uint32, ev cm.Event, src, dst netip.AddrPo
 	p := ev.Param
 	var rej *cm.RejectError
 	switch {
+	case errors.As(ev.Err, &rej) && rej.SIDR != 0:
+		// Linux (cma_sidr_rep_handler): a SIDR_REP that is not SUCCESS
+		// is UNREACHABLE with the SIDR status (udaddy with no listener:
+		// "RDMA_CM_EVENT_UNREACHABLE, error: 1").
+		r.Event = uint32(cm.EventUnreachable)
+		r.Status = int32(rej.SIDR)
+		if len(p.PrivateData) == 0 {
+			p.PrivateData = rej.PrivateData
+		}
 	case errors.As(ev.Err, &rej):
 		r.Status = int32(rej.Reason)
 		if len(p.PrivateData) == 0 {
@@ -865,6 +875,9 @@ func cmEventRecord(o *cmIDObj, listen uint32, ev cm.Event, src, dst netip.AddrPo
 		r.Status = -int32(unix.EHOSTUNREACH)
 		if errors.Is(ev.Err, cm.ErrAddrInUse) {
 			r.Status = -int32(unix.EADDRINUSE)
+		}
+		if errors.Is(ev.Err, cm.ErrAddrTimeout) {
+			r.Status = -int32(unix.ETIMEDOUT)
 		}
 	case ev.Type == cm.EventConnectError:
 		r.Status = -int32(unix.EINVAL)

@@ -189,13 +189,14 @@ check_pingpong_out() {
 	fi
 }
 
-# check_cm_out FILE TOOL WHO SIDE: the lines rping (-C 100 -v), ucmatose or
-# udaddy print on success; SIDE is client or server.
+# check_cm_out FILE TOOL WHO SIDE [COUNT]: the lines rping (-C COUNT -v,
+# COUNT 100 by default), ucmatose or udaddy print on success; SIDE is client
+# or server.
 check_cm_out() {
 	local f=$1 tool=$2 who=$3 side=$4
 	case $tool in
 	rping)
-		local want=100 n
+		local want=${5:-100} n
 		if [ "$side" = client ]; then
 			n=$(grep -c '^ping data: rdma-ping-' "$f" || true)
 		else

@@ -8,7 +8,8 @@
 #   scripts/interop-rvtd.sh --quick   the CI subset: RC `rvt pingpong --rvtd`
 #                                     in each role, and Debian's
 #                                     ibv_rc_pingpong on our libibverbs as
-#                                     the client
+#                                     the client, and Debian's rping on our
+#                                     librdmacm as the server
 #   scripts/interop-rvtd.sh --list    print the cases and exit
 #   scripts/interop-rvtd.sh --case 'pp rxe-server rc 4096 50'   (repeatable)
 #
@@ -49,6 +50,15 @@
 #                         (-c ARG) with --rvtd SOCK --ib-dev t0, the
 #                         connection manager in the daemon, against the
 #                         guest's rdmacm-utils tool
+#   dropincm TOOL ARGS... Debian's unmodified rping, ucmatose or udaddy on
+#                         our librdmacm and libibverbs (LD_LIBRARY_PATH,
+#                         RVTD_SOCKET; issue 20) against the guest's.
+#                         rping COUNT SIZE: -C COUNT -S SIZE -v -V;
+#                         ucmatose/udaddy CONNS [MSGS]: -c CONNS (-C MSGS,
+#                         "-": the default); then options for both ends,
+#                         or with srv: or cli: for the server or client
+#                         only (@self, @peer: that end's address, the
+#                         other's)
 # The overlap of the two processes of multi and mixed is printed (their
 # start and end times, from the host).
 #
@@ -76,6 +86,7 @@ if [ ${#custom[@]} -gt 0 ]; then
 elif [ -n "$quick" ]; then
 	add pp rc 4096 50
 	cases+=("dropin rxe-server rc 4096 50")
+	cases+=("dropincm sv-server rping 10 64")
 else
 	add pp rc 1 20
 	add pp rc 4096 50
@@ -103,6 +114,16 @@ else
 	add cm rping 4096
 	add cm ucmatose 4
 	add cm udaddy 2
+	add dropincm rping 100 64
+	add dropincm rping 20 60000
+	add dropincm ucmatose 1
+	add dropincm ucmatose 4 20
+	add dropincm udaddy 1
+	add dropincm udaddy 4 20
+	add dropincm rping 20 64 srv:-a srv:0.0.0.0 cli:-I cli:@self
+	add dropincm ucmatose 2 10 -S 4096 srv:-b srv:0.0.0.0
+	add dropincm udaddy 2 10 -S 1024 cli:-b cli:@self
+	add dropincm ucmatose 2 10 -P ib
 fi
 if [ -n "$list" ]; then
 	printf '%s\n' "${cases[@]}"
@@ -338,6 +359,75 @@ run_cm() {
 	[ $ok = 1 ]
 }
 
+# run_dropincm NAME ROLE TOOL A [B [OPT...]]: Debian's TOOL on our
+# libraries on the host (in netns $NS) against the guest's. rping: A pings
+# (-C) of B bytes (-S); ucmatose and udaddy: A connections (-c), B messages
+# each (-C; "-" or none: the tool's default). OPTs go to both ends (those
+# written srv:OPT or cli:OPT to the server or client only), with @self and
+# @peer standing for that end's own address and the other's.
+run_dropincm() {
+	local name=$1 role=$2 tool=$3 a=$4 rest=${5:-} ok=1 myip=${SVIP%/*} hpid b
+	local hout=$WORK/$name.h0.txt gout=$WORK/$name.g0.txt
+	local env=(env LD_LIBRARY_PATH="$LIBDIR" RVTD_SOCKET="$SOCK")
+	local opt sv_srv sv_cli rxe_srv rxe_cli
+	read -r b rest <<<"$rest"
+	[ "$b" = - ] && b=
+	# xopts SIDE SELF PEER: the OPTs for the server or client SIDE.
+	xopts() {
+		local o out=
+		for o in $rest; do
+			case $o in srv:* | cli:*) [ "${o%%:*}" = "${1:0:3}" ] || continue; o=${o#*:} ;; esac
+			o=${o//@self/$2}
+			out+=" ${o//@peer/$3}"
+		done
+		echo "$out"
+	}
+	case $tool in
+	rping)
+		opt="-C $a -S $b -v -V"
+		sv_srv="rping -s -a $myip $opt$(xopts srv "$myip" "$GIP")"
+		sv_cli="rping -c -a $GIP $opt$(xopts cli "$myip" "$GIP")"
+		rxe_srv="rping -s -a $GIP $opt$(xopts srv "$GIP" "$myip")"
+		rxe_cli="rping -c -a $myip $opt$(xopts cli "$GIP" "$myip")"
+		;;
+	ucmatose | udaddy)
+		opt="-c $a${b:+ -C $b}"
+		sv_srv="$tool -b $myip $opt$(xopts srv "$myip" "$GIP")"
+		sv_cli="$tool -s $GIP $opt$(xopts cli "$myip" "$GIP")"
+		rxe_srv="$tool -b $GIP $opt$(xopts srv "$GIP" "$myip")"
+		rxe_cli="$tool -s $myip $opt$(xopts cli "$GIP" "$myip")"
+		;;
+	esac
+	if [ "$role" = sv-server ]; then
+		# A plain command (not nsx), so that $! is the tool's own PID.
+		# shellcheck disable=SC2086
+		ip netns exec "$NS" timeout "$((T + 30))" "${env[@]}" $sv_srv >"$hout" 2>&1 &
+		hpid=$!
+		bg_pids+=("$hpid")
+		sleep 1.5
+		kill -0 "$hpid" 2>/dev/null || { log "$name: host server exited early"; ok=0; }
+		if [ $ok = 1 ] && ! "$PEERSH" run "$G" "timeout $T $rxe_cli" >"$gout" 2>&1; then
+			ok=0
+		fi
+		[ $ok = 1 ] || kill "$hpid" 2>/dev/null || true
+		wait "$hpid" || ok=0
+		[ $ok = 1 ] && check_cm_out "$hout" "$tool" "$name host" server "$a" || ok=0
+		[ $ok = 1 ] && check_cm_out "$gout" "$tool" "$name rxe" client "$a" || ok=0
+	else
+		guest_job=$("$PEERSH" spawn "$G" "timeout $T $rxe_srv")
+		sleep "$DELAY"
+		# shellcheck disable=SC2086
+		nsx timeout "$((T + 30))" "${env[@]}" $sv_cli >"$hout" 2>&1 || ok=0
+		[ $ok = 1 ] || "$PEERSH" stop "$G" "$guest_job" >/dev/null 2>&1 || true
+		"$PEERSH" wait "$G" "$guest_job" "$((T + 30))" >"$gout" 2>&1 || ok=0
+		guest_job=
+		[ $ok = 1 ] && check_cm_out "$hout" "$tool" "$name host" client "$a" || ok=0
+		[ $ok = 1 ] && check_cm_out "$gout" "$tool" "$name rxe" server "$a" || ok=0
+	fi
+	bg_pids=("$tcpdump_pid")
+	[ $ok = 1 ]
+}
+
 pass=0
 fail=0
 n=0
@@ -365,6 +455,11 @@ for c in "${cases[@]}"; do
 	n=$((n + 1))
 	name=$(printf '%02d-%s-%s-%s-%s' "$n" "$kind" "$role" "$a1" "$a2")
 	[ "$kind" = perf ] && name=$(printf '%02d-perf-%s-%s-%s' "$n" "$a1" "$role" "$a2")
+	if [ "$kind" = dropincm ]; then
+		x=${a3#* }
+		[ "$x" = "$a3" ] && x= || x=-opts
+		name=$(printf '%02d-dropincm-%s-%s-%s-%s%s' "$n" "$role" "$a1" "$a2" "${a3%% *}" "$x")
+	fi
 	t0=$(date +%s%N)
 	ok=1
 	note=
@@ -374,6 +469,7 @@ for c in "${cases[@]}"; do
 	mixed) run_pp "$name" "$role" "$a1" "$a2" "$a3" pp dropin || ok=0 ;;
 	perf) run_pp "$name" "$role" "$a2" "$a3" 200 "perf-$a1" || ok=0 ;;
 	cm) run_cm "$name" "$role" "$a1" "$a2" || ok=0 ;;
+	dropincm) run_dropincm "$name" "$role" "$a1" "$a2" "$a3" || ok=0 ;;
 	*) log "$name: unknown kind $kind"; ok=0 ;;
 	esac
 	case $kind in
@@ -389,6 +485,9 @@ done
 t0=$(date +%s%N)
 n=$((n + 1))
 name=$(printf '%02d-shutdown' "$n")
+# tcpdump drops what the kernel still holds for it when it is stopped: give
+# it the last case's frames first.
+sleep 1
 kill "$tcpdump_pid" 2>/dev/null || true
 wait "$tcpdump_pid" 2>/dev/null || true
 bg_pids=()

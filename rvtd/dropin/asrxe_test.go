@@ -1,0 +1,70 @@
+package dropin_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Behaviours of Debian's rdmacm-utils on our libraries that differed from
+// Linux rxe (seen against the rxe guest of scripts/interop-rvtd.sh).
+
+// TestRdmacmNoNeighbour: Debian's rping, ucmatose and udaddy to an address
+// of the fabric's subnet that no device answers for fail at address
+// resolution within their rdma_resolve_addr timeout (2 s), with
+// ADDR_ERROR and -ETIMEDOUT, as over Linux rxe when ARP gets no answer
+// (seen against the rxe guest: "cma event RDMA_CM_EVENT_ADDR_ERROR, error
+// -110" after 2 s). They used to get ADDR_RESOLVED and wait for the CM's
+// REQ retries (over a minute).
+func TestRdmacmNoNeighbour(t *testing.T) {
+	build := rdmacmLib(t)
+	sock := startDaemon(t)
+	const nobody = "198.18.0.77"
+	for _, tc := range []struct {
+		tool string
+		args []string
+		want string
+	}{
+		{"rping", []string{"-c", "-a", nobody, "-C", "1"}, "RDMA_CM_EVENT_ADDR_ERROR, error -110"},
+		{"rping", []string{"-c", "-a", nobody, "-I", cmClientAddr, "-C", "1"}, "RDMA_CM_EVENT_ADDR_ERROR, error -110"},
+		{"ucmatose", []string{"-s", nobody}, "RDMA_CM_EVENT_ADDR_ERROR, error: -110"},
+		{"udaddy", []string{"-s", nobody, "-b", cmClientAddr}, "RDMA_CM_EVENT_ADDR_ERROR, error: -110"},
+	} {
+		t.Run(tc.tool+" "+strings.Join(tc.args, " "), func(t *testing.T) {
+			bin := tool(t, tc.tool)
+			t0 := time.Now()
+			err, out := run(t, build, sock, 30*time.Second, bin, tc.args...)
+			took := time.Since(t0)
+			var ee *exec.ExitError
+			if err == nil || !errorAs(err, &ee) || ee.ExitCode() <= 0 {
+				t.Errorf("%v, want an exit status\n%s", err, out)
+			}
+			if !strings.Contains(out, tc.want) {
+				t.Errorf("no %q:\n%s", tc.want, out)
+			}
+			if took < 1500*time.Millisecond || took > 15*time.Second {
+				t.Errorf("took %v, want about the 2 s resolve timeout", took)
+			}
+		})
+	}
+}
+
+// TestUdaddyNoListener: Debian's udaddy to a port nobody listens on ends
+// as over Linux rxe (seen against the rxe guest): the SIDR_REP status
+// UNSUPPORTED comes as "RDMA_CM_EVENT_UNREACHABLE, error: 1", exit status
+// 1. It used to come as REJECTED with reason 8.
+func TestUdaddyNoListener(t *testing.T) {
+	build := rdmacmLib(t)
+	sock := startDaemon(t)
+	bin := tool(t, "udaddy")
+	// udaddy's port is 7174; nobody listens there.
+	err, out := run(t, build, sock, 30*time.Second, bin, "-s", cmServerAddr, "-b", cmClientAddr)
+	var ee *exec.ExitError
+	if err == nil || !errorAs(err, &ee) || ee.ExitCode() != 1 {
+		t.Errorf("%v, want exit status 1\n%s", err, out)
+	}
+	if want := "RDMA_CM_EVENT_UNREACHABLE, error: 1"; !strings.Contains(out, want) {
+		t.Errorf("no %q:\n%s", want, out)
+	}
+}
