@@ -181,6 +181,9 @@ func (a *Agent) onREQ(from peer, dst netip.Addr, r REQ) {
 	}
 	l := a.findListenerLocked(sid, dst)
 	if l == nil {
+		if a.parkREQLocked(from, dst, r) {
+			return
+		}
 		a.countLocked("rej_no_listener")
 		a.issueRejLocked(from, MAD(r).TID(), r.LocalCommID(), MsgREQ, RejInvalidServiceID)
 		return
