@@ -103,6 +103,27 @@ func (a *Agent) expireParkedLocked() {
 	a.parked = keep
 }
 
+// dropParkedLocked forgets the parked REQs of the peer's comm ID (its
+// REJ: the active ID was destroyed while it waited). The REJ carries no CA
+// GUID; a clash of comm IDs between peers costs the other peer a REQ
+// retry.
+func (a *Agent) dropParkedLocked(remoteCommID uint32) {
+	if len(a.parked) == 0 || remoteCommID == 0 {
+		return
+	}
+	keep := a.parked[:0]
+	for _, p := range a.parked {
+		if p.key.id == remoteCommID {
+			p.timer.Stop()
+			a.countLocked("req_parked_withdrawn")
+			continue
+		}
+		keep = append(keep, p)
+	}
+	clear(a.parked[len(keep):])
+	a.parked = keep
+}
+
 // stopParkedLocked stops the timers when the agent closes.
 func (a *Agent) stopParkedLocked() {
 	for _, p := range a.parked {

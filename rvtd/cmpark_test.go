@@ -69,6 +69,34 @@ func TestCMListenAfterConnect(t *testing.T) {
 		}
 	}
 
+	// An active ID destroyed while its REQ waits (its REJ withdraws the
+	// REQ): a listener that appears later gets no request.
+	id, err = c.ch.CreateID(2, proto.PSTCP, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := resolve(c.ch, id, ip1, netip.AddrPortFrom(ip0, port)); err != nil {
+		t.Fatal(err)
+	}
+	if err := id.Connect(proto.CMConnParam{QP: c.qp.Handle}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if _, err := id.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	lid, _, err = listen(s.ch, 4, proto.PSTCP, 2, netip.AddrPortFrom(ip0, port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev, err := s.ch.GetEvent(300 * time.Millisecond); err == nil {
+		t.Errorf("request of a destroyed ID reached the listener: event %d", ev.Event)
+	}
+	if _, err := lid.Destroy(); err != nil {
+		t.Error(err)
+	}
+
 	// Nobody listens: REJ 8 at the end of the wait, not before.
 	id, err = c.ch.CreateID(2, proto.PSTCP, 2)
 	if err != nil {
