@@ -62,6 +62,9 @@ type Options struct {
 	RouteTTL time.Duration
 	// RecvDepth is the number of receive buffers on QP 1 (default 256).
 	RecvDepth int
+	// NoListenerWait is how long a REQ that finds no listener waits for
+	// one before REJ 8 (park.go). 0: rejected at once, as Linux.
+	NoListenerWait time.Duration
 }
 
 func (o *Options) defaults() {
@@ -126,6 +129,7 @@ type Agent struct {
 	qpUsers   map[uint32]*ID    // local QPs bound to a connection (until TIMEWAIT ends)
 	ports     map[portKey][]*ID // bound ports, by port space and port
 	listeners map[ServiceID][]*ID
+	parked    []*parkedREQ // REQs waiting for a listener (park.go)
 	ahs       map[ahKey]*rvt.AH
 	routes    map[routeKey]routeEntry
 	out       []outMAD
@@ -337,6 +341,7 @@ func (a *Agent) Close() error {
 		return nil
 	}
 	a.closed = true
+	a.stopParkedLocked()
 	for id := range a.ids {
 		if id.timer != nil {
 			id.timer.Stop()
@@ -466,6 +471,7 @@ func (a *Agent) run() bool {
 			a.timeoutLocked(t.id)
 		}
 	}
+	a.expireParkedLocked()
 	out, evs := a.out, a.events
 	a.out, a.events = nil, nil
 	a.mu.Unlock()

@@ -181,6 +181,9 @@ func (a *Agent) onREQ(from peer, dst netip.Addr, r REQ) {
 	}
 	l := a.findListenerLocked(sid, dst)
 	if l == nil {
+		if a.parkREQLocked(from, dst, r) {
+			return
+		}
 		a.countLocked("rej_no_listener")
 		a.issueRejLocked(from, MAD(r).TID(), r.LocalCommID(), MsgREQ, RejInvalidServiceID)
 		return
@@ -297,6 +300,7 @@ func (a *Agent) onMRA(m MRA) {
 func (a *Agent) onREJ(m REJ) {
 	id := a.lookupLocked(m.RemoteCommID(), AttrREJ)
 	if id == nil {
+		a.dropParkedLocked(m.LocalCommID()) // the active side gave up on a parked REQ
 		return
 	}
 	// A REJ of a REQ is matched by our comm ID only (cm_acquire_rejected_id):

@@ -270,6 +270,7 @@ func (id *ID) Listen() error {
 	}
 	a := id.a
 	a.mu.Lock()
+	defer a.kick() // a REQ that waited for this listener (park.go)
 	defer a.mu.Unlock()
 	if id.state != StateIdle || id.destroyed {
 		return fmt.Errorf("listen: %w: %v", ErrInvalidState, id.state)
@@ -282,6 +283,7 @@ func (id *ID) Listen() error {
 	sid := MakeServiceID(id.ps, id.local.Port())
 	a.listeners[sid] = append(a.listeners[sid], id)
 	id.state = StateListen
+	a.unparkLocked(id)
 	return nil
 }
 

@@ -77,10 +77,20 @@ type cmSession struct {
 // the kernel's CM is there for every HCA: QP 1 answers from the start
 // (a REQ for a port nobody listens on gets REJ 8, not silence), whether or
 // not a client has used rdma_cm on the device yet.
+//
+// A REQ for a port nobody listens on waits cmNoListenerWait for a
+// listener before that REJ (cm.Options.NoListenerWait): perftest -R's
+// client connects right after its handshake, sometimes before the
+// server's rdma_listen (docs/dropin.md).
 func (d *device) openCM() error {
-	_, err := cm.AgentFor(d.dev)
+	_, err := cm.NewAgent(d.dev, cm.Options{NoListenerWait: cmNoListenerWait})
+	if errors.Is(err, cm.ErrInvalidState) {
+		_, err = cm.AgentFor(d.dev) // the embedding program opened it
+	}
 	return err
 }
+
+const cmNoListenerWait = time.Second
 
 // cmDispatch serves the rdma_cm opcodes.
 func (ss *session) cmDispatch(m proto.Msg) (proto.Body, []int, error) {

@@ -5,6 +5,7 @@
  * is registered for process_vm_readv/writev (kind 2). */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,7 @@ struct rvc_seg {
 	size_t len;
 	uint32_t handle;
 	int refs;
+	int memfd; /* the segment's file, for seg_unshare (-1: none) */
 };
 
 /* fork(): registered memory behaves as with rdma-core on a kernel with
@@ -40,8 +42,14 @@ static void fork_parent(void) { pthread_mutex_unlock(&seg_registry); }
 
 static void fork_child(void)
 {
-	for (struct rvc_seg *s = all_segs; s; s = s->gnext)
+	/* One thread here: the copy of move_back loses nothing; a private
+	 * mapping of the file would show the parent's later writes. */
+	for (struct rvc_seg *s = all_segs; s; s = s->gnext) {
 		move_back(s->start, s->len);
+		if (s->memfd >= 0)
+			close(s->memfd); /* the file is the parent's now */
+		s->memfd = -1;
+	}
 	pthread_mutex_unlock(&seg_registry);
 }
 
@@ -129,8 +137,11 @@ static int anon_private(uintptr_t start, uintptr_t end)
 			continue;
 		if (lo > at)
 			break; /* a hole */
-		if (perms[0] != 'r' || perms[1] != 'w' || perms[3] != 'p' || inode != 0 ||
-		    (path[0] && strcmp(path, "[heap]") != 0))
+		/* A region given back by seg_unshare is a private mapping of a
+		 * deleted memfd: as private as anonymous memory. */
+		int unshared = inode != 0 && strncmp(path, "/memfd:", 7) == 0;
+		if (perms[0] != 'r' || perms[1] != 'w' || perms[3] != 'p' ||
+		    (inode != 0 && !unshared) || (path[0] && strcmp(path, "[heap]") != 0 && !unshared))
 			break;
 		at = hi;
 	}
@@ -180,6 +191,26 @@ static void move_back(uintptr_t start, size_t len)
 		munmap(tmp, len);
 }
 
+/* seg_unshare gives a segment's pages back to private memory while other
+ * threads may be writing to them (malloc'd objects beside the region:
+ * rping's rdma_cm_id shares a page with its buffers, and its CM thread
+ * counts an event there while the main thread deregisters). move_back
+ * would lose such a write: it copies the page, then maps the copy, and a
+ * store between the two is gone. A private (copy-on-write) mapping of the
+ * segment's own file over the same addresses is one mmap: a store before
+ * it is in the file, which the private mapping shows; one after it goes
+ * to the private page. Nothing writes the file afterwards (the region is
+ * deregistered, the daemon frees its side). Without the file: move_back. */
+static void seg_unshare(struct rvc_seg *s)
+{
+	if (s->memfd < 0 || mmap((void *)s->start, s->len, PROT_READ | PROT_WRITE,
+				 MAP_PRIVATE | MAP_FIXED, s->memfd, 0) == MAP_FAILED)
+		move_back(s->start, s->len);
+	if (s->memfd >= 0)
+		close(s->memfd);
+	s->memfd = -1;
+}
+
 static void seg_free_locked(struct rvc_context *rc, struct rvc_seg *s)
 {
 	for (struct rvc_seg **pp = &rc->segs; *pp; pp = &(*pp)->next)
@@ -188,7 +219,7 @@ static void seg_free_locked(struct rvc_context *rc, struct rvc_seg *s)
 			break;
 		}
 	registry_del(s);
-	move_back(s->start, s->len);
+	seg_unshare(s);
 	rvc_call(&rc->conn, RVC_OP_SHM_FREE, s->handle, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, NULL);
 	free(s);
 }
@@ -225,6 +256,8 @@ static struct rvc_seg *seg_for(struct rvc_context *rc, uintptr_t addr, size_t le
 		return NULL;
 	}
 	struct rvc_seg *s = calloc(1, sizeof(*s));
+	if (s)
+		s->memfd = -1;
 	if (!s || (*err = move_to_segment(start, end - start, memfd))) {
 		if (!s)
 			*err = ENOMEM;
@@ -233,7 +266,8 @@ static struct rvc_seg *seg_for(struct rvc_context *rc, uintptr_t addr, size_t le
 		rvc_call(&rc->conn, RVC_OP_SHM_FREE, r.shm, NULL, 0, NULL, 0, NULL, 0, 0, 0, 0, NULL);
 		return NULL;
 	}
-	close(memfd);
+	fcntl(memfd, F_SETFD, FD_CLOEXEC);
+	s->memfd = memfd; /* for seg_unshare */
 	s->start = start;
 	s->len = end - start;
 	s->handle = r.shm;
@@ -378,7 +412,7 @@ void rvc_release_segments(struct rvc_context *rc)
 		struct rvc_seg *s = rc->segs;
 		rc->segs = s->next;
 		registry_del(s);
-		move_back(s->start, s->len);
+		seg_unshare(s);
 		free(s);
 	}
 	pthread_mutex_unlock(&rc->mr_lock);

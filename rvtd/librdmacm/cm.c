@@ -350,11 +350,13 @@ RVM_EXPORT int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm
 }
 
 /* wait_acked waits until the program acknowledged every event it was
- * handed about r. It gives up after 2 s and returns 1: rping's client
- * was seen (about once in 50 runs) waiting here with one acknowledgement
- * missing from the count although the program had acknowledged the
- * event; the cause is not found. The caller then keeps r allocated, so
- * that a late acknowledgement writes to live memory. */
+ * handed about r. It gives up after 2 s and returns 1, and the caller
+ * then keeps r allocated, so that a late acknowledgement writes to live
+ * memory. rping's client used to wait here about once in 100 runs: its
+ * main thread deregistered its buffers, malloc'd neighbours of r, while
+ * its CM thread counted DISCONNECTED, and libibverbs' page move at
+ * ibv_dereg_mr (copy, then map the copy) put back the page as it was
+ * before the count (fixed in libibverbs/mem.c, seg_unshare). */
 static int wait_acked(struct rvm_id *r)
 {
 	int late = 0;
