@@ -1,10 +1,10 @@
 package rvtd
 
 import (
+	"errors"
 	"net/netip"
 
 	"github.com/softverbs/softverbs/cm"
-	"github.com/softverbs/softverbs/netdev"
 	"github.com/softverbs/softverbs/qp"
 	"github.com/softverbs/softverbs/rvtd/proto"
 )
@@ -18,40 +18,22 @@ import (
 // with QP number 0xFFFFFF. Attaching the QP to the group is the
 // library's part, after the event (ibv_attach_mcast, as librdmacm does;
 // not for a send-only join). IPv6 groups are EOPNOTSUPP, as the kernel
-// answers for RoCE v2.
-
-// mcQPN is the QP number of a multicast destination.
-const mcQPN = 0xFFFFFF
+// answers for RoCE v2. The MGID and constants are the cm package's (its
+// ID.JoinMulticast is the same for embedded devices).
 
 // mcJoinFlagSendOnly is RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER.
 const mcJoinFlagSendOnly = 1
-
-// mcHopLimit is the hop limit of a RoCE v2 group's address vector
-// (IPV6_DEFAULT_HOPLIMIT, as the kernel sets for an IPv4 group).
-const mcHopLimit = 64
-
-// mcastMGID returns the MGID of group g, or an errno.
-func mcastMGID(g netip.Addr) (netdev.GID, error) {
-	g = g.Unmap()
-	switch {
-	case !g.IsValid() || g.IsUnspecified():
-		return netdev.GID{}, proto.EINVAL
-	case !g.Is4():
-		return netdev.GID{}, proto.EOPNOTSUPP
-	case !g.IsMulticast():
-		return netdev.GID{}, proto.EINVAL
-	}
-	return netdev.GIDFromIP(g), nil
-}
 
 func (ss *session) cmJoinMulticast(o *cmIDObj, m *proto.CMMulticast) error {
 	ap, ok := fromCMAddr(m.Addr)
 	if !ok || m.JoinFlags > mcJoinFlagSendOnly {
 		return proto.EINVAL
 	}
-	mgid, err := mcastMGID(ap.Addr())
-	if err != nil {
-		return err
+	mgid, err := cm.MulticastMGID(ap.Addr())
+	if errors.Is(err, cm.ErrNotSupported) {
+		return proto.EOPNOTSUPP
+	} else if err != nil {
+		return proto.EINVAL
 	}
 	g := ap.Addr().Unmap()
 	ss.mu.Lock()
@@ -76,8 +58,8 @@ func (ss *session) cmJoinMulticast(o *cmIDObj, m *proto.CMMulticast) error {
 	}
 	o.mc[g] = true
 	r := proto.CMEvent{Context: o.ctx, ID: o.handle, Event: uint32(cm.EventMulticastJoin),
-		QPNum: mcQPN, QKey: o.udQKey(), UD: true, Src: toCMAddr(src), Dst: toCMAddr(ap),
-		AH: proto.AV{DGID: mgid, SGIDIndex: sgid, HopLimit: mcHopLimit, TrafficClass: o.tos,
+		QPNum: cm.MulticastQPN, QKey: o.udQKey(), UD: true, Src: toCMAddr(src), Dst: toCMAddr(ap),
+		AH: proto.AV{DGID: mgid, SGIDIndex: sgid, HopLimit: cm.MulticastHopLimit, TrafficClass: o.tos,
 			Port: 1, IsGlobal: true}}
 	b := make([]byte, proto.CMEventRecordSize)
 	if err := proto.PutRecord(b, &r); err != nil {
