@@ -60,6 +60,8 @@ type ID struct {
 	reg struct{ comm, remote, qpn, qp bool }
 
 	r *remoteID // set for an ID of a device served by rvtd (remote.go)
+
+	mc map[netip.Addr]mcJoin // multicast groups joined (mcast.go; a.mu)
 }
 
 // negotiated are the connection's settled attributes.
@@ -665,6 +667,7 @@ func (id *ID) Disconnect() error {
 // answered a REJ (consumer), an established connection a DREQ; the comm
 // ID, port and QP stay reserved through TIMEWAIT. No event follows.
 func (id *ID) Destroy() {
+	id.leaveAllMulticast()
 	if id.r != nil {
 		id.remoteDestroy()
 		return

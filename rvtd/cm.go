@@ -64,6 +64,8 @@ type cmIDObj struct {
 	ackTO    uint8
 	q        *qpObj // the QP given to connect or accept
 	dead     bool
+
+	mc map[netip.Addr]bool // multicast groups joined (cmmcast.go; session.mu)
 }
 
 // cmSession is a session's connection manager state.
@@ -159,8 +161,10 @@ func (ss *session) cmDispatch(m proto.Msg) (proto.Body, []int, error) {
 			return nil, nil, proto.EINVAL
 		}
 		return nil, nil, cmErrno(id.NotifyCommEst())
-	case proto.OpCMJoinMulticast, proto.OpCMLeaveMulticast:
-		return nil, nil, proto.EOPNOTSUPP // no multicast in the CM (docs/rvtd-protocol.md section 9)
+	case proto.OpCMJoinMulticast:
+		return nil, nil, ss.cmJoinMulticast(o, m.Body.(*proto.CMMulticast))
+	case proto.OpCMLeaveMulticast:
+		return nil, nil, ss.cmLeaveMulticast(o, m.Body.(*proto.CMMulticast))
 	case proto.OpCMSetOption:
 		return nil, nil, ss.cmSetOption(o, m.Body.(*proto.CMSetOption))
 	case proto.OpCMMigrateID:

@@ -367,6 +367,8 @@ func (ss *session) dispatch(m proto.Msg) (proto.Body, []int, error) {
 		return ss.querySRQ(h)
 	case proto.OpDestroySRQ:
 		return ss.destroySRQ(h)
+	case proto.OpResizeSRQ:
+		return ss.resizeSRQ(h, m.Body.(*proto.ResizeSRQ))
 	case proto.OpAttachMcast:
 		return nil, nil, ss.attachMcast(h, m.Body.(*proto.Mcast))
 	case proto.OpDetachMcast:

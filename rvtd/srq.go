@@ -111,15 +111,15 @@ func (ss *session) modifySRQ(h uint32, m *proto.SRQAttr) error {
 		return proto.EINVAL
 	}
 	if m.Mask&srqAttrMaxWR != 0 {
-		return proto.EOPNOTSUPP // the ring's size is fixed at creation
+		return proto.EOPNOTSUPP // resize_srq: a new ring (srqresize.go)
 	}
 	if m.Mask&srqAttrLimit != 0 {
-		if m.SRQLimit > s.maxWR {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if m.SRQLimit > s.maxWR { // maxWR changes with resize_srq
 			return proto.EINVAL
 		}
-		s.mu.Lock()
 		s.limit = m.SRQLimit
-		s.mu.Unlock()
 	}
 	return nil
 }

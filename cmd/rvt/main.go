@@ -102,7 +102,7 @@ func commands() []command {
 				}
 			}, "[server]"},
 		perfCommand(),
-		rpingCommand(), ucmatoseCommand(), udaddyCommand(),
+		rpingCommand(), ucmatoseCommand(), udaddyCommand(), mckeyCommand(),
 	}
 }
 

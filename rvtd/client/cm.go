@@ -225,9 +225,18 @@ func (id *CMID) SetOption(level, name uint32, v uint64) error {
 	return err
 }
 
-// JoinMulticast is rdma_join_multicast (the daemon answers EOPNOTSUPP).
-func (id *CMID) JoinMulticast(addr netip.AddrPort, ctx uint64) error {
-	_, err := id.call(proto.OpCMJoinMulticast, &proto.CMMulticast{Addr: CMAddr(addr), Context: ctx})
+// JoinMulticast is rdma_join_multicast_ex of an IPv4 group (flags 0: a
+// full member, 1: send-only). MULTICAST_JOIN follows, with the address
+// vector to the group; attaching the ID's QP is the caller's (AttachMcast
+// with the event's DGID), as librdmacm does.
+func (id *CMID) JoinMulticast(addr netip.AddrPort, ctx uint64, flags uint32) error {
+	_, err := id.call(proto.OpCMJoinMulticast, &proto.CMMulticast{Addr: CMAddr(addr), Context: ctx, JoinFlags: flags})
+	return err
+}
+
+// LeaveMulticast is rdma_leave_multicast (detach the QP first).
+func (id *CMID) LeaveMulticast(addr netip.AddrPort) error {
+	_, err := id.call(proto.OpCMLeaveMulticast, &proto.CMMulticast{Addr: CMAddr(addr)})
 	return err
 }
 

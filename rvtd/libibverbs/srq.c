@@ -75,9 +75,58 @@ RVC_EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init
 	return &s->srq;
 }
 
+/* resize: IBV_SRQ_MAX_WR is resize_srq: the daemon passes a new ring
+ * holding the WQEs it has not taken; posting goes on there (s->lock held:
+ * no post meanwhile). */
+static int resize(struct rvc_context *rc, struct rvc_srq *s, uint32_t max_wr)
+{
+	struct rvc_cqe_req req = {.cqe = max_wr};
+	struct rvc_create_srq_reply r;
+	struct rvc_reply rep;
+	int err = rvc_call(&rc->conn, RVC_OP_RESIZE_SRQ, s->srq.handle, &req, sizeof(req), NULL, 0,
+			   &r, sizeof(r), 0, 0, 1, &rep);
+	if (err)
+		return err;
+	err = rvc_check_ring(&r.ring, r.map_size, 32);
+	if (!err && (r.srq != s->srq.handle || r.max_wr > r.ring.entries ||
+		     r.max_sge > (r.ring.stride - 16) / 16))
+		err = EPROTO;
+	void *m = MAP_FAILED;
+	if (!err) {
+		m = mmap(NULL, r.map_size, PROT_READ | PROT_WRITE, MAP_SHARED, rep.fds[0], 0);
+		if (m == MAP_FAILED)
+			err = errno;
+	}
+	close(rep.fds[0]);
+	if (!err && rvc_check_ring_header((uint8_t *)m + r.ring.offset, &r.ring, RVC_RING_SRQ))
+		err = EPROTO;
+	if (err) {
+		/* The daemon serves the new ring only: this SRQ is lost. */
+		if (m != MAP_FAILED)
+			munmap(m, r.map_size);
+		return err;
+	}
+	madvise(m, r.map_size, MADV_DONTFORK);
+	munmap(s->map, s->map_size);
+	s->map = m;
+	s->map_size = r.map_size;
+	rvc_ring_init(&s->ring, m, &r.ring, 1);
+	s->max_wr = r.max_wr;
+	return 0;
+}
+
 RVC_EXPORT int ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, int mask)
 {
 	struct rvc_context *rc = to_rctx(srq->context);
+	if (mask & IBV_SRQ_MAX_WR) {
+		struct rvc_srq *s = to_rsrq(srq);
+		pthread_mutex_lock(&s->lock);
+		int err = resize(rc, s, attr->max_wr);
+		pthread_mutex_unlock(&s->lock);
+		mask &= ~IBV_SRQ_MAX_WR;
+		if (err || !mask)
+			return err;
+	}
 	struct rvc_srq_attr req = {.srq_attr_mask = (uint32_t)mask, .max_wr = attr->max_wr,
 				   .max_sge = attr->max_sge, .srq_limit = attr->srq_limit};
 	return rvc_call(&rc->conn, RVC_OP_MODIFY_SRQ, srq->handle, &req, sizeof(req), NULL, 0, NULL,

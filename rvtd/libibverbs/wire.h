@@ -50,6 +50,7 @@ enum rvc_op {
 	RVC_OP_MODIFY_SRQ = 0x0059,
 	RVC_OP_QUERY_SRQ = 0x005a,
 	RVC_OP_DESTROY_SRQ = 0x005b,
+	RVC_OP_RESIZE_SRQ = 0x005c, /* body: struct rvc_cqe_req (max_wr); reply as create_srq */
 	RVC_OP_CREATE_AH = 0x0060,
 	RVC_OP_DESTROY_AH = 0x0061,
 	RVC_OP_ATTACH_MCAST = 0x0068,

@@ -398,6 +398,7 @@ RVM_EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
 		reg_add(r);
 		return rvm_err(err);
 	}
+	rvm_mc_forget(r);
 	if (r->sync)
 		rdma_destroy_event_channel(id->channel);
 	free(r->listen_qp_attr);
@@ -865,21 +866,8 @@ RVM_EXPORT int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel 
 	return migrate(to_rid(id), channel, 1);
 }
 
-RVM_EXPORT int rdma_join_multicast(struct rdma_cm_id *id, struct sockaddr *addr, void *context)
-{
-	return rvm_err(EOPNOTSUPP); /* the daemon's CM has no multicast */
-}
-
-RVM_EXPORT int rdma_join_multicast_ex(struct rdma_cm_id *id, struct rdma_cm_join_mc_attr_ex *mc,
-				      void *context)
-{
-	return rvm_err(EOPNOTSUPP);
-}
-
-RVM_EXPORT int rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr)
-{
-	return rvm_err(EOPNOTSUPP);
-}
+/* rdma_join_multicast, rdma_join_multicast_ex, rdma_leave_multicast: mcast.c. */
+int rvm_sync_wait(struct rvm_id *r, enum rdma_cm_event_type want) { return sync_wait(r, want); }
 
 /* ---- events ---- */
 
@@ -1072,6 +1060,15 @@ RVM_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma
 					ud_param_of(e, &w);
 				else
 					conn_param_of(e, &w);
+				break;
+			case RDMA_CM_EVENT_MULTICAST_JOIN:
+			case RDMA_CM_EVENT_MULTICAST_ERROR:
+				ud_param_of(e, &w);
+				if (rvm_mc_event(r, &e->ev, &w)) {
+					free(e); /* about a group left meanwhile */
+					undeliver(r, NULL);
+					continue;
+				}
 				break;
 			case RDMA_CM_EVENT_UNREACHABLE:
 			case RDMA_CM_EVENT_REJECTED:

@@ -82,5 +82,11 @@ int rvm_to_addr(const struct sockaddr *sa, struct rvm_addr *a);
 void rvm_from_addr(const struct rvm_addr *a, struct sockaddr_storage *ss);
 void rvm_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int rvm_err(int e); /* errno = e; return -1 (0 for e == 0) */
+int rvm_sync_wait(struct rvm_id *r, enum rdma_cm_event_type want);
+
+/* mcast.c */
+struct rvm_event;
+int rvm_mc_event(struct rvm_id *r, struct rdma_cm_event *ev, const struct rvm_event *w);
+void rvm_mc_forget(struct rvm_id *r);
 
 #endif

@@ -42,6 +42,7 @@ const (
 	OpModifySRQ  Op = 0x0059
 	OpQuerySRQ   Op = 0x005a
 	OpDestroySRQ Op = 0x005b
+	OpResizeSRQ  Op = 0x005c
 
 	OpCreateAH  Op = 0x0060
 	OpDestroyAH Op = 0x0061
@@ -728,6 +729,15 @@ func (m *SRQReply) Walk(c *Codec) {
 	c.FD("memfd", &m.FD)
 }
 
+// ResizeSRQ is ibv_modify_srq with IBV_SRQ_MAX_WR: the reply passes a
+// new ring holding the WQEs the daemon has not taken yet.
+type ResizeSRQ struct{ MaxWR uint32 }
+
+func (m *ResizeSRQ) Walk(c *Codec) {
+	c.U32("max_wr", &m.MaxWR)
+	c.Pad(4)
+}
+
 // SRQAttr is ibv_srq_attr, with ibv_modify_srq's mask.
 type SRQAttr struct {
 	Mask     uint32 // ibv_srq_attr_mask (modify only; 0 in a query reply)
@@ -903,6 +913,8 @@ var baseTable = [...]Spec{
 	{Op: OpModifySRQ, Name: "modify_srq", Handle: "srq", Request: mk[SRQAttr](), Doc: "ibv_modify_srq"},
 	{Op: OpQuerySRQ, Name: "query_srq", Handle: "srq", Reply: mk[SRQAttr](), Doc: "ibv_query_srq"},
 	{Op: OpDestroySRQ, Name: "destroy_srq", Handle: "srq", Reply: mk[EventsReply](), Doc: "ibv_destroy_srq"},
+	{Op: OpResizeSRQ, Name: "resize_srq", Handle: "srq", Request: mk[ResizeSRQ](), Reply: mk[SRQReply](),
+		Doc: "ibv_modify_srq with IBV_SRQ_MAX_WR: a new ring replaces the old"},
 
 	{Op: OpCreateAH, Name: "create_ah", Handle: "pd", Request: mk[CreateAH](), Reply: mk[HandleReply](), Doc: "ibv_create_ah"},
 	{Op: OpDestroyAH, Name: "destroy_ah", Handle: "ah", Doc: "ibv_destroy_ah"},

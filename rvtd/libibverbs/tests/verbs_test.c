@@ -643,6 +643,22 @@ static void test_unsupported(struct side *a)
 	if (srq) { /* a daemon with SRQs */
 		struct ibv_srq_attr q;
 		CHECK(sa.attr.max_wr >= 16 && ibv_query_srq(srq, &q) == 0 && q.max_wr == sa.attr.max_wr);
+		/* Resize (IBV_SRQ_MAX_WR): 3 posted move to the new ring, which
+		 * then takes 60 in all; not below what it holds. */
+		struct ibv_sge sg = {.addr = (uintptr_t)a->buf, .length = 64, .lkey = a->mr->lkey};
+		struct ibv_recv_wr rw = {.sg_list = &sg, .num_sge = 1}, *bad;
+		for (int k = 0; k < 3; k++)
+			CHECK(ibv_post_srq_recv(srq, &rw, &bad) == 0);
+		struct ibv_srq_attr na = {.max_wr = 2};
+		CHECK(ibv_modify_srq(srq, &na, IBV_SRQ_MAX_WR) == EINVAL);
+		na.max_wr = 64;
+		na.srq_limit = 5;
+		CHECK(ibv_modify_srq(srq, &na, IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT) == 0);
+		CHECK(ibv_query_srq(srq, &q) == 0 && q.max_wr >= 64 && q.srq_limit == 5);
+		int posted = 3;
+		while (posted < 60 && ibv_post_srq_recv(srq, &rw, &bad) == 0)
+			posted++;
+		CHECK(posted == 60);
 		CHECK(ibv_destroy_srq(srq) == 0);
 	} else
 		CHECK(errno == EOPNOTSUPP);

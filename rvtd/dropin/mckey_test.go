@@ -1,0 +1,78 @@
+package dropin_test
+
+import (
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestMckey runs Debian's mckey (rdmacm-utils) through the drop-in
+// librdmacm: a receiver bound to rvt0's address joins 239.1.2.x and
+// waits for 10 datagrams, a sender bound to rvt1's joins the same group
+// (as a full member, and with -o as a send-only one) and sends them to
+// QP 0xFFFFFF; again in the IPoIB port space (-p 0x2: Q_Key 0). Both print the MGID Linux's cma makes on RoCE v2
+// (::ffff:239.1.2.x), both exit 0.
+func TestMckey(t *testing.T) {
+	build := rdmacmLib(t)
+	sock := startDaemon(t)
+	for i, tc := range []struct{ both, sender []string }{{nil, nil}, {nil, []string{"-o"}}, {[]string{"-p", "0x2"}, nil}} {
+		t.Run(strings.Join(append(append([]string{"mckey"}, tc.both...), tc.sender...), " "), func(t *testing.T) {
+			mckeyPair(t, build, sock, nil, fmt.Sprintf("239.1.2.%d", 10+i), tc.both, tc.sender)
+		})
+	}
+}
+
+// TestMckeyASan is TestMckey's first case with both libraries built with
+// AddressSanitizer and UBSan (as TestRdmacmASan).
+func TestMckeyASan(t *testing.T) {
+	build := rdmacmLib(t)
+	var preload []string
+	for _, rt := range []string{"libasan.so", "libubsan.so"} {
+		out, err := exec.Command("gcc", "-print-file-name="+rt).Output()
+		p := strings.TrimSpace(string(out))
+		if err != nil || !filepath.IsAbs(p) {
+			t.Fatalf("gcc has no %s (%v)", rt, err)
+		}
+		preload = append(preload, p)
+	}
+	env := []string{"LD_PRELOAD=" + strings.Join(preload, " "), "ASAN_OPTIONS=detect_leaks=1:exitcode=99",
+		"UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:exitcode=98"}
+	sout, rout := mckeyPair(t, filepath.Join(build, "asan"), startDaemon(t), env, "239.1.2.20", nil, nil)
+	for _, out := range []string{sout, rout} {
+		for _, bad := range []string{"ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error"} {
+			if strings.Contains(out, bad) {
+				t.Fatalf("%s\nsender:\n%s\nreceiver:\n%s", bad, sout, rout)
+			}
+		}
+	}
+}
+
+// mckeyPair runs a receiver and a sender of group and checks both
+// outputs; it returns them.
+func mckeyPair(t *testing.T, build, sock string, env []string, group string, both, extra []string) (string, string) {
+	t.Helper()
+	bin := tool(t, "mckey")
+	rx := start(t, build, sock, 60*time.Second, env, bin, append([]string{"-m", group, "-b", cmServerAddr}, both...)...)
+	// The receiver posts its receives and attaches its QP as soon as it
+	// joins; the sender sends 3 s after its own join (mckey's pause), so
+	// a second's head start is ample. (mckey's output is a pipe's,
+	// buffered until it exits: nothing to wait on.)
+	time.Sleep(time.Second)
+	serr, sout := start(t, build, sock, 60*time.Second, env, bin, append(append([]string{"-m", group, "-b", cmClientAddr, "-s"}, both...), extra...)...).wait()
+	rerr, rout := rx.wait()
+	if serr != nil || rerr != nil {
+		t.Fatalf("sender %v, receiver %v\nsender:\n%s\nreceiver:\n%s", serr, rerr, sout, rout)
+	}
+	joined := "mckey: joined dgid: ::ffff:" + group + " mlid 0x0 sl 0"
+	for _, side := range []struct{ who, out, first string }{{"sender", sout, "starting client"}, {"receiver", rout, "starting server"}} {
+		for _, want := range []string{side.first, joined, "data transfers complete", "test complete", "return status 0"} {
+			if !strings.Contains(side.out, want) {
+				t.Errorf("%s: no %q:\n%s", side.who, want, side.out)
+			}
+		}
+	}
+	return sout, rout
+}
