@@ -2,11 +2,8 @@ package rvtd_test
 
 import (
 	"bytes"
-	"context"
 	"net/netip"
-	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/softverbs/softverbs/rvtd"
 	"github.com/softverbs/softverbs/rvtd/client"
@@ -27,27 +24,7 @@ func startDaemonIPv6(t *testing.T) (*rvtd.Server, string) {
 		{Name: "rvt0", Fabric: "fabric0", IP: ip6a.String() + "/64", MAC: "02:00:5e:00:00:01"},
 		{Name: "rvt1", Fabric: "fabric0", IP: ip6b.String() + "/64", MAC: "02:00:5e:00:00:02"},
 	}}
-	srv, err := rvtd.New(cfg, rvtd.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sock := filepath.Join(t.TempDir(), "rvtd.sock")
-	if err := srv.Listen(sock); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve() }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
-	return srv, sock
+	return startDaemonConfig(t, cfg)
 }
 
 // TestCMIPv6: rdma_cm with IPv6 addresses through the daemon: a listener

@@ -23,11 +23,18 @@ import (
 // temporary directory, with the default devices rvt0 and rvt1.
 func startDaemon(t testing.TB) (*rvtd.Server, string) {
 	t.Helper()
+	return startDaemonConfig(t, nil)
+}
+
+// startDaemonConfig is startDaemon with the devices of cfg (nil: the
+// defaults).
+func startDaemonConfig(t testing.TB, cfg *rvtd.Config) (*rvtd.Server, string) {
+	t.Helper()
 	var log *slog.Logger
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	srv, err := rvtd.New(nil, rvtd.Options{Logger: log})
+	srv, err := rvtd.New(cfg, rvtd.Options{Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
