@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -328,7 +329,10 @@ func BenchmarkFabricScale(b *testing.B) {
 		b.Run(fmt.Sprintf("qps=%d", qps), func(b *testing.B) {
 			window := max(1, 64/qps)
 			base := newScaleSet(b, clock.Real(), 8, depth)
-			baseRate := base.run(b, max(20000, 4*qps), 64/8, depth)
+			baseN := max(20000, 4*qps)
+			cpu0 := cpuTime()
+			baseRate := base.run(b, baseN, 64/8, depth)
+			baseCPU := cpuTime() - cpu0
 
 			clk := &countingClock{Clock: clock.Real()}
 			g0, h0 := runtime.NumGoroutine(), heapAlloc()
@@ -337,12 +341,19 @@ func BenchmarkFabricScale(b *testing.B) {
 			setup := time.Since(t0)
 			h1, g1 := heapAlloc(), runtime.NumGoroutine()
 			b.ResetTimer()
-			rate := s.run(b, max(b.N, 2*qps), window, depth)
+			n := max(b.N, 2*qps)
+			cpu0 = cpuTime()
+			rate := s.run(b, n, window, depth)
+			runCPU := cpuTime() - cpu0
 			b.StopTimer()
 			time.Sleep(2*rto14 + 50*time.Millisecond)
 			b.ReportMetric(rate, "msgs/s")
 			b.ReportMetric(baseRate, "8qps_msgs/s")
 			b.ReportMetric(rate/baseRate, "x_8qps")
+			// CPU time (the process's, all goroutines) per message: less
+			// at the mercy of other load on the machine than the rates.
+			b.ReportMetric(float64(runCPU.Nanoseconds())/float64(n), "cpu_ns/msg")
+			b.ReportMetric(float64(baseCPU.Nanoseconds())/float64(baseN), "8qps_cpu_ns/msg")
 			b.ReportMetric(float64(setup.Microseconds())/float64(qps), "setup_us/pair")
 			b.ReportMetric(float64(g1-g0)/float64(2*qps), "goroutines/qp")
 			b.ReportMetric(float64(clk.pending.Load()), "idle_timers")
@@ -361,6 +372,15 @@ func BenchmarkFabricScale(b *testing.B) {
 			runtime.KeepAlive(s)
 		})
 	}
+}
+
+// cpuTime returns the user and system CPU time the process has used.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // rto14 is the retransmit timeout of IBTA code 14, the one defaultAttrs

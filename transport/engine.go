@@ -228,7 +228,11 @@ func NewEngine(cfg Config) (*Engine, error) {
 		local: netdev.NewFramePool(maxFrame),
 	}
 	e.sweep.e, e.sweep.epoch = e, e.clk.Now()
-	e.pool.New = func() any { return &pktBuf{own: make([]byte, 0, maxFrame)} }
+	// A buffer's own bytes are made when first needed (pktBuf.room):
+	// packets from the link live in the link's frame, and with 10,000 QPs
+	// busy some 20,000 buffers are out at once, which the pool makes
+	// again after each garbage collection.
+	e.pool.New = func() any { return new(pktBuf) }
 	_, e.serial = cfg.Exec.(*task.Inline)
 	e.port.Store(&portState{mtu: qp.MTU4096})
 	for i := range e.byQPN {
@@ -492,6 +496,14 @@ func (e *Engine) putBuf(pb *pktBuf, w wake) {
 	e.pool.Put(pb)
 }
 
+// room returns the buffer's own bytes, emptied, with room for a frame.
+func (pb *pktBuf) room() []byte {
+	if cap(pb.own) < maxFrame {
+		pb.own = make([]byte, 0, maxFrame)
+	}
+	return pb.own[:0]
+}
+
 // reset gives the link its frame back and clears the buffer for reuse.
 func (pb *pktBuf) reset() {
 	if pb.rel != nil {
@@ -655,7 +667,7 @@ func (e *Engine) deliverMulticast(pb *pktBuf, w wake) {
 			continue
 		}
 		cp := e.getBuf(w)
-		cp.own = append(cp.own[:0], pb.pkt.Buf...)
+		cp.own = append(cp.room(), pb.pkt.Buf...)
 		cp.pkt = pb.pkt
 		cp.pkt.Buf = cp.own
 		n := len(cp.own)
@@ -767,7 +779,8 @@ type txPkt struct {
 func (e *Engine) startTx(r *route, own *[]byte, bc *bufCache) (txPkt, []byte) {
 	if r.fast {
 		pb := bc.get(e)
-		return txPkt{pb: pb}, pb.own[:cap(pb.own)]
+		b := pb.room()
+		return txPkt{pb: pb}, b[:cap(b)]
 	}
 	if r.wire && !r.local && !r.bad {
 		if l := e.port.Load().lend; l != nil {

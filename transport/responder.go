@@ -34,7 +34,9 @@ type respState struct {
 	ackPSN     PSN
 	urgent     bool // this run sent more than ACKs: kick the link at its end
 
-	res     [maxResources]resource // READ and atomic results for duplicates
+	// READ and atomic results for duplicates, made at the first READ
+	// or atomic: a QP that only takes SENDs and WRITEs saves 640 bytes.
+	res     *[maxResources]resource
 	resNext int
 
 	commEst bool
@@ -401,6 +403,9 @@ func (c *Conn) writeLocked(p *Packet) respResult {
 }
 
 func (c *Conn) newResource() *resource {
+	if c.resp.res == nil {
+		c.resp.res = new([maxResources]resource)
+	}
 	r := &c.resp.res[c.resp.resNext]
 	c.resp.resNext = (c.resp.resNext + 1) % len(c.resp.res)
 	return r
@@ -518,6 +523,9 @@ func (c *Conn) duplicateLocked(p *Packet, a *qp.Attr) {
 }
 
 func (c *Conn) findResource(psn PSN, atomic bool) *resource {
+	if c.resp.res == nil {
+		return nil
+	}
 	for i := range c.resp.res {
 		r := &c.resp.res[i]
 		if r.valid && r.atomic == atomic && r.first.LessEq(psn) && psn.LessEq(r.last) {

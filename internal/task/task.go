@@ -52,9 +52,16 @@ type Task struct {
 
 // New returns an idle task that runs fn on ex.
 func New(ex Executor, name string, fn Func) *Task {
-	t := &Task{ex: ex, fn: fn, name: name}
-	t.stopped = sync.NewCond(&t.stopMu)
+	t := new(Task)
+	t.Init(ex, name, fn)
 	return t
+}
+
+// Init makes t, a zero Task, what New returns: for a task that lives
+// inside the object it works for, next to the fields its batches touch.
+func (t *Task) Init(ex Executor, name string, fn Func) {
+	*t = Task{ex: ex, fn: fn, name: name}
+	t.stopped = sync.NewCond(&t.stopMu)
 }
 
 // Name returns the name given to New.
