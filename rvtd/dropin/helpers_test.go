@@ -95,11 +95,18 @@ func startDaemon(t testing.TB) string {
 	if s := os.Getenv("DROPIN_RVTD_SOCKET"); s != "" {
 		return s
 	}
+	return serveDaemon(t, nil)
+}
+
+// serveDaemon runs an in-process rvtd with the devices of cfg (nil: the
+// defaults) on a socket in a temporary directory, shut down at cleanup.
+func serveDaemon(t testing.TB, cfg *rvtd.Config) string {
+	t.Helper()
 	var log *slog.Logger
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	srv, err := rvtd.New(nil, rvtd.Options{Logger: log})
+	srv, err := rvtd.New(cfg, rvtd.Options{Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,12 +1,9 @@
 package dropin_test
 
 import (
-	"context"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/softverbs/softverbs/rvtd"
 )
@@ -29,27 +26,7 @@ func startDaemonIPv6(t *testing.T) string {
 		{Name: "rvt0", Fabric: "fabric0", IP: cmServerAddr6 + "/64", MAC: "02:00:5e:00:00:01"},
 		{Name: "rvt1", Fabric: "fabric0", IP: cmClientAddr6 + "/64", MAC: "02:00:5e:00:00:02"},
 	}}
-	srv, err := rvtd.New(cfg, rvtd.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sock := filepath.Join(t.TempDir(), "rvtd.sock")
-	if err := srv.Listen(sock); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve() }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
-	return sock
+	return serveDaemon(t, cfg)
 }
 
 // TestRdmacmIPv6 runs Debian's rping, ucmatose and udaddy over IPv6
