@@ -148,13 +148,14 @@ func TestSRQSharedByTwoQPs(t *testing.T) {
 	}
 }
 
-// TestSRQLimit: an armed SRQ limit raises IBV_EVENT_SRQ_LIMIT_REACHED
-// once, when the WQEs the SRQ holds fall below it, and disarms.
-func TestSRQLimit(t *testing.T) {
-	_, sock := startDaemon(t)
-	a, b := pair(t, sock, false, false)
+// srqPair connects a new RC QP on a (send depth sendWR) to a new QP of b's
+// that takes its receives from a new SRQ of b's (depth srqWR, cookie), in
+// PD 2.
+func srqPair(t *testing.T, sock string, srqWR uint32, cookie uint64, sendWR uint32) (a, b, na, nb *node, srq *client.SRQ) {
+	t.Helper()
+	a, b = pair(t, sock, false, false)
 	const pd = 2
-	srq, err := b.dev.CreateSRQ(pd, 16, 1, 0, 0x5151)
+	srq, err := b.dev.CreateSRQ(pd, srqWR, 1, 0, cookie)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,12 +163,11 @@ func TestSRQLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A second RC pair: a's new QP to b's QP on the SRQ.
-	qa, err := a.dev.CreateQP(pd, 2, a.cq, a.cq, proto.Cap{MaxSendWR: 16, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
+	qa, err := a.dev.CreateQP(pd, 2, a.cq, a.cq, proto.Cap{MaxSendWR: sendWR, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	na, nb := withQP(a, qa), withQP(b, q)
+	na, nb = withQP(a, qa), withQP(b, q)
 	ea, _ := na.endpoint()
 	eb, _ := nb.endpoint()
 	if err := na.connect(eb); err != nil {
@@ -176,6 +176,14 @@ func TestSRQLimit(t *testing.T) {
 	if err := nb.connect(ea); err != nil {
 		t.Fatal(err)
 	}
+	return a, b, na, nb, srq
+}
+
+// TestSRQLimit: an armed SRQ limit raises IBV_EVENT_SRQ_LIMIT_REACHED
+// once, when the WQEs the SRQ holds fall below it, and disarms.
+func TestSRQLimit(t *testing.T) {
+	_, sock := startDaemon(t)
+	a, b, na, nb, srq := srqPair(t, sock, 16, 0x5151, 16)
 	if err := srq.Modify(17); err != proto.EINVAL {
 		t.Fatalf("a limit above max_wr: %v, want EINVAL", err)
 	}
@@ -189,7 +197,7 @@ func TestSRQLimit(t *testing.T) {
 	}
 	send := func(k int) {
 		t.Helper()
-		postSend(t, a, qa, uint64(k), 0, 64, uint16(k))
+		postSend(t, a, na.qp, uint64(k), 0, 64, uint16(k))
 		if wcs, err := a.poll(1); err != nil || wcs[0].Status != 0 {
 			t.Fatalf("send %d: %+v %v", k, wcs, err)
 		}
@@ -214,7 +222,7 @@ func TestSRQLimit(t *testing.T) {
 		t.Fatalf("query_srq after the event: %+v %v, want the limit disarmed", attr, err)
 	}
 	// Destroy in order: the QP, then the SRQ.
-	if err := q.Destroy(); err != nil {
+	if err := nb.qp.Destroy(); err != nil {
 		t.Fatal(err)
 	}
 	if err := srq.Destroy(); err != nil {
@@ -511,36 +519,17 @@ func TestBadRecvPulled(t *testing.T) {
 // IBV_EVENT_SRQ_ERR.
 func TestSRQBadAndCorrupt(t *testing.T) {
 	_, sock := startDaemon(t)
-	a, b := pair(t, sock, false, false)
 	const pd = 2
-	srq, err := b.dev.CreateSRQ(pd, 8, 1, 0, 0x77)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q, err := b.dev.CreateQPOnSRQ(pd, 2, b.cq, b.cq, srq, proto.Cap{MaxSendWR: 4, MaxSendSGE: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	qa, err := a.dev.CreateQP(pd, 2, a.cq, a.cq, proto.Cap{MaxSendWR: 16, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	na, nb := withQP(a, qa), withQP(b, q)
+	a, b, na, nb, srq := srqPair(t, sock, 8, 0x77, 16)
 	ea, _ := na.endpoint()
 	eb, _ := nb.endpoint()
-	if err := na.connect(eb); err != nil {
-		t.Fatal(err)
-	}
-	if err := nb.connect(ea); err != nil {
-		t.Fatal(err)
-	}
 	if err := srq.PostRecv(1, client.SGE{Addr: b.mr.Addr, Length: 64, LKey: b.mr.LKey + 1}); err != nil { // not our lkey
 		t.Fatal(err)
 	}
 	if err := srq.PostRecv(2, client.SGE{Addr: b.mr.Addr, Length: 64, LKey: b.mr.LKey}); err != nil {
 		t.Fatal(err)
 	}
-	postSend(t, a, qa, 1, 0, 32, 1)
+	postSend(t, a, na.qp, 1, 0, 32, 1)
 	wcs, err := b.poll(2)
 	if err != nil {
 		t.Fatal(err)
@@ -549,7 +538,7 @@ func TestSRQBadAndCorrupt(t *testing.T) {
 	if len(got) != 2 || got[1] != 4 || got[2] != 0 {
 		t.Fatalf("completions %+v: want wr_id 1 LOC_PROT_ERR (4) and wr_id 2 received", wcs)
 	}
-	waitFor(t, "the QP to go to ERR", func() bool { attr, err := q.Query(); return err == nil && attr.State == 6 })
+	waitFor(t, "the QP to go to ERR", func() bool { attr, err := nb.qp.Query(); return err == nil && attr.State == 6 })
 
 	// Corrupt the producer index: the next pull finds it out of range.
 	binary.LittleEndian.PutUint32(srq.Raw[0:], 1000)

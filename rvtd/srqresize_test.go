@@ -14,29 +14,7 @@ import (
 // armed limit, for 0 and past max_srq_wr.
 func TestSRQResize(t *testing.T) {
 	_, sock := startDaemon(t)
-	a, b := pair(t, sock, false, false)
-	const pd = 2
-	srq, err := b.dev.CreateSRQ(pd, 4, 1, 0, 0x5252)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q, err := b.dev.CreateQPOnSRQ(pd, 2, b.cq, b.cq, srq, proto.Cap{MaxSendWR: 4, MaxSendSGE: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	qa, err := a.dev.CreateQP(pd, 2, a.cq, a.cq, proto.Cap{MaxSendWR: 64, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	na, nb := withQP(a, qa), withQP(b, q)
-	ea, _ := na.endpoint()
-	eb, _ := nb.endpoint()
-	if err := na.connect(eb); err != nil {
-		t.Fatal(err)
-	}
-	if err := nb.connect(ea); err != nil {
-		t.Fatal(err)
-	}
+	a, b, na, nb, srq := srqPair(t, sock, 4, 0x5252, 64)
 	post := func(k int) {
 		t.Helper()
 		if err := srq.PostRecv(uint64(k), client.SGE{Addr: b.mr.Addr + uint64(k)*256, Length: 256, LKey: b.mr.LKey}); err != nil {
@@ -65,7 +43,7 @@ func TestSRQResize(t *testing.T) {
 		post(k)
 	}
 	for k := 0; k < 3+more; k++ {
-		postSend(t, a, qa, uint64(k), 0, 64, uint16(k))
+		postSend(t, a, na.qp, uint64(k), 0, 64, uint16(k))
 		if wcs, err := a.poll(1); err != nil || wcs[0].Status != 0 {
 			t.Fatalf("send %d: %+v %v", k, wcs, err)
 		}
@@ -89,11 +67,11 @@ func TestSRQResize(t *testing.T) {
 		t.Fatalf("query_srq after shrinking: %+v %v", attr, err)
 	}
 	post(100)
-	postSend(t, a, qa, 100, 0, 64, 100)
+	postSend(t, a, na.qp, 100, 0, 64, 100)
 	if wcs, err := b.poll(1); err != nil || wcs[0].Status != 0 || wcs[0].WRID != 100 {
 		t.Fatalf("receive after shrinking: %+v %v", wcs, err)
 	}
-	if err := q.Destroy(); err != nil {
+	if err := nb.qp.Destroy(); err != nil {
 		t.Fatal(err)
 	}
 	if err := srq.Destroy(); err != nil {
