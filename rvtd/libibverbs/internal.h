@@ -181,6 +181,16 @@ int rvc_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *bind);
 
 /* Memory (mem.c). */
 void rvc_release_segments(struct rvc_context *ctx);
+/* pagemove.c: replace [start, start+len) by the pages mapped at with (the
+ * same length), copying the bytes; other threads' stores are held, not
+ * lost (0 or an errno). _single: for a process with one thread (a fork
+ * child). rvc_on_own_stack: whether the range touches the calling
+ * thread's stack, which cannot be moved so. */
+int rvc_replace_pages(uintptr_t start, size_t len, void *with);
+void rvc_replace_pages_single(uintptr_t start, size_t len, void *with);
+void rvc_move_lock(void);
+void rvc_move_unlock(void);
+int rvc_on_own_stack(uintptr_t start, uintptr_t end);
 
 /* Misc. */
 void rvc_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -35,22 +35,35 @@ static pthread_mutex_t seg_registry = PTHREAD_MUTEX_INITIALIZER;
 static struct rvc_seg *all_segs;
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
-static void move_back(uintptr_t start, size_t len);
+/* No page move is half done at fork: the child would keep the range
+ * write-protected, with nobody to finish the move. */
+static void fork_prepare(void)
+{
+	rvc_move_lock();
+	pthread_mutex_lock(&seg_registry);
+}
 
-static void fork_prepare(void) { pthread_mutex_lock(&seg_registry); }
-static void fork_parent(void) { pthread_mutex_unlock(&seg_registry); }
+static void fork_parent(void)
+{
+	pthread_mutex_unlock(&seg_registry);
+	rvc_move_unlock();
+}
 
 static void fork_child(void)
 {
-	/* One thread here: the copy of move_back loses nothing; a private
+	/* One thread here: an unguarded copy loses nothing; a private
 	 * mapping of the file would show the parent's later writes. */
 	for (struct rvc_seg *s = all_segs; s; s = s->gnext) {
-		move_back(s->start, s->len);
+		void *tmp = mmap(NULL, s->len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+				 -1, 0);
+		if (tmp != MAP_FAILED)
+			rvc_replace_pages_single(s->start, s->len, tmp);
 		if (s->memfd >= 0)
 			close(s->memfd); /* the file is the parent's now */
 		s->memfd = -1;
 	}
 	pthread_mutex_unlock(&seg_registry);
+	rvc_move_unlock();
 }
 
 static void install_atfork(void) { pthread_atfork(fork_prepare, fork_parent, fork_child); }
@@ -149,65 +162,43 @@ static int anon_private(uintptr_t start, uintptr_t end)
 	return at >= end;
 }
 
-/* copy_pages copies whole pages, malloc's bytes around the region
- * included: an AddressSanitizer build (make asan) must not take reading
- * those (its redzones) for an overflow, and the loop must not become a
- * memcpy call, which ASan intercepts. */
-__attribute__((no_sanitize_address, optimize("no-tree-loop-distribute-patterns"))) static void
-copy_pages(void *dst, const void *src, size_t len)
-{
-	uint64_t *d = dst;
-	const uint64_t *s = src;
-	for (size_t i = 0; i < len / sizeof(*d); i++)
-		d[i] = s[i];
-}
-
 /* move_to_segment replaces the pages [start, start+len) by the memfd's
- * pages holding the same bytes. */
+ * pages holding the same bytes, losing no store of another thread. */
 static int move_to_segment(uintptr_t start, size_t len, int memfd)
 {
 	void *tmp = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
 	if (tmp == MAP_FAILED)
 		return errno;
-	copy_pages(tmp, (void *)start, len);
-	void *p = mremap(tmp, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)start);
-	if (p == MAP_FAILED) {
-		int e = errno;
+	int err = rvc_replace_pages(start, len, tmp);
+	if (err)
 		munmap(tmp, len);
-		return e;
-	}
-	return 0;
-}
-
-/* move_back gives the pages back to anonymous private memory, atomically
- * for other threads (mremap over the shared mapping). */
-static void move_back(uintptr_t start, size_t len)
-{
-	void *tmp = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (tmp == MAP_FAILED)
-		return; /* the shared pages stay: still correct memory */
-	copy_pages(tmp, (void *)start, len);
-	if (mremap(tmp, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)start) == MAP_FAILED)
-		munmap(tmp, len);
+	return err;
 }
 
 /* seg_unshare gives a segment's pages back to private memory while other
  * threads may be writing to them (malloc'd objects beside the region:
  * rping's rdma_cm_id shares a page with its buffers, and its CM thread
- * counts an event there while the main thread deregisters). move_back
- * would lose such a write: it copies the page, then maps the copy, and a
- * store between the two is gone. A private (copy-on-write) mapping of the
+ * counts an event there while the main thread deregisters). A plain
+ * copy would lose such a write: it copies the page, then maps the copy,
+ * and a store between the two is gone. A private (copy-on-write) mapping of the
  * segment's own file over the same addresses is one mmap: a store before
  * it is in the file, which the private mapping shows; one after it goes
  * to the private page. Nothing writes the file afterwards (the region is
- * deregistered, the daemon frees its side). Without the file: move_back. */
+ * deregistered, the daemon frees its side). Should that mmap fail, a
+ * guarded copy does the same. A segment without its file is a fork
+ * child's, whose pages are private already. */
 static void seg_unshare(struct rvc_seg *s)
 {
-	if (s->memfd < 0 || mmap((void *)s->start, s->len, PROT_READ | PROT_WRITE,
-				 MAP_PRIVATE | MAP_FIXED, s->memfd, 0) == MAP_FAILED)
-		move_back(s->start, s->len);
-	if (s->memfd >= 0)
-		close(s->memfd);
+	if (s->memfd < 0)
+		return;
+	if (mmap((void *)s->start, s->len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED,
+		 s->memfd, 0) == MAP_FAILED) {
+		void *tmp = mmap(NULL, s->len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+				 -1, 0);
+		if (tmp != MAP_FAILED && rvc_replace_pages(s->start, s->len, tmp))
+			munmap(tmp, s->len); /* the shared pages stay: still correct memory */
+	}
+	close(s->memfd);
 	s->memfd = -1;
 }
 
@@ -240,7 +231,9 @@ static struct rvc_seg *seg_for(struct rvc_context *rc, uintptr_t addr, size_t le
 		if (start < s->start + s->len && s->start < end)
 			return NULL; /* overlaps a segment partly: kind 2 */
 	}
-	if (!anon_private(start, end))
+	/* The registering thread's own stack cannot be write-protected while
+	 * it runs on it. */
+	if (!anon_private(start, end) || rvc_on_own_stack(start, end))
 		return NULL;
 	struct rvc_size req = {.size = end - start};
 	struct rvc_shm_alloc_reply r;

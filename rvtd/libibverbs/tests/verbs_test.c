@@ -11,6 +11,8 @@
 #include <errno.h>
 #include <infiniband/verbs.h>
 #include <poll.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -433,6 +435,89 @@ static void test_dereg_concurrent(struct side *a)
 	free(p);
 }
 
+/* A thread writing beside a region while the region is registered loses
+ * none of its writes either: registration moves the pages into shared
+ * memory, and a store between the copy and the remap was lost (a
+ * program's worker thread updating a malloc'd neighbour while the main
+ * thread registers a buffer). */
+static void test_reg_concurrent(struct side *a)
+{
+	if (vm_mode)
+		return;
+	uint8_t *p;
+	REQUIRE(posix_memalign((void **)&p, 4096, 2 * 4096) == 0);
+	memset(p, 0, 2 * 4096);
+	int lost = 0, moved = 0;
+	for (int i = 0; i < 200; i++) {
+		struct hammer h = {.counter = (volatile uint64_t *)(p + 3000), .run = 1};
+		*h.counter = 0;
+		pthread_t t;
+		REQUIRE(pthread_create(&t, NULL, hammer_thread, &h) == 0);
+		while (!h.started)
+			sched_yield();
+		struct ibv_mr *m = ibv_reg_mr(a->pd, p + 100, 1000, IBV_ACCESS_LOCAL_WRITE);
+		REQUIRE(m);
+		h.run = 0;
+		pthread_join(t, NULL);
+		moved += in_shared_mapping(p + 100);
+		CHECK(ibv_dereg_mr(m) == 0);
+		if (*h.counter != h.done)
+			lost++;
+	}
+	if (lost)
+		printf("reg: writes lost in %d of 200 rounds\n", lost);
+	CHECK(lost == 0);
+	CHECK(moved == 200);
+	free(p);
+}
+
+/* Registration guards its page move with a SIGSEGV handler; a fault that
+ * is not the move's still reaches the program's own handler, installed
+ * before or after the first registration. */
+static sigjmp_buf segv_jump;
+static volatile int segv_seen;
+
+static void own_segv(int sig, siginfo_t *si, void *uc)
+{
+	(void)sig, (void)si, (void)uc;
+	segv_seen++;
+	siglongjmp(segv_jump, 1);
+}
+
+static void expect_own_handler(volatile uint8_t *guard)
+{
+	segv_seen = 0;
+	if (!sigsetjmp(segv_jump, 1))
+		guard[0] = 1;
+	CHECK(segv_seen == 1);
+}
+
+static void test_segv_chain(struct side *a)
+{
+	if (vm_mode)
+		return;
+	struct sigaction sa = {.sa_sigaction = own_segv, .sa_flags = SA_SIGINFO}, old;
+	sigemptyset(&sa.sa_mask);
+	REQUIRE(sigaction(SIGSEGV, &sa, &old) == 0);
+	volatile uint8_t *guard = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	REQUIRE(guard != MAP_FAILED);
+	uint8_t *p;
+	REQUIRE(posix_memalign((void **)&p, 4096, 4096) == 0);
+	struct ibv_mr *m = ibv_reg_mr(a->pd, p, 4096, IBV_ACCESS_LOCAL_WRITE);
+	REQUIRE(m);
+	expect_own_handler(guard);
+	CHECK(ibv_dereg_mr(m) == 0);
+	/* Installed again after the library's: still the program's. */
+	REQUIRE(sigaction(SIGSEGV, &sa, NULL) == 0);
+	m = ibv_reg_mr(a->pd, p, 4096, IBV_ACCESS_LOCAL_WRITE);
+	REQUIRE(m);
+	expect_own_handler(guard);
+	CHECK(ibv_dereg_mr(m) == 0);
+	REQUIRE(sigaction(SIGSEGV, &old, NULL) == 0);
+	munmap((void *)guard, 4096);
+	free(p);
+}
+
 /* Memory windows on b's memory, bound by b, written through by a: type 1
  * with ibv_bind_mw, type 2 with a BIND_MW work request. */
 static void write_via(struct side *a, uint64_t addr, uint32_t rkey, uint8_t fill)
@@ -711,6 +796,8 @@ int main(void)
 	test_fork(&a);
 	test_dereg(&a);
 	test_dereg_concurrent(&a);
+	test_reg_concurrent(&a);
+	test_segv_chain(&a);
 	test_mw(&a, &b);
 	test_wr(&a, &b);
 	test_ud(&a, &b);
