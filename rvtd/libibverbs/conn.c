@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -227,13 +228,19 @@ int rvc_connect_ex(struct rvc_conn *c, int quiet, uint16_t minor, const char *wh
 		return ENAMETOOLONG;
 	}
 	strcpy(sa.sun_path, path);
-	c->buf = malloc(RVC_MAX_MESSAGE + 1);
-	if (!c->buf)
+	/* The kernel writes replies here. Not on the heap: a registration may
+	 * be moving a page it shares with the program's buffers, and then
+	 * the kernel's write would fail with EFAULT (pagemove.c). */
+	c->buf = mmap(NULL, RVC_MAX_MESSAGE + 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+		      -1, 0);
+	if (c->buf == MAP_FAILED) {
+		c->buf = NULL;
 		return ENOMEM;
+	}
 	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (fd < 0) {
 		int e = errno;
-		free(c->buf);
+		rvc_disconnect(c);
 		return e;
 	}
 	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
@@ -242,7 +249,7 @@ int rvc_connect_ex(struct rvc_conn *c, int quiet, uint16_t minor, const char *wh
 			rvc_warn("cannot reach rvtd at %s: %s (is rvtd running? start it with "
 				 "`rvtd`, or set RVTD_SOCKET)", path, strerror(e));
 		close(fd);
-		free(c->buf);
+		rvc_disconnect(c);
 		return e;
 	}
 	c->fd = fd;
@@ -279,6 +286,7 @@ void rvc_disconnect(struct rvc_conn *c)
 		c->fd = -1;
 		pthread_mutex_destroy(&c->lock);
 	}
-	free(c->buf);
+	if (c->buf)
+		munmap(c->buf, RVC_MAX_MESSAGE + 1);
 	c->buf = NULL;
 }
