@@ -30,11 +30,11 @@ type Config struct {
 
 // Limits bound what one client session may hold; 0 is the default.
 type Limits struct {
-	QPs       int    `yaml:"qps"`        // queue pairs (default 1024)
-	MRs       int    `yaml:"mrs"`        // memory regions (default 4096)
+	QPs       int    `yaml:"qps"`        // queue pairs, SRQs included (default 16384)
+	MRs       int    `yaml:"mrs"`        // memory regions (default 16384)
 	CQEntries int    `yaml:"cq_entries"` // CQ ring entries, summed over the session's CQs (default 1<<20)
 	MemBytes  uint64 `yaml:"mem_bytes"`  // shared-memory segment bytes (default 1 GiB)
-	CMIDs     int    `yaml:"cm_ids"`     // rdma_cm IDs, passive ones included (default 1024)
+	CMIDs     int    `yaml:"cm_ids"`     // rdma_cm IDs, passive ones included (default 65536)
 }
 
 // DeviceConfig is one device and its link. Exactly one of Fabric, TAP, XDP
@@ -57,13 +57,17 @@ type DeviceConfig struct {
 	MTU int `yaml:"mtu"`
 }
 
-// Defaults of Limits.
+// Defaults of Limits: room for programs that work at scale (cmtime's
+// thousands of connections, an MPI job's QP per peer), while one session
+// cannot take a device's QP numbers (65536) or keys (65535) from the
+// others. An rdma_cm ID is a few hundred bytes in the daemon; the kernel's
+// ucma has no limit of its own.
 const (
-	DefaultMaxQPs       = 1024
-	DefaultMaxMRs       = 4096
+	DefaultMaxQPs       = 16384
+	DefaultMaxMRs       = 16384
 	DefaultMaxCQEntries = 1 << 20
 	DefaultMaxMemBytes  = 1 << 30
-	DefaultMaxCMIDs     = 1024
+	DefaultMaxCMIDs     = 1 << 16
 )
 
 // DefaultConfig is what rvtd serves with no configuration file: rvt0 and

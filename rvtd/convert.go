@@ -5,6 +5,18 @@ import (
 	"github.com/softverbs/softverbs/rvtd/proto"
 )
 
+// clamp lowers the device's maxima to what one session may hold, so that
+// a program sizing itself by ibv_query_device gets what it asks for (an
+// SRQ counts as a QP; every CQ needs an entry).
+func (l *Limits) clamp(a *proto.DeviceAttr) {
+	lower := func(v *uint32, limit int) { *v = min(*v, u32(limit)) }
+	lower(&a.MaxQP, l.QPs)
+	lower(&a.MaxSRQ, l.QPs)
+	lower(&a.MaxMR, l.MRs)
+	lower(&a.MaxCQE, l.CQEntries)
+	lower(&a.MaxCQ, l.CQEntries)
+}
+
 // query serves the device, port, GID and P_Key queries.
 func query(d *rvt.Device, m proto.Msg) (proto.Body, error) {
 	switch m.Op {

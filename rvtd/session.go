@@ -306,6 +306,9 @@ func (ss *session) dispatch(m proto.Msg) (proto.Body, []int, error) {
 			return nil, nil, proto.EINVAL
 		}
 		b, err := query(c.d.dev, m)
+		if a, ok := b.(*proto.DeviceAttr); ok {
+			ss.srv.cfg.Limits.clamp(a)
+		}
 		return b, nil, err
 	case proto.OpAllocPD:
 		return ss.allocPD(h)
