@@ -113,11 +113,16 @@ func newRecvQueue(n, maxSGE uint32) RecvQueue {
 
 func newSendQueue(c Cap) SendQueue {
 	q := SendQueue{ring: newRing[SendWQE](c.MaxSendWR)}
+	// One allocation each for all entries' SGEs, MRs and inline bytes.
+	ns, ni := int(c.MaxSendSGE), int(c.MaxInlineData)
+	sges := make([]SGE, len(q.e)*ns)
+	mrs := make([]*keys.MR, len(q.e)*ns)
+	inline := make([]byte, len(q.e)*ni)
 	for i := range q.e {
-		q.e[i].sges = make([]SGE, c.MaxSendSGE)
-		q.e[i].MRs = make([]*keys.MR, c.MaxSendSGE)
-		if c.MaxInlineData > 0 {
-			q.e[i].inline = make([]byte, c.MaxInlineData)
+		q.e[i].sges = sges[i*ns : (i+1)*ns : (i+1)*ns]
+		q.e[i].MRs = mrs[i*ns : (i+1)*ns : (i+1)*ns]
+		if ni > 0 {
+			q.e[i].inline = inline[i*ni : (i+1)*ni : (i+1)*ni]
 		}
 	}
 	return q

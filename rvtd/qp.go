@@ -68,7 +68,11 @@ func (ss *session) createQP(h uint32, m *proto.CreateQP) (proto.Body, []int, err
 		return nil, nil, e
 	}
 	sqN := pow2(max(c.MaxSendWR, 1))
-	sqL := ring.Layout{Offset: 0, Entries: sqN, Stride: ring.SendStride(max(c.MaxSendSGE, 1), c.MaxInlineData)}
+	// Inline room is at least the send SGEs' bytes, as rxe gives it
+	// (rdma_xclient posts 16 bytes inline on a QP asked for no inline
+	// data and one SGE); the ring's stride has that room either way.
+	inline := max(c.MaxInlineData, ring.SGESize*max(c.MaxSendSGE, 1))
+	sqL := ring.Layout{Offset: 0, Entries: sqN, Stride: ring.SendStride(max(c.MaxSendSGE, 1), inline)}
 	var rqL ring.Layout // none with an SRQ
 	size := sqL.Size()
 	if srq == nil {
@@ -86,8 +90,8 @@ func (ss *session) createQP(h uint32, m *proto.CreateQP) (proto.Body, []int, err
 	if q.sq, err = ring.NewConsumer(mem, ring.KindSend, sqL, nil, false); err != nil {
 		return fail(err)
 	}
-	q.cap = proto.Cap{MaxSendWR: sqN, MaxSendSGE: max(c.MaxSendSGE, 1), MaxInlineData: c.MaxInlineData}
-	ecap := qp.Cap{MaxSendWR: sqN, MaxSendSGE: q.cap.MaxSendSGE, MaxInlineData: c.MaxInlineData}
+	q.cap = proto.Cap{MaxSendWR: sqN, MaxSendSGE: max(c.MaxSendSGE, 1), MaxInlineData: inline}
+	ecap := qp.Cap{MaxSendWR: sqN, MaxSendSGE: q.cap.MaxSendSGE, MaxInlineData: inline}
 	if srq == nil {
 		if err := ring.Init(mem, ring.KindRecv, rqL); err != nil {
 			return fail(err)
@@ -104,7 +108,7 @@ func (ss *session) createQP(h uint32, m *proto.CreateQP) (proto.Body, []int, err
 	q.sqWRID = make([]uint64, sqN)
 	q.buf = make([]byte, sqL.Stride)
 	q.sges = make([]qp.SGE, 0, postBatch*int(q.cap.MaxSendSGE))
-	q.inl = make([]byte, 0, postBatch*int(c.MaxInlineData))
+	q.inl = make([]byte, 0, postBatch*int(inline))
 	if q.bell, err = ring.NewDoorbell(); err != nil {
 		return fail(proto.ENOMEM)
 	}
