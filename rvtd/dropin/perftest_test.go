@@ -42,6 +42,20 @@ func TestPerftest(t *testing.T) {
 		{"ib_send_lat", 300, nil},
 		{"ib_write_lat", 300, nil},
 		{"ib_read_lat", 300, nil},
+		// The other transports and modes users reach for: UD and UC,
+		// several QPs, both directions, completion events, an SRQ,
+		// inline data, atomics' latency, outstanding reads.
+		{"ib_send_bw", 300, []string{"-c", "UD"}},
+		{"ib_send_lat", 300, []string{"-c", "UD"}},
+		{"ib_write_bw", 300, []string{"-c", "UC"}},
+		{"ib_send_lat", 300, []string{"-c", "UC"}},
+		{"ib_write_bw", 300, []string{"-q", "4"}},
+		{"ib_send_bw", 300, []string{"-b"}},
+		{"ib_send_bw", 300, []string{"-e"}},
+		{"ib_send_bw", 300, []string{"--use-srq"}},
+		{"ib_write_lat", 300, []string{"-I", "64", "-s", "64"}},
+		{"ib_atomic_lat", 300, nil},
+		{"ib_read_bw", 300, []string{"-o", "16"}},
 	} {
 		t.Run(strings.Join(append([]string{tc.prog}, tc.extra...), " "), func(t *testing.T) {
 			bin := tool(t, tc.prog)
@@ -60,8 +74,12 @@ func TestPerftest(t *testing.T) {
 				if strings.HasSuffix(tc.prog, "_lat") && side.who == "server" && row == nil {
 					continue // the latency tools' server prints no result for some tests
 				}
-				if len(row) < 3 || row[1] != fmt.Sprint(tc.iters) {
-					t.Errorf("%s: no result row with %d iterations:\n%s", side.who, tc.iters, side.out)
+				want := tc.iters
+				if len(tc.extra) == 2 && tc.extra[0] == "-q" { // iterations per QP
+					want *= 4
+				}
+				if len(row) < 3 || row[1] != fmt.Sprint(want) {
+					t.Errorf("%s: no result row with %d iterations:\n%s", side.who, want, side.out)
 				}
 				if !strings.Contains(side.out, "GID: 00:00:00:00:00:00:00:00:00:00:255:255:198:18:00:0") {
 					t.Errorf("%s: no IPv4-mapped GID:\n%s", side.who, side.out)
