@@ -48,12 +48,20 @@ static void chain(int sig, siginfo_t *si, void *uc)
 		prev_segv.sa_sigaction(sig, si, uc);
 	} else if (prev_segv.sa_handler != SIG_DFL && prev_segv.sa_handler != SIG_IGN) {
 		prev_segv.sa_handler(sig);
-	} else {
-		/* Default action: the access faults again on return, and the
-		 * process ends as it would have without this handler. */
+	} else if (si->si_code > 0) {
+		/* A fault, with the default action (the kernel ignores "ignore"
+		 * for one): the access faults again on return, and the process
+		 * ends as it would have without this handler. */
 		struct sigaction dfl = {.sa_handler = SIG_DFL};
 		sigemptyset(&dfl.sa_mask);
 		sigaction(SIGSEGV, &dfl, NULL);
+	} else if (prev_segv.sa_handler == SIG_DFL) {
+		/* Sent (kill, raise): nothing repeats it, so send it again, to
+		 * be taken once this handler returns and unblocks it. */
+		struct sigaction dfl = {.sa_handler = SIG_DFL};
+		sigemptyset(&dfl.sa_mask);
+		sigaction(SIGSEGV, &dfl, NULL);
+		raise(SIGSEGV);
 	}
 }
 
