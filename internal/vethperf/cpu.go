@@ -64,7 +64,7 @@ func CPURow(kind string, m MTU, res perfLinkResult, b baselines) string {
 	if b.mmsg.GBps() > 0 {
 		xm = res.write.GBps() / b.mmsg.GBps()
 	}
-	s := fmt.Sprintf("  %s %d: WRITE %s x UDP sendmmsg/recvmmsg (%s GB/s); CPU µs per %d B: WRITE %s, UDP write() %s, UDP sendmmsg %s;"+
+	s := fmt.Sprintf("  cpu %s %d: WRITE %s x UDP sendmmsg/recvmmsg (%s GB/s); CPU µs per %d B: WRITE %s, UDP write() %s, UDP sendmmsg %s;"+
 		" CPU µs per round trip: SEND %s, UDP %s",
 		kind, m.Size, g3(xm), strconv.FormatFloat(b.mmsg.GBps(), 'f', 3, 64), m.Size,
 		f2(perBytes(res.writeCPU, res.write, m.Size)), f2(perBytes(b.streamCPU, b.stream, m.Size)), f2(perBytes(b.mmsgCPU, b.mmsg, m.Size)),
