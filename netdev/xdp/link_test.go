@@ -117,9 +117,6 @@ func TestXDPLinkFrames(t *testing.T) {
 		// One chunk per frame: 4096 less the kernel's 256 bytes of headroom,
 		// the Ethernet header and a VLAN tag.
 		{"no multi-buffer", xdp.Options{NoMultiBuffer: true}, 4096 - 256 - 18},
-		// Bound with XDP_USE_NEED_WAKEUP: Send kicks only when the TX
-		// ring's flag asks (the default kicks every burst).
-		{"need_wakeup", xdp.Options{NeedWakeup: true}, 9000},
 	} {
 		t.Run(c.name, func(t *testing.T) { testXDPLinkFrames(t, c.opts, c.mtu) })
 	}

@@ -34,17 +34,10 @@ package xdp
 //     (BPF_LINK_CREATE), in driver mode when the driver has native XDP (veth
 //     does) and generic (SKB) mode otherwise, so it is detached when the link
 //     is closed or the process dies.
-//   - No need_wakeup by default: the socket is bound without
-//     XDP_USE_NEED_WAKEUP and TX is kicked with sendto after every burst
-//     (copy mode transmits only inside sendto anyway). With the flag, the
-//     kernel's poll of the socket also transmits in copy mode, and the Go
-//     netpoller's epoll_wait polls it after every wake-up of the socket
-//     (each received frame, each TX completion): that transmit took the
-//     socket's mutex against the sendto kicks, 12-15% of the process's CPU
-//     spinning in mutex_spin_on_owner during RC WRITE (issue 19).
-//     Options.NeedWakeup restores the flag: TX is then kicked only when the
-//     TX ring's flag asks for it, and the fill ring with recvfrom when its
-//     flag is set (zero-copy drivers set it; copy mode does not).
+//   - need_wakeup (XDP_USE_NEED_WAKEUP): TX is kicked with sendto only when
+//     the TX ring's flag asks for it (in copy mode it always does: the kernel
+//     transmits from inside sendto); the fill ring is kicked with recvfrom
+//     when its flag is set (zero-copy drivers set it; copy mode does not).
 //   - Receive blocks in the Go netpoller: the socket is wrapped in an
 //     os.File in non-blocking mode, and the receive goroutine, finding the
 //     RX ring empty, parks in RawConn.Read until epoll reports the socket
@@ -146,15 +139,6 @@ type Options struct {
 	// NoMultiBuffer disables XDP_USE_SG: every frame must then fit in one
 	// chunk, and MTU() is reduced to what a chunk holds.
 	NoMultiBuffer bool
-	// NeedWakeup binds with XDP_USE_NEED_WAKEUP. Off by default: in copy
-	// mode the kernel then also transmits from the socket's poll, which
-	// the Go netpoller's epoll_wait calls whenever the socket's wait queue
-	// was woken (every received frame and TX completion), and that
-	// transmit contends for the socket's mutex with the sendto kicks
-	// (issue 19: 12-15% of the process's CPU spinning in
-	// mutex_spin_on_owner during RC WRITE). Without it Send kicks after
-	// every transmit burst, which copy mode needs anyway.
-	NeedWakeup bool
 	// Clock drives the neighbour cache (nil: real time).
 	Clock clock.Clock
 	// Logger receives setup messages (nil: discard).
@@ -246,7 +230,6 @@ type Link struct {
 	kickers    atomic.Int32
 	holders    atomic.Int32 // Hold calls not yet flushed: Send leaves the kick to Flush
 	rxBusy     atomic.Bool  // a goroutine (rxLoop or PollReceive) is consuming the RX ring
-	kickAlways bool         // bound without XDP_USE_NEED_WAKEUP: every TX burst needs a sendto
 	clk        clock.Clock
 	lazyTimer  rearmTimer // FlushLazy's kick
 	flushTimer rearmTimer // armFlush's kick
@@ -452,12 +435,7 @@ func (l *Link) setupSocket(opts Options) error {
 	// kernels refuse the option, which is harmless).
 	_ = unix.SetsockoptInt(fd, unix.SOL_XDP, unix.XDP_MAX_TX_SKB_BUDGET, txSkbBudget)
 
-	flags := uint16(unix.XDP_COPY)
-	if opts.NeedWakeup {
-		flags |= unix.XDP_USE_NEED_WAKEUP
-	} else {
-		l.kickAlways = true
-	}
+	flags := uint16(unix.XDP_COPY | unix.XDP_USE_NEED_WAKEUP)
 	sa := &unix.SockaddrXDP{Flags: flags, Ifindex: uint32(l.ifindex), QueueID: uint32(l.queue)}
 	if !opts.NoMultiBuffer {
 		sa.Flags |= unix.XDP_USE_SG
@@ -737,7 +715,7 @@ func (l *Link) Send(frame []byte) error {
 		l.tx.put(unix.XDPDesc{Addr: chunk, Len: uint32(n), Options: opt})
 	}
 	l.tx.submit()
-	kick := l.txWantsKick()
+	kick := l.tx.needWakeup()
 	l.txMu.Unlock()
 	l.txFrames.Add(1)
 	l.txBytes.Add(uint64(len(frame)))
@@ -791,15 +769,10 @@ func (l *Link) Flush() {
 func (l *Link) kickIfOpen() {
 	l.closeMu.RLock()
 	defer l.closeMu.RUnlock()
-	if !l.closing.Load() && l.tx.pending() > 0 && l.txWantsKick() {
+	if !l.closing.Load() && l.tx.pending() > 0 && l.tx.needWakeup() {
 		l.kickRLocked()
 	}
 }
-
-// txWantsKick reports whether the kernel transmits the TX ring only
-// when kicked: always without XDP_USE_NEED_WAKEUP, else when the ring's
-// flag asks for it.
-func (l *Link) txWantsKick() bool { return l.kickAlways || l.tx.needWakeup() }
 
 // reapLocked moves completed TX chunks back to the free list.
 func (l *Link) reapLocked() {
@@ -843,7 +816,7 @@ func (l *Link) kickRLocked() {
 // tail of descriptors is never stranded until the next Send.
 func (l *Link) drainRLocked() {
 	stalls := 0
-	for l.tx.pending() > 0 && l.txWantsKick() {
+	for l.tx.pending() > 0 && l.tx.needWakeup() {
 		before := atomic.LoadUint32(l.tx.cons)
 		l.txKicks.Add(1)
 		err := unix.Sendto(l.fd, nil, unix.MSG_DONTWAIT, nil)
