@@ -38,6 +38,16 @@ func TestPerfVeth(t *testing.T) {
 			}
 			continue
 		}
+		if len(f) >= 9 && f[0] == "cpu" {
+			// cpu kind mtu: WRITE x x UDP sendmmsg/recvmmsg (GB/s); ...
+			rows["cpu "+f[1]+" "+strings.TrimSuffix(f[2], ":")]++
+			for _, s := range []string{f[4], strings.TrimPrefix(f[8], "(")} {
+				if v, err := strconv.ParseFloat(s, 64); err != nil || !(v > 0) {
+					t.Errorf("%s: %q, want a positive number", line, s)
+				}
+			}
+			continue
+		}
 		if len(f) < 12 || !slices.Contains(vethperf.LinkKinds, f[0]) {
 			continue
 		}
@@ -50,7 +60,11 @@ func TestPerfVeth(t *testing.T) {
 			}
 		}
 	}
-	for _, kind := range append([]string{"busy xdp"}, vethperf.LinkKinds...) {
+	kinds := []string{"busy xdp"}
+	for _, k := range vethperf.LinkKinds {
+		kinds = append(kinds, k, "cpu "+k)
+	}
+	for _, kind := range kinds {
 		for _, mtu := range []string{"4096", "1024"} {
 			if rows[kind+" "+mtu] != 1 {
 				t.Errorf("%d rows for link %s at MTU %s, want 1", rows[kind+" "+mtu], kind, mtu)

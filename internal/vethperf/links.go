@@ -85,6 +85,8 @@ type perfLinkResult struct {
 	write traffic.Result
 	lat   traffic.Latency
 	busy  traffic.Latency // busy-polling ping-pong, on links with a ring to poll
+	// The process's CPU time over each run (both ends; cpu.go).
+	writeCPU, latCPU, busyCPU time.Duration
 }
 
 // runPerfLink opens a device in each namespace on link kind, connects RC
@@ -135,7 +137,9 @@ func runPerfLink(ctx context.Context, net *perfNet, kind string, mtu rvt.MTU, si
 	if err := traffic.Connect(ep[0], ep[1], mtu); err != nil {
 		return res, err
 	}
+	t0 := cpuNow()
 	lat, err := traffic.SendPingpong(ctx, ep[0], ep[1], w[0], w[1], latDur)
+	res.latCPU = cpuSince(t0)
 	if err != nil {
 		return res, fmt.Errorf("SEND ping-pong: %w", err)
 	}
@@ -147,7 +151,9 @@ func runPerfLink(ctx context.Context, net *perfNet, kind string, mtu rvt.MTU, si
 		// The same ping-pong with both sides spinning on their CQ and
 		// draining the AF_XDP ring themselves (rvt.Device.PollLink), as
 		// ib_send_lat polls.
+		t0 := cpuNow()
 		busy, err := traffic.SendPingpong(ctx, ep[0], ep[1], traffic.BusyWaiter{Dev: peers[0].Dev}, traffic.BusyWaiter{Dev: peers[1].Dev}, latDur)
+		res.busyCPU = cpuSince(t0)
 		if err != nil {
 			return res, fmt.Errorf("busy-polling SEND ping-pong: %w", err)
 		}
@@ -165,7 +171,9 @@ func runPerfLink(ctx context.Context, net *perfNet, kind string, mtu rvt.MTU, si
 	if err := traffic.Connect(a, b, mtu); err != nil {
 		return res, err
 	}
+	t0 = cpuNow()
 	wr, err := traffic.WriteRun(a, b, size, dur)
+	res.writeCPU = cpuSince(t0)
 	if err != nil {
 		return res, fmt.Errorf("RDMA WRITE: %w", err)
 	}

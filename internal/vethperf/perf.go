@@ -99,19 +99,29 @@ func Run(ctx context.Context, w io.Writer, cfg Config) (err error) {
 				return err
 			}
 		}
+		var b baselines
+		t0 := cpuNow()
 		base, err := udpStream(ctx, n, m.Size, dur)
 		if err != nil {
 			return fmt.Errorf("kernel UDP throughput at MTU %d: %w", m.Veth, err)
 		}
+		b.stream, b.streamCPU, t0 = base, cpuSince(t0), cpuNow()
+		if b.mmsg, err = udpStreamMmsg(ctx, n, m.Size, dur); err != nil {
+			return fmt.Errorf("kernel UDP sendmmsg throughput at MTU %d: %w", m.Veth, err)
+		}
+		b.mmsgCPU, t0 = cpuSince(t0), cpuNow()
 		baseLat, err := udpPingpong(ctx, n, latDur, false)
 		if err != nil {
 			return fmt.Errorf("kernel UDP ping-pong: %w", err)
 		}
+		b.lat, b.latCPU = baseLat, cpuSince(t0)
 		var baseBusy traffic.Latency
 		if slices.Contains(links, "xdp") {
+			t0 = cpuNow()
 			if baseBusy, err = udpPingpong(ctx, n, latDur, true); err != nil {
 				return fmt.Errorf("kernel UDP busy-polling ping-pong: %w", err)
 			}
+			b.busy, b.busyCPU = baseBusy, cpuSince(t0)
 		}
 		for _, kind := range links {
 			if err := ctx.Err(); err != nil {
@@ -127,6 +137,7 @@ func Run(ctx context.Context, w io.Writer, cfg Config) (err error) {
 				continue
 			}
 			writeRow(w, kind, m, res, base, baseLat, baseBusy)
+			fmt.Fprint(w, CPURow(kind, m, res, b))
 		}
 	}
 	if len(failed) > 0 {

@@ -65,3 +65,30 @@ func TestPerfTable(t *testing.T) {
 		}
 	}
 }
+
+// The cpu line under a link's rows: goodput over the sendmmsg baseline,
+// CPU per MTU-sized packet of goodput and per round trip; the busy pair
+// only where the link measured busy polling.
+func TestCPURow(t *testing.T) {
+	m4k := PathMTUs["4096"]
+	gb := func(v float64) traffic.Result { return traffic.Result{Bytes: int64(v * 1e9), Elapsed: time.Second} }
+	b := baselines{
+		stream: gb(1.0), mmsg: gb(0.8), streamCPU: 1500 * time.Millisecond, mmsgCPU: 1000 * time.Millisecond,
+		lat: perfLatency(3, 5), busy: perfLatency(2, 4), latCPU: 800 * time.Microsecond, busyCPU: 1600 * time.Microsecond,
+	}
+	res := perfLinkResult{write: gb(1.2), lat: perfLatency(6, 40), busy: perfLatency(5, 20),
+		writeCPU: 1200 * time.Millisecond, latCPU: 2 * time.Millisecond, busyCPU: 3 * time.Millisecond}
+	want := "  cpu xdp 4096: WRITE 1.5 x UDP sendmmsg/recvmmsg (0.800 GB/s); CPU µs per 4096 B: WRITE 4.10, " +
+		"UDP write() 6.14, UDP sendmmsg 5.12; CPU µs per round trip: SEND 20.00, UDP 8.00, busy SEND 30.00, busy UDP 16.00\n"
+	if got := CPURow("xdp", m4k, res, b); got != want {
+		t.Errorf("CPURow:\n%q\nwant\n%q", got, want)
+	}
+	res.busy = traffic.Latency{}
+	if got := CPURow("udp", m4k, res, b); strings.Contains(got, "busy") || !strings.HasPrefix(got, "  cpu udp 4096: WRITE 1.5 x") {
+		t.Errorf("CPURow without busy polling: %q", got)
+	}
+	// Nothing measured: zeros, not a division by zero.
+	if got := CPURow("tap", m4k, perfLinkResult{}, baselines{}); !strings.Contains(got, "WRITE 0 x") {
+		t.Errorf("CPURow of nothing: %q", got)
+	}
+}
