@@ -30,6 +30,14 @@ import (
 // BTH and RETH headers, compute and store its ICRC, check the ICRC, and
 // copy the payload out. It returns the goodput of that loop.
 func limitGBps(size int) float64 {
+	g, _ := limitRates(size)
+	return g
+}
+
+// limitRates is limitGBps, also returning the goodput per CPU time of the
+// process over the loop (GB per CPU second), or 0 where the CPU time is
+// not known.
+func limitRates(size int) (wall, cpu float64) {
 	const mtu = 4096
 	hdr := netdev.EthernetHeaderLen + netdev.IPv4HeaderLen + netdev.UDPHeaderLen +
 		transport.BTHLen + transport.RETHLen
@@ -39,7 +47,7 @@ func limitGBps(size int) float64 {
 	binary.BigEndian.PutUint16(ip[2:], uint16(len(ip)))
 	src, dst := make([]byte, size), make([]byte, size)
 	n := max(1, (256<<20)/size)
-	start := time.Now()
+	start, cpu0 := time.Now(), processCPU()
 	for range n {
 		for off := 0; off < size; off += mtu {
 			k := min(mtu, size-off)
@@ -54,7 +62,12 @@ func limitGBps(size int) float64 {
 			copy(dst[off:off+k], pkt[hdr-netdev.EthernetHeaderLen:])
 		}
 	}
-	return float64(n*size) / time.Since(start).Seconds() / 1e9
+	el, cpu1 := time.Since(start), processCPU()
+	wall = float64(n*size) / el.Seconds() / 1e9
+	if cpu0 >= 0 && cpu1 > cpu0 {
+		cpu = float64(n*size) / float64(cpu1-cpu0)
+	}
+	return wall, cpu
 }
 
 func TestLimitGBps(t *testing.T) {
