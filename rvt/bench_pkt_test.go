@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/softverbs/softverbs/clock"
 	"github.com/softverbs/softverbs/keys"
@@ -30,18 +31,26 @@ import (
 // BTH and RETH headers, compute and store its ICRC, check the ICRC, and
 // copy the payload out. It returns the goodput of that loop.
 func limitGBps(size int) float64 {
-	g, _ := limitRates(size)
+	g, _ := limitRates(size, false)
 	return g
 }
 
 // limitRates is limitGBps, also returning the goodput per CPU time of the
 // process over the loop (GB per CPU second), or 0 where the CPU time is
-// not known.
-func limitRates(size int) (wall, cpu float64) {
+// not known. With aligned, the frame is placed so that the payload starts
+// on 64 bytes (as the fabric's buffers place the payload of a packet with
+// no RETH); else it is at the start of a new buffer, as limitGBps has
+// always had it.
+func limitRates(size int, aligned bool) (wall, cpu float64) {
 	const mtu = 4096
 	hdr := netdev.EthernetHeaderLen + netdev.IPv4HeaderLen + netdev.UDPHeaderLen +
 		transport.BTHLen + transport.RETHLen
-	frame := make([]byte, hdr+mtu+transport.ICRCLen)
+	frame := make([]byte, 64+hdr+mtu+transport.ICRCLen)
+	if aligned {
+		a := int(uintptr(unsafe.Pointer(unsafe.SliceData(frame))) % 64)
+		frame = frame[(64-(a+hdr)%64)%64:]
+	}
+	frame = frame[:hdr+mtu+transport.ICRCLen]
 	ip := frame[netdev.EthernetHeaderLen:]
 	ip[0], ip[8], ip[9] = 0x45, 64, 17 // IPv4, TTL, UDP
 	binary.BigEndian.PutUint16(ip[2:], uint16(len(ip)))
