@@ -23,6 +23,11 @@ type benchPair struct {
 	dst    *MR
 	wcs    []WC
 	inline bool
+	// ev, if not nil, is signalled by the CQ's completion handler: reap
+	// then arms the CQ and waits for it when the CQ is empty (the
+	// event-driven consumer of ibv_req_notify_cq), where it would
+	// otherwise spin.
+	ev chan struct{}
 }
 
 // benchNode opens a device (worker pool or inline) with a PD and a CQ.
@@ -76,6 +81,16 @@ func (p *benchPair) reap(want int) (int, error) {
 	for got < want {
 		k := p.n.cq.Poll(p.wcs[:min(len(p.wcs), 64)])
 		if k == 0 {
+			if p.ev != nil {
+				queued, err := p.n.cq.ArmAndCheck(false)
+				if err != nil {
+					return got, err
+				}
+				if !queued {
+					<-p.ev
+				}
+				continue
+			}
 			runtime.Gosched() // let the workers run (2 cores)
 			continue
 		}
@@ -278,15 +293,55 @@ func (p *benchPair) sends(n, post int) error {
 
 // newFabricPair is two devices on the in-memory fabric, one RC QP each.
 func newFabricPair(b *testing.B, size int, inline bool) *benchPair {
+	mode := "workers"
+	if inline {
+		mode = "inline"
+	}
+	return newFabricPairMode(b, size, mode)
+}
+
+// newFabricPairMode is newFabricPair in a FabricWrite mode: "inline",
+// "workers", or "workers-event" (worker pools, and a poster that waits
+// for a completion event instead of spinning).
+func newFabricPairMode(b *testing.B, size int, mode string) *benchPair {
 	fab := fabric.New(clock.Real(), 1)
+	var ev chan struct{}
 	open := func(i byte) *node {
 		mac := netdev.MAC{0x02, 0, 0, 0, 0, i}
 		ip := netip.AddrFrom4([4]byte{198, 18, 0, i})
 		fab.AddAddr(ip, mac)
-		return benchNode(b, Options{Link: fab.NewPort(mac, 9000), MAC: mac,
-			Addrs: []netip.Addr{netip.MustParseAddr("fe80::1"), ip}, Resolve: fab.Resolve}, inline)
+		o := Options{Link: fab.NewPort(mac, 9000), MAC: mac,
+			Addrs: []netip.Addr{netip.MustParseAddr("fe80::1"), ip}, Resolve: fab.Resolve}
+		if mode == "workers-event" && i == 1 {
+			var n *node
+			n, ev = benchNodeEvent(b, o)
+			return n
+		}
+		return benchNode(b, o, mode == "inline")
 	}
-	return newPair(b, open(1), open(2), size, inline)
+	p := newPair(b, open(1), open(2), size, mode == "inline")
+	p.ev = ev
+	return p
+}
+
+// benchNodeEvent is benchNode with worker pools and a CQ whose completion
+// handler signals the returned channel.
+func benchNodeEvent(b *testing.B, o Options) (*node, chan struct{}) {
+	o.Workers = 2
+	d, err := Open(o)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { d.Close() })
+	pd, _ := d.AllocPD()
+	ev := make(chan struct{}, 1)
+	c, _ := d.CreateCQ(1<<14, func(*CQ) {
+		select {
+		case ev <- struct{}{}:
+		default:
+		}
+	})
+	return &node{d: d, pd: pd, cq: c}, ev
 }
 
 // writeGBps streams size-byte RC WRITEs with 16 in flight and returns the
@@ -322,23 +377,55 @@ func (p *benchPair) writeGBps(b *testing.B, size, n int) float64 {
 // and checked, no faults) against the loopback WRITE of the same size
 // measured in the same run (x_loopback), and against the unavoidable work
 // per packet for the same bytes (limitGBps, also in the same run: x_limit).
+//
+// The process's CPU time per WRITE (every goroutine's) is reported beside
+// the wall clock (cpu_ns/op), and cpu_x_limit is the limit's CPU time for
+// the same bytes over it: on a shared machine the wall clock moves with
+// the load, CPU time much less.
+//
+// x_limit_aligned and cpu_x_limit_aligned are the same against the limit
+// loop with its payload on 64 bytes, as the fabric's buffers place the
+// payload of most packets (netdev/fabric's newFrameBuf): the aligned
+// copies are faster, for the limit loop too.
+//
+// Modes: inline (one goroutine does everything), workers (worker pools;
+// the poster spins on its CQ with runtime.Gosched, taking a CPU from the
+// two workers on a 2-CPU machine, and its spinning is counted in the CPU
+// time), workers-event (worker pools; the poster arms its CQ and sleeps
+// until a completion event when the CQ is empty, as an event-driven
+// application, perftest's -e, does).
 func BenchmarkFabricWrite(b *testing.B) {
 	for _, size := range []int{64 << 10, 1 << 20} {
-		for _, mode := range []string{"workers", "inline"} {
+		for _, mode := range []string{"workers", "workers-event", "inline"} {
 			b.Run(fmt.Sprintf("%s/%dKiB", mode, size>>10), func(b *testing.B) {
 				inline := mode == "inline"
-				lim := limitGBps(size)
+				lim, limCPU := limitRates(size, false)
+				limAl, limAlCPU := limitRates(size, true)
 				loop := newBenchPair(b, size, inline)
 				base := loop.writeGBps(b, size, max(64, (64<<20)/size))
-				p := newFabricPair(b, size, inline)
+				p := newFabricPairMode(b, size, mode)
 				b.SetBytes(int64(size))
 				b.ResetTimer()
+				cpu0 := processCPU()
 				gbps := p.writeGBps(b, size, b.N)
+				cpu1 := processCPU()
 				b.StopTimer()
 				b.ReportMetric(gbps, "GB/s")
 				b.ReportMetric(gbps/base, "x_loopback")
 				b.ReportMetric(lim, "limit_GB/s")
 				b.ReportMetric(gbps/lim, "x_limit")
+				if cpu0 >= 0 && cpu1 >= 0 && limCPU > 0 {
+					perOp := float64(cpu1-cpu0) / float64(b.N)
+					b.ReportMetric(perOp, "cpu_ns/op")
+					// limCPU is bytes per CPU nanosecond.
+					b.ReportMetric(float64(size)/limCPU/perOp, "cpu_x_limit")
+					if limAlCPU > 0 {
+						b.ReportMetric(float64(size)/limAlCPU/perOp, "cpu_x_limit_aligned")
+					}
+				}
+				// The limit loop with its payload aligned as the fabric's
+				// buffers align the engine's (the tougher baseline).
+				b.ReportMetric(gbps/limAl, "x_limit_aligned")
 			})
 		}
 	}

@@ -1,6 +1,11 @@
 package fabric
 
-import "sync"
+import (
+	"sync"
+	"unsafe"
+
+	"github.com/softverbs/softverbs/netdev"
+)
 
 // bufPool is a stack of frame buffers of one size, shared by the ports of
 // a fabric. A frame sent with SendOwned is taken on the sender's goroutine
@@ -35,7 +40,27 @@ func (p *bufPool) Get() []byte {
 		return b[:p.size]
 	}
 	p.mu.Unlock()
-	return make([]byte, p.size)
+	return newFrameBuf(p.size)
+}
+
+// frameAlign and frameSkew place a new buffer so that its address is
+// frameSkew past a multiple of frameAlign: a RoCEv2 frame over IPv4 built
+// at its start then has the payload of a packet with no extended header
+// after the BTH (the middle and last packets of a message) on a cache
+// line's start, and one after a RETH on 16 bytes. The copies into and out
+// of the frame run faster aligned.
+const (
+	frameAlign = 64
+	frameSkew  = frameAlign - (netdev.EthernetHeaderLen + netdev.IPv4HeaderLen + netdev.UDPHeaderLen + 12) // 12: the BTH
+)
+
+// newFrameBuf returns a buffer of size bytes whose capacity is size,
+// placed as frameSkew says.
+func newFrameBuf(size int) []byte {
+	raw := make([]byte, size+frameAlign)
+	a := uintptr(unsafe.Pointer(unsafe.SliceData(raw)))
+	off := int((frameSkew - a%frameAlign + frameAlign) % frameAlign)
+	return raw[off : off+size : off+size]
 }
 
 // Put takes b back if it is long enough and the pool is not full.
