@@ -58,7 +58,9 @@
 #                         "-": the default); then options for both ends,
 #                         or with srv: or cli: for the server or client
 #                         only (@self, @peer: that end's address, the
-#                         other's)
+#                         other's); mckey GROUP [MSGS]: the receiver
+#                         (-m GROUP) is the server, the sender (-s) the
+#                         client
 # The overlap of the two processes of multi and mixed is printed (their
 # start and end times, from the host).
 #
@@ -124,6 +126,9 @@ else
 	add dropincm ucmatose 2 10 -S 4096 srv:-b srv:0.0.0.0
 	add dropincm udaddy 2 10 -S 1024 cli:-b cli:@self
 	add dropincm ucmatose 2 10 -P ib
+	add dropincm mckey 239.1.2.30
+	add dropincm mckey 239.1.2.31 20 cli:-o
+	add dropincm mckey 239.1.2.32 - -p 0x2
 fi
 if [ -n "$list" ]; then
 	printf '%s\n' "${cases[@]}"
@@ -396,6 +401,15 @@ run_dropincm() {
 		sv_cli="$tool -s $GIP $opt$(xopts cli "$myip" "$GIP")"
 		rxe_srv="$tool -b $GIP $opt$(xopts srv "$GIP" "$myip")"
 		rxe_cli="$tool -s $myip $opt$(xopts cli "$GIP" "$myip")"
+		;;
+	mckey)
+		# A is the group (IPv4); the receiver is the "server", the
+		# sender (-s, which sends 3 s after its join) the "client".
+		opt="-m $a${b:+ -C $b}"
+		sv_srv="mckey $opt -b $myip$(xopts srv "$myip" "$GIP")"
+		sv_cli="mckey $opt -b $myip -s$(xopts cli "$myip" "$GIP")"
+		rxe_srv="mckey $opt -b $GIP$(xopts srv "$GIP" "$myip")"
+		rxe_cli="mckey $opt -b $GIP -s$(xopts cli "$GIP" "$myip")"
 		;;
 	esac
 	if [ "$role" = sv-server ]; then
