@@ -128,7 +128,6 @@ else
 	add dropincm ucmatose 2 10 -P ib
 	add dropincm mckey 239.1.2.30
 	add dropincm mckey 239.1.2.31 20 cli:-o
-	add dropincm mckey 239.1.2.32 - -p 0x2
 fi
 if [ -n "$list" ]; then
 	printf '%s\n' "${cases[@]}"
