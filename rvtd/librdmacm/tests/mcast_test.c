@@ -68,8 +68,38 @@ static void *leave_thread(void *p)
 	return NULL;
 }
 
-int main(void)
+/* lost: "mcast_test lost": join 239.1.2.42 from rvt0's address, print
+ * "joined", then wait for the MULTICAST_ERROR the daemon sends when the
+ * test takes the address away (TestRdmacmMcastError): status
+ * -ENETRESET, the join's context; the leave then works. */
+static int lost(void)
 {
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	CHECK(ch);
+	struct rdma_cm_id *id;
+	CHECK(rdma_create_id(ch, &id, NULL, RDMA_PS_UDP) == 0);
+	struct sockaddr_in src, group;
+	set_sin(&src, "198.18.0.1");
+	set_sin(&group, "239.1.2.42");
+	CHECK(rdma_bind_addr(id, (struct sockaddr *)&src) == 0);
+	CHECK(rdma_join_multicast(id, (struct sockaddr *)&group, (void *)0xabc) == 0);
+	rdma_ack_cm_event(wait_event(ch, RDMA_CM_EVENT_MULTICAST_JOIN));
+	printf("joined\n");
+	fflush(stdout);
+	struct rdma_cm_event *ev = wait_event(ch, RDMA_CM_EVENT_MULTICAST_ERROR);
+	CHECK(ev->status == -ENETRESET && ev->param.ud.private_data == (void *)0xabc && ev->id == id);
+	rdma_ack_cm_event(ev);
+	CHECK(rdma_leave_multicast(id, (struct sockaddr *)&group) == 0);
+	CHECK(rdma_destroy_id(id) == 0);
+	rdma_destroy_event_channel(ch);
+	printf("PASS\n");
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc > 1 && strcmp(argv[1], "lost") == 0)
+		return lost();
 	struct rdma_event_channel *ch = rdma_create_event_channel();
 	CHECK(ch);
 	struct rdma_cm_id *id;
