@@ -65,7 +65,8 @@
 # start and end times, from the host).
 #
 # Environment: DROPIN_OPTS (more options for the host's ibv_*_pingpong of
-# kind dropin, e.g. "-e "); PEER, GUEST, SVTAP, SVIP, GO, KEEP, KEEP_GUEST as for
+# kind dropin, e.g. "-e "), DROPIN_ENV (more environment for them, e.g.
+# "RVTD_POLL_YIELD=1 "); PEER, GUEST, SVTAP, SVIP, GO, KEEP, KEEP_GUEST as for
 # scripts/interop.sh; CASE_TIMEOUT (120); QLEN (4096, the guest TAP's
 # txqueuelen). A capture of UDP 4791 on the TAP over the whole run is
 # $WORK/rvtd.pcap (kept on failure or with KEEP=1), rvtd's log
@@ -183,7 +184,7 @@ host_cmd() {
 	[ "$tr" = ib_atomic_bw ] && s=
 	case $k in
 	pp) echo "timeout $T $RVT pingpong --rvtd $SOCK -d $DEV --$tr -g 1 -s $size -n $iters -c $m -p $port --timeout ${T}s $peer" ;;
-	dropin) echo "timeout $T env LD_LIBRARY_PATH=$LIBDIR RVTD_SOCKET=$SOCK ibv_${tr}_pingpong -d $DEV -g 1 -s $size -n $iters -c $m -p $port ${DROPIN_OPTS:-}$peer" ;;
+	dropin) echo "timeout $T env LD_LIBRARY_PATH=$LIBDIR RVTD_SOCKET=$SOCK ${DROPIN_ENV:-}ibv_${tr}_pingpong -d $DEV -g 1 -s $size -n $iters -c $m -p $port ${DROPIN_OPTS:-}$peer" ;;
 	perf-rvt) echo "timeout $T $RVT $tr --rvtd $SOCK -d $DEV -x 1 $s -n $iters -p $port --timeout ${T}s $peer" ;;
 	perf-dropin) echo "timeout $T env LD_LIBRARY_PATH=$LIBDIR RVTD_SOCKET=$SOCK $tr -d $DEV -x 1 $s -n $iters -p $port $peer" ;;
 	esac
