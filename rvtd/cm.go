@@ -321,8 +321,14 @@ func (ss *session) cmIDOf(o *cmIDObj) *cm.ID {
 	return o.b.id
 }
 
-// cmNewID makes a cm.ID for o on d's agent.
+// cmNewID makes a cm.ID for o on d's agent. An ID of the IPoIB port
+// space gets none: every device is RoCE (an Ethernet link layer), and
+// Linux's cma refuses RDMA_PS_IPOIB on one with EINVAL when it binds,
+// resolves or takes a request (cma_acquire_dev_by_src_ip), as rxe does.
 func (ss *session) cmNewID(o *cmIDObj, d *device) (*cm.ID, error) {
+	if o.ps == cm.PSIPoIB {
+		return nil, proto.EINVAL
+	}
 	a, err := cm.AgentFor(d.dev)
 	if err != nil {
 		return nil, proto.ENODEV

@@ -386,6 +386,7 @@ func (d *device) event(e rvt.Event) {
 			for _, c := range ss.contexts(d) {
 				ss.asyncEvent(c, 0, uint32(max(e.Port, 1)), uint32(e.Type))
 			}
+			ss.cmMcastPortEvent(d, e.Type) // joins lost (cmmcasterr.go)
 		}
 	}
 }

@@ -205,6 +205,11 @@ check_cm_out() {
 		[ "$n" = "$want" ] || { log "$who: $n of $want ping data lines"; return 1; }
 		! grep -q 'data mismatch' "$f" || { log "$who: data mismatch"; return 1; }
 		;;
+	mckey)
+		grep -q "joined dgid: ::ffff:$5 " "$f" || { log "$who: no join of ::ffff:$5"; return 1; }
+		grep -q '^test complete$' "$f" && grep -q '^return status 0$' "$f" &&
+			grep -q '^data transfers complete$' "$f" || { log "$who: not complete"; return 1; }
+		;;
 	ucmatose | udaddy)
 		grep -q '^test complete$' "$f" && grep -q '^return status 0$' "$f" &&
 			grep -q '^data transfers complete$' "$f" || { log "$who: not complete"; return 1; }

@@ -58,11 +58,15 @@
 #                         "-": the default); then options for both ends,
 #                         or with srv: or cli: for the server or client
 #                         only (@self, @peer: that end's address, the
-#                         other's)
+#                         other's); mckey GROUP [MSGS]: the receiver
+#                         (-m GROUP) is the server, the sender (-s) the
+#                         client
 # The overlap of the two processes of multi and mixed is printed (their
 # start and end times, from the host).
 #
-# Environment: PEER, GUEST, SVTAP, SVIP, GO, KEEP, KEEP_GUEST as for
+# Environment: DROPIN_OPTS (more options for the host's ibv_*_pingpong of
+# kind dropin, e.g. "-e "), DROPIN_ENV (more environment for them, e.g.
+# "RVTD_POLL_YIELD=1 "); PEER, GUEST, SVTAP, SVIP, GO, KEEP, KEEP_GUEST as for
 # scripts/interop.sh; CASE_TIMEOUT (120); QLEN (4096, the guest TAP's
 # txqueuelen). A capture of UDP 4791 on the TAP over the whole run is
 # $WORK/rvtd.pcap (kept on failure or with KEEP=1), rvtd's log
@@ -124,6 +128,8 @@ else
 	add dropincm ucmatose 2 10 -S 4096 srv:-b srv:0.0.0.0
 	add dropincm udaddy 2 10 -S 1024 cli:-b cli:@self
 	add dropincm ucmatose 2 10 -P ib
+	add dropincm mckey 239.1.2.30
+	add dropincm mckey 239.1.2.31 20 cli:-o
 fi
 if [ -n "$list" ]; then
 	printf '%s\n' "${cases[@]}"
@@ -178,7 +184,7 @@ host_cmd() {
 	[ "$tr" = ib_atomic_bw ] && s=
 	case $k in
 	pp) echo "timeout $T $RVT pingpong --rvtd $SOCK -d $DEV --$tr -g 1 -s $size -n $iters -c $m -p $port --timeout ${T}s $peer" ;;
-	dropin) echo "timeout $T env LD_LIBRARY_PATH=$LIBDIR RVTD_SOCKET=$SOCK ibv_${tr}_pingpong -d $DEV -g 1 -s $size -n $iters -c $m -p $port $peer" ;;
+	dropin) echo "timeout $T env LD_LIBRARY_PATH=$LIBDIR RVTD_SOCKET=$SOCK ${DROPIN_ENV:-}ibv_${tr}_pingpong -d $DEV -g 1 -s $size -n $iters -c $m -p $port ${DROPIN_OPTS:-}$peer" ;;
 	perf-rvt) echo "timeout $T $RVT $tr --rvtd $SOCK -d $DEV -x 1 $s -n $iters -p $port --timeout ${T}s $peer" ;;
 	perf-dropin) echo "timeout $T env LD_LIBRARY_PATH=$LIBDIR RVTD_SOCKET=$SOCK $tr -d $DEV -x 1 $s -n $iters -p $port $peer" ;;
 	esac
@@ -396,6 +402,15 @@ run_dropincm() {
 		sv_cli="$tool -s $GIP $opt$(xopts cli "$myip" "$GIP")"
 		rxe_srv="$tool -b $GIP $opt$(xopts srv "$GIP" "$myip")"
 		rxe_cli="$tool -s $myip $opt$(xopts cli "$GIP" "$myip")"
+		;;
+	mckey)
+		# A is the group (IPv4); the receiver is the "server", the
+		# sender (-s, which sends 3 s after its join) the "client".
+		opt="-m $a${b:+ -C $b}"
+		sv_srv="mckey $opt -b $myip$(xopts srv "$myip" "$GIP")"
+		sv_cli="mckey $opt -b $myip -s$(xopts cli "$myip" "$GIP")"
+		rxe_srv="mckey $opt -b $GIP$(xopts srv "$GIP" "$myip")"
+		rxe_cli="mckey $opt -b $GIP -s$(xopts cli "$GIP" "$myip")"
 		;;
 	esac
 	if [ "$role" = sv-server ]; then

@@ -13,16 +13,27 @@ import (
 // librdmacm: a receiver bound to rvt0's address joins 239.1.2.x and
 // waits for 10 datagrams, a sender bound to rvt1's joins the same group
 // (as a full member, and with -o as a send-only one) and sends them to
-// QP 0xFFFFFF; again in the IPoIB port space (-p 0x2: Q_Key 0). Both print the MGID Linux's cma makes on RoCE v2
-// (::ffff:239.1.2.x), both exit 0.
+// QP 0xFFFFFF. Both print the MGID Linux's cma makes on RoCE v2
+// (::ffff:239.1.2.x), both exit 0. In the IPoIB port space (-p 0x2) both
+// fail to bind with EINVAL, as over rxe: Linux's cma refuses
+// RDMA_PS_IPOIB on a RoCE port.
 func TestMckey(t *testing.T) {
 	build := rdmacmLib(t)
 	sock := startDaemon(t)
-	for i, tc := range []struct{ both, sender []string }{{nil, nil}, {nil, []string{"-o"}}, {[]string{"-p", "0x2"}, nil}} {
+	for i, tc := range []struct{ both, sender []string }{{nil, nil}, {nil, []string{"-o"}}} {
 		t.Run(strings.Join(append(append([]string{"mckey"}, tc.both...), tc.sender...), " "), func(t *testing.T) {
 			mckeyPair(t, build, sock, nil, fmt.Sprintf("239.1.2.%d", 10+i), tc.both, tc.sender)
 		})
 	}
+	t.Run("mckey -p 0x2", func(t *testing.T) {
+		bin := tool(t, "mckey")
+		for _, args := range [][]string{{"-b", cmServerAddr}, {"-b", cmClientAddr, "-s"}} {
+			err, out := start(t, build, sock, 30*time.Second, nil, bin, append([]string{"-m", "239.1.2.12", "-p", "0x2"}, args...)...).wait()
+			if err == nil || !strings.Contains(out, "mckey: addr bind failure: Invalid argument") || strings.Contains(out, "joined dgid") {
+				t.Errorf("mckey -p 0x2 %v: %v, want rxe's bind failure (EINVAL):\n%s", args, err, out)
+			}
+		}
+	})
 }
 
 // TestMckeyASan is TestMckey's first case with both libraries built with

@@ -1064,7 +1064,7 @@ RVM_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma
 			case RDMA_CM_EVENT_MULTICAST_JOIN:
 			case RDMA_CM_EVENT_MULTICAST_ERROR:
 				ud_param_of(e, &w);
-				if (rvm_mc_event(r, &e->ev, &w)) {
+				if (rvm_mc_event(r, &e->ev, &w, &e->mc)) {
 					free(e); /* about a group left meanwhile */
 					undeliver(r, NULL);
 					continue;
@@ -1101,6 +1101,8 @@ RVM_EXPORT int rdma_ack_cm_event(struct rdma_cm_event *event)
 	struct rvm_evt *e = rvm_container_of(event, struct rvm_evt, ev);
 	if (getenv("RVM_DEBUG"))
 		rvm_warn("ack %s id %p", rdma_event_str(event->event), (void *)e->id);
+	if (e->mc)
+		rvm_mc_acked(e->mc);
 	undeliver(e->id, e->listen);
 	free(e);
 	return 0;

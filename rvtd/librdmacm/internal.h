@@ -67,6 +67,7 @@ static inline struct rvm_id *to_rid(struct rdma_cm_id *id) { return rvm_containe
 struct rvm_evt {
 	struct rdma_cm_event ev;
 	struct rvm_id *id, *listen; /* whose counts the ack completes */
+	void *mc; /* the multicast join whose count the ack completes (mcast.c) */
 	uint8_t pdata[RVM_PRIVATE_MAX];
 };
 
@@ -86,7 +87,8 @@ int rvm_sync_wait(struct rvm_id *r, enum rdma_cm_event_type want);
 
 /* mcast.c */
 struct rvm_event;
-int rvm_mc_event(struct rvm_id *r, struct rdma_cm_event *ev, const struct rvm_event *w);
+int rvm_mc_event(struct rvm_id *r, struct rdma_cm_event *ev, const struct rvm_event *w, void **mc);
+void rvm_mc_acked(void *mc);
 void rvm_mc_forget(struct rvm_id *r);
 
 #endif

@@ -2,7 +2,9 @@
  * cm_leave_multicast): the joins of each ID, the MULTICAST_JOIN and
  * MULTICAST_ERROR events (the join's context as the UD private data, the
  * QP attached to the group, as librdmacm does over the kernel) and the
- * leave (the QP detached first). */
+ * leave (the QP detached first; then, as librdmacm over ucma, it waits
+ * until the program acknowledged every event it was handed about the
+ * join: events not yet handed out are dropped, as ucma drops them). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdlib.h>
@@ -17,6 +19,8 @@ struct rvm_mc {
 	int attached; /* the ID's QP is attached to mgid */
 	union ibv_gid mgid;
 	uint16_t mlid;
+	uint32_t delivered; /* events about the join handed out (mc_lock) */
+	uint32_t acked;	    /* and acknowledged (rvm_lock) */
 	struct rvm_mc *next;
 };
 
@@ -114,6 +118,8 @@ RVM_EXPORT int rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr
 		return rvm_err(err);
 	pthread_mutex_lock(&mc_lock);
 	struct rvm_mc *m = find_locked(r, &a, 1);
+	/* Unlinked: no more events about it are handed out. */
+	uint32_t delivered = m ? m->delivered : 0;
 	pthread_mutex_unlock(&mc_lock);
 	if (!m)
 		return rvm_err(EADDRNOTAVAIL); /* librdmacm's answer */
@@ -121,11 +127,46 @@ RVM_EXPORT int rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr
 		ibv_detach_mcast(id->qp, &m->mgid, m->mlid);
 	struct rvm_join req = {.addr = a};
 	err = rvm_call(RVM_OP_LEAVE_MULTICAST, r->handle, &req, sizeof(req), NULL, 0, NULL);
-	free(m);
+	if (r->sync && r->sync_ev) {
+		/* A synchronous ID keeps its last event until its next call. */
+		rdma_ack_cm_event(r->sync_ev);
+		r->sync_ev = NULL;
+		r->id.event = NULL;
+	}
+	/* As librdmacm: wait for the acknowledgement of every event handed
+	 * out about the join. Like rdma_destroy_id, give up after 2 s and
+	 * keep m allocated then, so that a late ack writes to live memory. */
+	int late = 0;
+	pthread_mutex_lock(&rvm_lock);
+	while (m->acked != delivered) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += 2;
+		if (pthread_cond_timedwait(&rvm_cond, &rvm_lock, &ts) == ETIMEDOUT &&
+		    m->acked != delivered) {
+			late = 1;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&rvm_lock);
+	if (late && getenv("RVM_DEBUG"))
+		rvm_warn("leave: %u events about the join handed out, %u acknowledged; going on",
+			 delivered, m->acked);
+	if (!late)
+		free(m);
 	return rvm_err(err);
 }
 
-int rvm_mc_event(struct rvm_id *r, struct rdma_cm_event *ev, const struct rvm_event *w)
+void rvm_mc_acked(void *mc)
+{
+	struct rvm_mc *m = mc;
+	pthread_mutex_lock(&rvm_lock);
+	m->acked++;
+	pthread_cond_broadcast(&rvm_cond);
+	pthread_mutex_unlock(&rvm_lock);
+}
+
+int rvm_mc_event(struct rvm_id *r, struct rdma_cm_event *ev, const struct rvm_event *w, void **mc)
 {
 	pthread_mutex_lock(&mc_lock);
 	struct rvm_mc *m = find_locked(r, &w->dst_addr, 0);
@@ -133,6 +174,8 @@ int rvm_mc_event(struct rvm_id *r, struct rdma_cm_event *ev, const struct rvm_ev
 		pthread_mutex_unlock(&mc_lock);
 		return -1; /* left meanwhile */
 	}
+	m->delivered++;
+	*mc = m;
 	ev->param.ud.private_data = m->context;
 	ev->param.ud.private_data_len = 0;
 	int attach = ev->event == RDMA_CM_EVENT_MULTICAST_JOIN && r->id.qp &&
@@ -160,14 +203,17 @@ int rvm_mc_event(struct rvm_id *r, struct rdma_cm_event *ev, const struct rvm_ev
 
 void rvm_mc_forget(struct rvm_id *r)
 {
+	pthread_mutex_lock(&rvm_lock);
 	pthread_mutex_lock(&mc_lock);
 	for (struct rvm_mc **p = &mcs; *p;) {
 		struct rvm_mc *m = *p;
 		if (m->r == r) {
 			*p = m->next;
-			free(m);
+			if (m->acked == m->delivered)
+				free(m); /* else an ack is still to come: kept */
 		} else
 			p = &m->next;
 	}
 	pthread_mutex_unlock(&mc_lock);
+	pthread_mutex_unlock(&rvm_lock);
 }
