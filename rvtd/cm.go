@@ -66,6 +66,9 @@ type cmIDObj struct {
 	dead     bool
 
 	mc map[netip.Addr]bool // multicast groups joined (cmmcast.go; session.mu)
+	// mcLost: joined groups MULTICAST_ERROR has reported lost, once each
+	// (cmmcasterr.go; session.mu).
+	mcLost map[netip.Addr]bool
 }
 
 // cmSession is a session's connection manager state.

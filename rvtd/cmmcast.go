@@ -84,6 +84,7 @@ func (ss *session) cmLeaveMulticast(o *cmIDObj, m *proto.CMMulticast) error {
 		return proto.ENOENT // ucma: no such join on the ID
 	}
 	delete(o.mc, g)
+	delete(o.mcLost, g)
 	return nil
 }
 

@@ -16,8 +16,8 @@ import (
 // event (ENETRESET) and cma passes it on as RDMA_CM_EVENT_MULTICAST_ERROR,
 // the daemon sends one record per lost join, with status -ENETRESET,
 // dst_addr the group (the library matches it to the join's context) and
-// ud 1. The join stays listed on the ID: the program leaves it (and
-// detaches its QP), as it must over the kernel.
+// ud 1, once per join. The join stays listed on the ID: the program
+// leaves it (and detaches its QP), as it must over the kernel.
 
 // mcErrStatus is -ENETRESET, the status of MULTICAST_ERROR.
 const mcErrStatus = -102
@@ -47,7 +47,9 @@ func (ss *session) cmMcastPortEvent(d *device, typ rvt.EventType) {
 		}
 		groups := make([]netip.Addr, 0, len(o.mc))
 		for g := range o.mc {
-			groups = append(groups, g)
+			if !o.mcLost[g] { // reported once, as the kernel's
+				groups = append(groups, g)
+			}
 		}
 		sort.Slice(groups, func(i, j int) bool { return groups[i].Less(groups[j]) })
 		for _, g := range groups {
@@ -58,6 +60,10 @@ func (ss *session) cmMcastPortEvent(d *device, typ rvt.EventType) {
 				panic(err) // a fixed layout: cannot fail
 			}
 			o.reported++
+			if o.mcLost == nil {
+				o.mcLost = make(map[netip.Addr]bool)
+			}
+			o.mcLost[g] = true
 			l = append(l, out{o.ch, b})
 		}
 	}

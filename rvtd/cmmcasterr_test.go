@@ -18,7 +18,8 @@ const evMulticastError = 13
 // GID change of rvt0 that keeps the member's address loses nothing; one
 // that takes it away loses rvt0's join: MULTICAST_ERROR (status
 // -ENETRESET, the group as dst_addr, the ID's context) on its channel
-// only, and nothing for rvt1's. The join stays listed until left.
+// only, and nothing for rvt1's; once, whatever changes follow. The join
+// stays listed until left.
 func TestCMMulticastError(t *testing.T) {
 	srv, sock := startDaemon(t)
 	group := netip.AddrPortFrom(netip.MustParseAddr("239.1.2.5"), 0)
@@ -56,6 +57,11 @@ func TestCMMulticastError(t *testing.T) {
 	}
 	if ev, err := tx.ch.GetEvent(300 * time.Millisecond); err == nil {
 		t.Errorf("rvt1's member got an event: %+v", ev)
+	}
+	// A later change, the address still gone: the lost join is not
+	// reported again.
+	if err := dev.SetAddrs(netdev.GIDOrder(mac, []netip.Addr{netip.MustParseAddr("198.18.0.10")})); err != nil {
+		t.Fatal(err)
 	}
 	if ev, err := rx.ch.GetEvent(300 * time.Millisecond); err == nil {
 		t.Errorf("a second event: %+v", ev)
