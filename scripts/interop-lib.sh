@@ -210,6 +210,20 @@ check_cm_out() {
 		grep -q '^test complete$' "$f" && grep -q '^return status 0$' "$f" &&
 			grep -q '^data transfers complete$' "$f" || { log "$who: not complete"; return 1; }
 		;;
+	cmtime)
+		# The client's table, every step with figures; nothing failed
+		# (cmtime exits 0 whatever happened). The server prints nothing.
+		if [ "$side" = client ]; then
+			local step
+			for step in 'create id' 'bind addr' 'resolve addr' 'resolve route' 'create qp' connect disconnect destroy; do
+				grep -Eq "^$step *: +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+$" "$f" || { log "$who: no figures for $step"; return 1; }
+			done
+		fi
+		! grep -Eq 'fail|event:' "$f" || { log "$who: a failure"; return 1; }
+		;;
+	rdma_xclient)
+		grep -Eq "^rdma_x(client|server): end 0$" "$f" || { log "$who: did not end with 0"; return 1; }
+		;;
 	ucmatose | udaddy)
 		grep -q '^test complete$' "$f" && grep -q '^return status 0$' "$f" &&
 			grep -q '^data transfers complete$' "$f" || { log "$who: not complete"; return 1; }

@@ -60,7 +60,9 @@
 #                         only (@self, @peer: that end's address, the
 #                         other's); mckey GROUP [MSGS]: the receiver
 #                         (-m GROUP) is the server, the sender (-s) the
-#                         client
+#                         client; cmtime N: N connections (the server is
+#                         ended when the client is done); rdma_xclient
+#                         PORT: rdma_xserver and rdma_xclient over RC
 # The overlap of the two processes of multi and mixed is printed (their
 # start and end times, from the host).
 #
@@ -130,6 +132,8 @@ else
 	add dropincm ucmatose 2 10 -P ib
 	add dropincm mckey 239.1.2.30
 	add dropincm mckey 239.1.2.31 20 cli:-o
+	add dropincm cmtime 100
+	add dropincm rdma_xclient 7471
 fi
 if [ -n "$list" ]; then
 	printf '%s\n' "${cases[@]}"
@@ -375,7 +379,7 @@ run_dropincm() {
 	local name=$1 role=$2 tool=$3 a=$4 rest=${5:-} ok=1 myip=${SVIP%/*} hpid b
 	local hout=$WORK/$name.h0.txt gout=$WORK/$name.g0.txt
 	local env=(env LD_LIBRARY_PATH="$LIBDIR" RVTD_SOCKET="$SOCK")
-	local opt sv_srv sv_cli rxe_srv rxe_cli
+	local opt sv_srv sv_cli rxe_srv rxe_cli forever=
 	read -r b rest <<<"$rest"
 	[ "$b" = - ] && b=
 	# xopts SIDE SELF PEER: the OPTs for the server or client SIDE.
@@ -412,6 +416,22 @@ run_dropincm() {
 		rxe_srv="mckey $opt -b $GIP$(xopts srv "$GIP" "$myip")"
 		rxe_cli="mckey $opt -b $GIP -s$(xopts cli "$GIP" "$myip")"
 		;;
+	cmtime)
+		# A connections set up at once, then torn down; the server
+		# never exits by itself (ended once the client is done).
+		forever=1
+		sv_srv="cmtime -b $myip$(xopts srv "$myip" "$GIP")"
+		sv_cli="cmtime -s $GIP -b $myip -c $a$(xopts cli "$myip" "$GIP")"
+		rxe_srv="cmtime -b $GIP$(xopts srv "$GIP" "$myip")"
+		rxe_cli="cmtime -s $myip -b $GIP -c $a$(xopts cli "$GIP" "$myip")"
+		;;
+	rdma_xclient)
+		# A is the port; RC (the tools' default): one 16-byte inline SEND.
+		sv_srv="rdma_xserver -p $a"
+		sv_cli="rdma_xclient -s $GIP -p $a"
+		rxe_srv="rdma_xserver -p $a"
+		rxe_cli="rdma_xclient -s $myip -p $a"
+		;;
 	esac
 	if [ "$role" = sv-server ]; then
 		# A plain command (not nsx), so that $! is the tool's own PID.
@@ -424,17 +444,30 @@ run_dropincm() {
 		if [ $ok = 1 ] && ! "$PEERSH" run "$G" "timeout $T $rxe_cli" >"$gout" 2>&1; then
 			ok=0
 		fi
-		[ $ok = 1 ] || kill "$hpid" 2>/dev/null || true
-		wait "$hpid" || ok=0
+		if [ $ok = 1 ] && [ -n "$forever" ]; then
+			kill "$hpid" 2>/dev/null || { log "$name: host server ended"; ok=0; }
+			wait "$hpid" || true
+		else
+			[ $ok = 1 ] || kill "$hpid" 2>/dev/null || true
+			wait "$hpid" || ok=0
+		fi
 		[ $ok = 1 ] && check_cm_out "$hout" "$tool" "$name host" server "$a" || ok=0
 		[ $ok = 1 ] && check_cm_out "$gout" "$tool" "$name rxe" client "$a" || ok=0
 	else
-		guest_job=$("$PEERSH" spawn "$G" "timeout $T $rxe_srv")
+		# --foreground: the tool stays in the job's process group, which
+		# "peer.sh stop" signals (plain timeout makes a group of its own,
+		# and the tool would outlive the stop).
+		guest_job=$("$PEERSH" spawn "$G" "timeout --foreground $T $rxe_srv")
 		sleep "$DELAY"
 		# shellcheck disable=SC2086
 		nsx timeout "$((T + 30))" "${env[@]}" $sv_cli >"$hout" 2>&1 || ok=0
-		[ $ok = 1 ] || "$PEERSH" stop "$G" "$guest_job" >/dev/null 2>&1 || true
-		"$PEERSH" wait "$G" "$guest_job" "$((T + 30))" >"$gout" 2>&1 || ok=0
+		if [ -n "$forever" ]; then
+			"$PEERSH" stop "$G" "$guest_job" >/dev/null 2>&1 || true
+			"$PEERSH" wait "$G" "$guest_job" "$((T + 30))" >"$gout" 2>&1 || true
+		else
+			[ $ok = 1 ] || "$PEERSH" stop "$G" "$guest_job" >/dev/null 2>&1 || true
+			"$PEERSH" wait "$G" "$guest_job" "$((T + 30))" >"$gout" 2>&1 || ok=0
+		fi
 		guest_job=
 		[ $ok = 1 ] && check_cm_out "$hout" "$tool" "$name host" client "$a" || ok=0
 		[ $ok = 1 ] && check_cm_out "$gout" "$tool" "$name rxe" server "$a" || ok=0
