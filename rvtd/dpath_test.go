@@ -21,6 +21,28 @@ func withQP(n *node, q *client.QP) *node {
 	return &m
 }
 
+// connectQPs connects qa (of a's session) and qb (of b's) to each other
+// and returns a and b with them as their QPs.
+func connectQPs(t *testing.T, a, b *node, qa, qb *client.QP) (na, nb *node) {
+	t.Helper()
+	na, nb = withQP(a, qa), withQP(b, qb)
+	ea, err := na.endpoint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	eb, err := nb.endpoint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := na.connect(eb); err != nil {
+		t.Fatal(err)
+	}
+	if err := nb.connect(ea); err != nil {
+		t.Fatal(err)
+	}
+	return na, nb
+}
+
 // qpCounters returns the counters of one of the session's QPs (or of the
 // device, for the device handle).
 func qpCounters(t *testing.T, n *node, handle uint32) map[string]uint64 {
@@ -167,15 +189,7 @@ func srqPair(t *testing.T, sock string, srqWR uint32, cookie uint64, sendWR uint
 	if err != nil {
 		t.Fatal(err)
 	}
-	na, nb = withQP(a, qa), withQP(b, q)
-	ea, _ := na.endpoint()
-	eb, _ := nb.endpoint()
-	if err := na.connect(eb); err != nil {
-		t.Fatal(err)
-	}
-	if err := nb.connect(ea); err != nil {
-		t.Fatal(err)
-	}
+	na, nb = connectQPs(t, a, b, qa, q)
 	return a, b, na, nb, srq
 }
 
@@ -521,8 +535,6 @@ func TestSRQBadAndCorrupt(t *testing.T) {
 	_, sock := startDaemon(t)
 	const pd = 2
 	a, b, na, nb, srq := srqPair(t, sock, 8, 0x77, 16)
-	ea, _ := na.endpoint()
-	eb, _ := nb.endpoint()
 	if err := srq.PostRecv(1, client.SGE{Addr: b.mr.Addr, Length: 64, LKey: b.mr.LKey + 1}); err != nil { // not our lkey
 		t.Fatal(err)
 	}
@@ -550,15 +562,7 @@ func TestSRQBadAndCorrupt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	na, nb = withQP(a, qa2), withQP(b, q2)
-	ea, _ = na.endpoint()
-	eb, _ = nb.endpoint()
-	if err := na.connect(eb); err != nil {
-		t.Fatal(err)
-	}
-	if err := nb.connect(ea); err != nil {
-		t.Fatal(err)
-	}
+	connectQPs(t, a, b, qa2, q2)
 	postSend(t, a, qa2, 2, 0, 32, 2)
 	for {
 		ev, err := b.dev.ReadAsyncEvent()
@@ -607,15 +611,7 @@ func TestInlineSendList(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	na, nb := withQP(a, qa), withQP(b, qb)
-	ea, _ := na.endpoint()
-	eb, _ := nb.endpoint()
-	if err := na.connect(eb); err != nil {
-		t.Fatal(err)
-	}
-	if err := nb.connect(ea); err != nil {
-		t.Fatal(err)
-	}
+	connectQPs(t, a, b, qa, qb)
 	if err := qb.PostRecvList(wrids, sges); err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package rvtd_test
 
 import (
-	"context"
 	"errors"
 	"testing"
 
@@ -13,16 +12,7 @@ import (
 func TestSessionLimits(t *testing.T) {
 	cfg := rvtd.DefaultConfig()
 	cfg.Limits = rvtd.Limits{QPs: 1, MRs: 1, CQEntries: 64, MemBytes: 1 << 20}
-	srv, err := rvtd.New(cfg, rvtd.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown(context.Background())
-	sock := t.TempDir() + "/rvtd.sock"
-	if err := srv.Listen(sock); err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve()
+	_, sock := startDaemonConfig(t, cfg)
 	for round := 0; round < 2; round++ { // per session: a second session gets the same
 		c, err := client.Dial(sock, "limits")
 		if err != nil {
@@ -79,17 +69,7 @@ func TestSessionLimits(t *testing.T) {
 // thousands of connections: an rdma_cm ID and a QP each) and report the
 // device's own maxima where the session's are larger.
 func TestSessionLimitsDefault(t *testing.T) {
-	cfg := rvtd.DefaultConfig()
-	srv, err := rvtd.New(cfg, rvtd.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown(context.Background())
-	sock := t.TempDir() + "/rvtd.sock"
-	if err := srv.Listen(sock); err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve()
+	srv, sock := startDaemon(t)
 	c, err := client.Dial(sock, "limits")
 	if err != nil {
 		t.Fatal(err)

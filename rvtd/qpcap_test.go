@@ -43,15 +43,7 @@ func TestQPInlineAtLeastSGEs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	na, nb := withQP(a, qa), withQP(b, qb)
-	ea, _ := na.endpoint()
-	eb, _ := nb.endpoint()
-	if err := na.connect(eb); err != nil {
-		t.Fatal(err)
-	}
-	if err := nb.connect(ea); err != nil {
-		t.Fatal(err)
-	}
+	na, nb := connectQPs(t, a, b, qa, qb)
 	if err := qb.PostRecv(5, client.SGE{Addr: b.mr.Addr, Length: 64, LKey: b.mr.LKey}); err != nil {
 		t.Fatal(err)
 	}
