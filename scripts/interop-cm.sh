@@ -82,7 +82,7 @@ for c in "${cases[@]}"; do
 	sout=$WORK/$name.rvt.txt
 	gout=$WORK/$name.rxe.txt
 	case $lk in
-	tap) pre=(ip netns exec "$NS") myip=${SVIP%/*} link=(--tap "$TAP" --ip "$SVIP" --link-mtu "$guest_mtu") ;;
+	tap) pre=(ip netns exec "$NS") myip=${SVIP%/*} link=(--tap "$TAP" --ip "$SVIP" --mac "$SVMAC" --link-mtu "$guest_mtu") ;;
 	udp) pre=(ip netns exec "$NS") myip=$HOSTIP link=(--udp "$HOSTIP") ;;
 	xdp) pre=(ip netns exec "$XNS") myip=$XIP link=(--xdp "$XIF") ;;
 	esac

@@ -139,7 +139,7 @@ for c in "${cases[@]}"; do
 		rvt_args=(pingpong --udp "$HOSTIP")
 	else
 		rns=$NS oob=$HOSTIP
-		rvt_args=(pingpong --tap "$TAP" --ip "$SVIP" --link-mtu "$lmtu")
+		rvt_args=(pingpong --tap "$TAP" --ip "$SVIP" --mac "$SVMAC" --link-mtu "$lmtu")
 	fi
 	# A plain command (not a function), so that $! is its own PID.
 	pre=()
