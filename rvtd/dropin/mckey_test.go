@@ -66,18 +66,31 @@ func TestMckeyASan(t *testing.T) {
 func mckeyPair(t *testing.T, build, sock string, env []string, group string, both, extra []string) (string, string) {
 	t.Helper()
 	bin := tool(t, "mckey")
-	rx := start(t, build, sock, 60*time.Second, env, bin, append([]string{"-m", group, "-b", cmServerAddr}, both...)...)
-	// The receiver posts its receives and attaches its QP as soon as it
-	// joins; the sender sends 3 s after its own join (mckey's pause), so
-	// a second's head start is ample. (mckey's output is a pipe's,
-	// buffered until it exits: nothing to wait on.)
-	time.Sleep(time.Second)
+	// The receiver's output line by line (stdbuf: mckey's stdout is a
+	// pipe, else buffered until it exits), so that the sender starts only
+	// once the receiver has joined: it has then posted its receives, and
+	// the library has attached its QP to the group. (A fixed head start
+	// of a second was not always enough under CI's load: the datagrams
+	// went out before the receiver's join and were not for it.)
+	rx := start(t, build, sock, 60*time.Second, env, "stdbuf", append([]string{"-oL", bin, "-m", group, "-b", cmServerAddr}, both...)...)
+	joined := "mckey: joined dgid: ::ffff:" + group + " mlid 0x0 sl 0"
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(rx.stdout.String(), joined) {
+		select {
+		case <-rx.done:
+			_, out := rx.wait()
+			t.Fatalf("receiver ended before joining: %v\n%s", rx.err, out)
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("receiver did not join in 30 s:\n%s", rx.stdout.String()+rx.stderr.String())
+		}
+	}
 	serr, sout := start(t, build, sock, 60*time.Second, env, bin, append(append([]string{"-m", group, "-b", cmClientAddr, "-s"}, both...), extra...)...).wait()
 	rerr, rout := rx.wait()
 	if serr != nil || rerr != nil {
 		t.Fatalf("sender %v, receiver %v\nsender:\n%s\nreceiver:\n%s", serr, rerr, sout, rout)
 	}
-	joined := "mckey: joined dgid: ::ffff:" + group + " mlid 0x0 sl 0"
 	for _, side := range []struct{ who, out, first string }{{"sender", sout, "starting client"}, {"receiver", rout, "starting server"}} {
 		for _, want := range []string{side.first, joined, "data transfers complete", "test complete", "return status 0"} {
 			if !strings.Contains(side.out, want) {
