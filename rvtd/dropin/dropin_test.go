@@ -339,23 +339,11 @@ func TestAsyncwatch(t *testing.T) {
 // memory error, undefined behaviour or leak.
 func TestASan(t *testing.T) {
 	build := libs(t)
-	var preload []string
-	for _, rt := range []string{"libasan.so", "libubsan.so"} {
-		out, err := exec.Command("gcc", "-print-file-name="+rt).Output()
-		p := strings.TrimSpace(string(out))
-		if err != nil || !filepath.IsAbs(p) {
-			t.Fatalf("gcc has no %s (%v): gcc's sanitizer runtimes are part of its package", rt, err)
-		}
-		preload = append(preload, p)
-	}
 	asan := filepath.Join(build, "asan")
-	env := []string{"LD_PRELOAD=" + strings.Join(preload, " "), "ASAN_OPTIONS=detect_leaks=1:exitcode=99",
-		"UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:exitcode=98"}
+	env := sanitizerEnv(t)
 	clean := func(t *testing.T, what, out string) {
-		for _, bad := range []string{"ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error"} {
-			if strings.Contains(out, bad) {
-				t.Fatalf("%s: %s\n%s", what, bad, out)
-			}
+		if bad := sanitizerReport(out); bad != "" {
+			t.Fatalf("%s: %s\n%s", what, bad, out)
 		}
 	}
 	sock := startDaemon(t)

@@ -95,12 +95,14 @@ func startDaemon(t testing.TB) string {
 	if s := os.Getenv("DROPIN_RVTD_SOCKET"); s != "" {
 		return s
 	}
-	return serveDaemon(t, nil)
+	_, sock := serveDaemon(t, nil)
+	return sock
 }
 
 // serveDaemon runs an in-process rvtd with the devices of cfg (nil: the
-// defaults) on a socket in a temporary directory, shut down at cleanup.
-func serveDaemon(t testing.TB, cfg *rvtd.Config) string {
+// defaults) on a socket in a temporary directory, shut down at cleanup;
+// it returns the server and the socket.
+func serveDaemon(t testing.TB, cfg *rvtd.Config) (*rvtd.Server, string) {
 	t.Helper()
 	var log *slog.Logger
 	if testing.Verbose() {
@@ -126,7 +128,7 @@ func serveDaemon(t testing.TB, cfg *rvtd.Config) string {
 			t.Errorf("serve: %v", err)
 		}
 	})
-	return sock
+	return srv, sock
 }
 
 // syncBuffer is a bytes.Buffer a running process writes while the test
@@ -254,4 +256,50 @@ func atoi(t testing.TB, s string) float64 {
 		t.Fatalf("bad number %q: %v", s, err)
 	}
 	return v
+}
+
+// sanitizerEnv is the environment that runs Debian's tools (or our test
+// programs) against the libraries of build/asan: gcc's AddressSanitizer
+// and UBSan runtimes preloaded, a leak or memory error exiting 99, the
+// first undefined behaviour exiting 98.
+func sanitizerEnv(t testing.TB) []string {
+	t.Helper()
+	var preload []string
+	for _, rt := range []string{"libasan.so", "libubsan.so"} {
+		out, err := exec.Command("gcc", "-print-file-name="+rt).Output()
+		p := strings.TrimSpace(string(out))
+		if err != nil || !filepath.IsAbs(p) {
+			t.Fatalf("gcc has no %s (%v): gcc's sanitizer runtimes are part of its package", rt, err)
+		}
+		preload = append(preload, p)
+	}
+	return []string{"LD_PRELOAD=" + strings.Join(preload, " "), "ASAN_OPTIONS=detect_leaks=1:exitcode=99",
+		"UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:exitcode=98"}
+}
+
+// sanitizerReport returns what a sanitizer reported in out (its first
+// marker), or "".
+func sanitizerReport(out string) string {
+	for _, bad := range []string{"Sanitizer", "runtime error"} {
+		if strings.Contains(out, bad) {
+			return bad
+		}
+	}
+	return ""
+}
+
+// runCTest runs one of our C test programs (build/test/NAME) against the
+// libraries, then against their ASan and UBSan builds; each run must
+// print PASS, exit 0, and (the second) report nothing.
+func runCTest(t *testing.T, build, sock, name string, args ...string) {
+	t.Helper()
+	bin := filepath.Join(build, "test", name)
+	err, out := run(t, build, sock, 60*time.Second, bin, args...)
+	if err != nil || !strings.Contains(out, "PASS") {
+		t.Fatalf("%s: %v\n%s", name, err, out)
+	}
+	err, out = start(t, filepath.Join(build, "asan"), sock, 60*time.Second, sanitizerEnv(t), bin, args...).wait()
+	if bad := sanitizerReport(out); err != nil || !strings.Contains(out, "PASS") || bad != "" {
+		t.Fatalf("%s under ASan and UBSan: %v %s\n%s", name, err, bad, out)
+	}
 }

@@ -26,7 +26,8 @@ func startDaemonIPv6(t *testing.T) string {
 		{Name: "rvt0", Fabric: "fabric0", IP: cmServerAddr6 + "/64", MAC: "02:00:5e:00:00:01"},
 		{Name: "rvt1", Fabric: "fabric0", IP: cmClientAddr6 + "/64", MAC: "02:00:5e:00:00:02"},
 	}}
-	return serveDaemon(t, cfg)
+	_, sock := serveDaemon(t, cfg)
+	return sock
 }
 
 // TestRdmacmIPv6 runs Debian's rping, ucmatose and udaddy over IPv6

@@ -2,7 +2,6 @@ package dropin_test
 
 import (
 	"fmt"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -40,23 +39,10 @@ func TestMckey(t *testing.T) {
 // AddressSanitizer and UBSan (as TestRdmacmASan).
 func TestMckeyASan(t *testing.T) {
 	build := rdmacmLib(t)
-	var preload []string
-	for _, rt := range []string{"libasan.so", "libubsan.so"} {
-		out, err := exec.Command("gcc", "-print-file-name="+rt).Output()
-		p := strings.TrimSpace(string(out))
-		if err != nil || !filepath.IsAbs(p) {
-			t.Fatalf("gcc has no %s (%v)", rt, err)
-		}
-		preload = append(preload, p)
-	}
-	env := []string{"LD_PRELOAD=" + strings.Join(preload, " "), "ASAN_OPTIONS=detect_leaks=1:exitcode=99",
-		"UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:exitcode=98"}
-	sout, rout := mckeyPair(t, filepath.Join(build, "asan"), startDaemon(t), env, "239.1.2.20", nil, nil)
+	sout, rout := mckeyPair(t, filepath.Join(build, "asan"), startDaemon(t), sanitizerEnv(t), "239.1.2.20", nil, nil)
 	for _, out := range []string{sout, rout} {
-		for _, bad := range []string{"ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error"} {
-			if strings.Contains(out, bad) {
-				t.Fatalf("%s\nsender:\n%s\nreceiver:\n%s", bad, sout, rout)
-			}
+		if bad := sanitizerReport(out); bad != "" {
+			t.Fatalf("%s\nsender:\n%s\nreceiver:\n%s", bad, sout, rout)
 		}
 	}
 }

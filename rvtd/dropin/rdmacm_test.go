@@ -178,26 +178,7 @@ func cmToolPair(t *testing.T, name string) {
 // multicast refused); again with both libraries under ASan and UBSan.
 func TestRdmacmC(t *testing.T) {
 	build := rdmacmLib(t)
-	sock := startDaemon(t)
-	bin := filepath.Join(build, "test", "cm_test")
-	err, out := run(t, build, sock, 60*time.Second, bin)
-	if err != nil || !strings.Contains(out, "PASS") {
-		t.Fatalf("cm_test: %v\n%s", err, out)
-	}
-	var preload []string
-	for _, rt := range []string{"libasan.so", "libubsan.so"} {
-		o, err := exec.Command("gcc", "-print-file-name="+rt).Output()
-		if err != nil || !filepath.IsAbs(strings.TrimSpace(string(o))) {
-			t.Fatalf("gcc has no %s (%v)", rt, err)
-		}
-		preload = append(preload, strings.TrimSpace(string(o)))
-	}
-	env := []string{"LD_PRELOAD=" + strings.Join(preload, " "), "ASAN_OPTIONS=detect_leaks=1:exitcode=99",
-		"UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:exitcode=98"}
-	err, out = start(t, filepath.Join(build, "asan"), sock, 60*time.Second, env, bin).wait()
-	if err != nil || !strings.Contains(out, "PASS") || strings.Contains(out, "Sanitizer") || strings.Contains(out, "runtime error") {
-		t.Fatalf("cm_test under ASan: %v\n%s", err, out)
-	}
+	runCTest(t, build, startDaemon(t), "cm_test")
 }
 
 // TestRdmaServerClient: rdma_server and rdma_client, synchronous IDs
@@ -220,18 +201,8 @@ func TestRdmaServerClient(t *testing.T) {
 // undefined behaviour or leak.
 func TestRdmacmASan(t *testing.T) {
 	build := rdmacmLib(t)
-	var preload []string
-	for _, rt := range []string{"libasan.so", "libubsan.so"} {
-		out, err := exec.Command("gcc", "-print-file-name="+rt).Output()
-		p := strings.TrimSpace(string(out))
-		if err != nil || !filepath.IsAbs(p) {
-			t.Fatalf("gcc has no %s (%v)", rt, err)
-		}
-		preload = append(preload, p)
-	}
 	asan := filepath.Join(build, "asan")
-	env := []string{"LD_PRELOAD=" + strings.Join(preload, " "), "ASAN_OPTIONS=detect_leaks=1:exitcode=99",
-		"UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:exitcode=98"}
+	env := sanitizerEnv(t)
 	sock := startDaemon(t)
 	for _, tc := range []struct {
 		name       string
@@ -252,10 +223,8 @@ func TestRdmacmASan(t *testing.T) {
 			}
 			cout, sout := cmPairEnv(t, asan, sock, env, 300*time.Millisecond, tool(t, tc.srvB), srv, tool(t, tc.cliB), cli)
 			for _, out := range []string{cout, sout} {
-				for _, bad := range []string{"ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error"} {
-					if strings.Contains(out, bad) {
-						t.Fatalf("%s: %s\nclient:\n%s\nserver:\n%s", tc.name, bad, cout, sout)
-					}
+				if bad := sanitizerReport(out); bad != "" {
+					t.Fatalf("%s: %s\nclient:\n%s\nserver:\n%s", tc.name, bad, cout, sout)
 				}
 			}
 			if !strings.Contains(cout, tc.wantC) {
