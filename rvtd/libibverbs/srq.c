@@ -9,6 +9,33 @@
 #include <unistd.h>
 #include "internal.h"
 
+/* map_srq checks an SRQ reply's ring, maps its memfd (closed here) and
+ * checks the ring's header: 0 with *map set, or an errno with nothing
+ * mapped. */
+static int map_srq(const struct rvc_create_srq_reply *r, int memfd, void **map)
+{
+	int err = rvc_check_ring(&r->ring, r->map_size, 32);
+	if (!err && (r->max_wr > r->ring.entries || r->max_sge > (r->ring.stride - 16) / 16))
+		err = EPROTO;
+	void *m = MAP_FAILED;
+	if (!err) {
+		m = mmap(NULL, r->map_size, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+		if (m == MAP_FAILED)
+			err = errno;
+	}
+	close(memfd);
+	if (!err && rvc_check_ring_header((uint8_t *)m + r->ring.offset, &r->ring, RVC_RING_SRQ))
+		err = EPROTO;
+	if (err) {
+		if (m != MAP_FAILED)
+			munmap(m, r->map_size);
+		return err;
+	}
+	madvise(m, r->map_size, MADV_DONTFORK);
+	*map = m;
+	return 0;
+}
+
 RVC_EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr)
 {
 	struct rvc_context *rc = to_rctx(pd->context);
@@ -24,25 +51,12 @@ RVC_EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init
 	int err = rvc_call(&rc->conn, RVC_OP_CREATE_SRQ, pd->handle, &req, sizeof(req), NULL, 0, &r,
 			   sizeof(r), 0, 0, 1, &rep);
 	if (!err) {
-		err = rvc_check_ring(&r.ring, r.map_size, 32);
-		if (!err && (r.max_wr > r.ring.entries || r.max_sge > (r.ring.stride - 16) / 16))
-			err = EPROTO;
-		void *m = MAP_FAILED;
-		if (!err) {
-			m = mmap(NULL, r.map_size, PROT_READ | PROT_WRITE, MAP_SHARED, rep.fds[0], 0);
-			if (m == MAP_FAILED)
-				err = errno;
-		}
-		close(rep.fds[0]);
-		if (!err && rvc_check_ring_header((uint8_t *)m + r.ring.offset, &r.ring, RVC_RING_SRQ))
-			err = EPROTO;
+		void *m;
+		err = map_srq(&r, rep.fds[0], &m);
 		if (err) {
-			if (m != MAP_FAILED)
-				munmap(m, r.map_size);
 			rvc_call(&rc->conn, RVC_OP_DESTROY_SRQ, r.srq, NULL, 0, NULL, 0, NULL,
 				 sizeof(struct rvc_destroy_reply), 0, 0, 0, NULL);
 		} else {
-			madvise(m, r.map_size, MADV_DONTFORK);
 			s->map = m;
 			s->map_size = r.map_size;
 			rvc_ring_init(&s->ring, m, &r.ring, 1);
@@ -87,26 +101,14 @@ static int resize(struct rvc_context *rc, struct rvc_srq *s, uint32_t max_wr)
 			   &r, sizeof(r), 0, 0, 1, &rep);
 	if (err)
 		return err;
-	err = rvc_check_ring(&r.ring, r.map_size, 32);
-	if (!err && (r.srq != s->srq.handle || r.max_wr > r.ring.entries ||
-		     r.max_sge > (r.ring.stride - 16) / 16))
-		err = EPROTO;
-	void *m = MAP_FAILED;
-	if (!err) {
-		m = mmap(NULL, r.map_size, PROT_READ | PROT_WRITE, MAP_SHARED, rep.fds[0], 0);
-		if (m == MAP_FAILED)
-			err = errno;
+	void *m;
+	if (r.srq != s->srq.handle) {
+		close(rep.fds[0]);
+		return EPROTO;
 	}
-	close(rep.fds[0]);
-	if (!err && rvc_check_ring_header((uint8_t *)m + r.ring.offset, &r.ring, RVC_RING_SRQ))
-		err = EPROTO;
-	if (err) {
-		/* The daemon serves the new ring only: this SRQ is lost. */
-		if (m != MAP_FAILED)
-			munmap(m, r.map_size);
-		return err;
-	}
-	madvise(m, r.map_size, MADV_DONTFORK);
+	err = map_srq(&r, rep.fds[0], &m);
+	if (err)
+		return err; /* the daemon serves the new ring only: this SRQ is lost */
 	munmap(s->map, s->map_size);
 	s->map = m;
 	s->map_size = r.map_size;
