@@ -313,11 +313,7 @@ func TestAsyncwatch(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve() }()
 	p := start(t, build, sock, 30*time.Second, nil, bin, "-d", "rvt0")
-	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(p.stdout.String(), "async event FD"); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("ibv_asyncwatch never opened rvt0:\n%s%s", p.stdout.String(), p.stderr.String())
-		}
-	}
+	p.waitOutput(t, "async event FD", 20*time.Second) // rvt0 opened
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(ctx); err != nil {

@@ -194,6 +194,25 @@ func (p *proc) wait() (error, string) {
 	return p.err, p.stdout.String() + p.stderr.String()
 }
 
+// waitOutput waits until p has printed text on stdout; p ending first,
+// or d passing, fails t.
+func (p *proc) waitOutput(t testing.TB, text string, d time.Duration) {
+	t.Helper()
+	deadline := time.After(d)
+	for !strings.Contains(p.stdout.String(), text) {
+		select {
+		case <-p.done:
+			if !strings.Contains(p.stdout.String(), text) {
+				err, out := p.wait()
+				t.Fatalf("%s ended (%v) before printing %q:\n%s", p.name, err, text, out)
+			}
+		case <-deadline:
+			t.Fatalf("%s did not print %q in %v:\n%s", p.name, text, d, p.stdout.String()+p.stderr.String())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
 // run is start then wait.
 func run(t testing.TB, build, sock string, timeout time.Duration, bin string, args ...string) (error, string) {
 	t.Helper()

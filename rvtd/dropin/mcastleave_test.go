@@ -31,14 +31,7 @@ func TestRdmacmMcastError(t *testing.T) {
 	build := rdmacmLib(t)
 	srv, sock := serveDaemon(t, nil)
 	p := start(t, build, sock, 30*time.Second, nil, filepath.Join(build, "test", "mcast_test"), "lost")
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(p.stdout.String(), "joined") {
-		if time.Now().After(deadline) {
-			err, out := p.wait()
-			t.Fatalf("no join: %v\n%s", err, out)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	p.waitOutput(t, "joined", 10*time.Second)
 	mac, _ := devopen.NodeAddrs(0)
 	if err := srv.Device("rvt0").SetAddrs(netdev.GIDOrder(mac, []netip.Addr{netip.MustParseAddr("198.18.0.9")})); err != nil {
 		t.Fatal(err)

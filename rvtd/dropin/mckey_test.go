@@ -60,18 +60,7 @@ func mckeyPair(t *testing.T, build, sock string, env []string, group string, bot
 	// went out before the receiver's join and were not for it.)
 	rx := start(t, build, sock, 60*time.Second, env, "stdbuf", append([]string{"-oL", bin, "-m", group, "-b", cmServerAddr}, both...)...)
 	joined := "mckey: joined dgid: ::ffff:" + group + " mlid 0x0 sl 0"
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(rx.stdout.String(), joined) {
-		select {
-		case <-rx.done:
-			_, out := rx.wait()
-			t.Fatalf("receiver ended before joining: %v\n%s", rx.err, out)
-		case <-time.After(10 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("receiver did not join in 30 s:\n%s", rx.stdout.String()+rx.stderr.String())
-		}
-	}
+	rx.waitOutput(t, joined, 30*time.Second)
 	serr, sout := start(t, build, sock, 60*time.Second, env, bin, append(append([]string{"-m", group, "-b", cmClientAddr, "-s"}, both...), extra...)...).wait()
 	rerr, rout := rx.wait()
 	if serr != nil || rerr != nil {
