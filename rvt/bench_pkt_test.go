@@ -7,6 +7,7 @@ package rvt
 import (
 	"encoding/binary"
 	"fmt"
+	"os"
 	"net/netip"
 	"runtime"
 	"sync"
@@ -102,8 +103,12 @@ func newLossyFabricPair(b *testing.B, size int, inline bool, loss float64, probe
 			}
 			link = fl
 		}
-		return benchNode(b, Options{Link: link, MAC: mac, RetransmitProbe: probe,
-			Addrs: []netip.Addr{netip.MustParseAddr("fe80::1"), ip}, Resolve: fab.Resolve}, inline)
+		o := Options{Link: link, MAC: mac, RetransmitProbe: probe,
+			Addrs: []netip.Addr{netip.MustParseAddr("fe80::1"), ip}, Resolve: fab.Resolve}
+		if probe == probeRTT {
+			o.RetransmitProbe, o.RetransmitProbeRTT = 0, true
+		}
+		return benchNode(b, o, inline)
 	}
 	na, nb := open(1), open(2)
 	p := &benchPair{n: na, a: benchQP(b, na), b: benchQP(b, nb), wcs: make([]WC, 256), inline: inline}
@@ -134,12 +139,20 @@ const fabricProbe = 250 * time.Microsecond
 // CPU (sent/needed stays that of 250 us).
 const inlineProbe = 100 * time.Microsecond
 
+// probeRTT stands for RetransmitProbeRTT in BenchmarkFabricLoss's probe
+// settings: the early-retry interval follows each QP's measured round
+// trip (transport/rtt.go), as internal/devopen's pair now has it.
+const probeRTT time.Duration = -1
+
 // BenchmarkFabricLoss measures RC WRITE goodput (64 KiB, 16 in flight) on
 // the fabric with random frame loss, against the same pair without loss
 // measured in the same run: x_lossless (issue 19: 0.5 at 1%, 0.2 at 5%).
 // probe=0 recovers what the NAKs do not with the local ACK timeout alone
 // (67 ms); probe=250us with early retries (Options.RetransmitProbe);
-// inline engines also with probe=100us (inlineProbe).
+// inline engines also with probe=100us (inlineProbe); probe=rtt with the
+// interval each QP measures (RetransmitProbeRTT), which also reports the
+// requester's smoothed round trip and its probe interval at the end
+// (srtt_us, probe_us) and the probes per WRITE.
 func BenchmarkFabricLoss(b *testing.B) {
 	const size = 64 << 10
 	for _, mode := range []string{"workers", "inline"} {
@@ -147,9 +160,14 @@ func BenchmarkFabricLoss(b *testing.B) {
 		if mode == "inline" {
 			probes = append(probes, inlineProbe)
 		}
+		probes = append(probes, probeRTT)
 		for _, probe := range probes {
+			name := fmt.Sprint(probe)
+			if probe == probeRTT {
+				name = "rtt"
+			}
 			for _, loss := range []float64{0.01, 0.05} {
-				b.Run(fmt.Sprintf("%s/probe=%v/loss=%g", mode, probe, loss), func(b *testing.B) {
+				b.Run(fmt.Sprintf("%s/probe=%s/loss=%g", mode, name, loss), func(b *testing.B) {
 					benchLoss(b, mode == "inline", probe, loss)
 				})
 			}
@@ -172,6 +190,15 @@ func benchLoss(b *testing.B, inline bool, probe time.Duration, loss float64) {
 	// Request packets sent per packet the WRITEs need (go-back-N's
 	// resends): what the loss costs, whatever the load on the machine.
 	b.ReportMetric(float64(p.n.d.Counters()["sent_pkts"])/float64(b.N*size/4096), "sent/needed")
+	if os.Getenv("LOSS_COUNTERS") != "" {
+		b.Logf("N=%d requester %v", b.N, p.n.d.Counters())
+	}
+	if probe == probeRTT {
+		sn := p.a.conn.Snapshot()
+		b.ReportMetric(float64(sn.SRTT)/1e3, "srtt_us")
+		b.ReportMetric(float64(sn.Probe)/1e3, "probe_us")
+		b.ReportMetric(float64(sn.Counters["probes"])/float64(b.N), "probes/op")
+	}
 }
 
 // countingClock is the real clock, counting the AfterFunc calls that are

@@ -103,6 +103,14 @@ type Options struct {
 	// timeout counts a retry (transport.Config.Probe). For links with a
 	// round trip well below it; docs/choices.md says how it was chosen.
 	RetransmitProbe time.Duration
+	// RetransmitProbeRTT, with RetransmitProbe zero, sets each RC QP's
+	// first early-retry interval from its measured round trip (SRTT + 4
+	// RTTVAR, as TCP's RTO) within [RetransmitProbeMin,
+	// RetransmitProbeMax] (0: transport.DefaultProbeMin, DefaultProbeMax);
+	// transport.Config.ProbeRTT. For links whose round trip is well below
+	// the local ACK timeout; docs/choices.md.
+	RetransmitProbeRTT                     bool
+	RetransmitProbeMin, RetransmitProbeMax time.Duration
 	// KeyBits sizes the lkey/rkey table (2^KeyBits entries, default 16).
 	KeyBits int
 }
@@ -195,6 +203,7 @@ func Open(o Options) (*Device, error) {
 	eng, err := transport.NewEngine(transport.Config{
 		Clock: d.clk, Exec: d.exec, Logger: d.log, Keys: d.keys, Mcast: d.mc,
 		Events: d.dispatch, Credits: o.Credits, Probe: o.RetransmitProbe,
+		ProbeRTT: o.RetransmitProbeRTT, ProbeMin: o.RetransmitProbeMin, ProbeMax: o.RetransmitProbeMax,
 	})
 	if err != nil {
 		d.closePool()

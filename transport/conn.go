@@ -461,6 +461,7 @@ func (c *Conn) Modify(a *qp.Attr, mask qp.AttrMask) error {
 		c.req.maxPSN = PSN(at.SQPSN)
 		c.comp.psn = PSN(at.SQPSN)
 		c.req.retryLeft, c.req.rnrLeft = at.RetryCnt, at.RNRRetry
+		c.rttResetLocked(PSN(at.SQPSN))
 	case to == qp.SQD:
 		c.req.drainedSent = false
 	}
@@ -558,8 +559,8 @@ func (c *Conn) armTimerLocked() {
 	c.req.progressed = false
 	d := rto(t)
 	c.req.timerProbe = false
-	if p := c.e.cfg.Probe << c.req.probeShift; p > 0 && p < d && !c.req.probesSpent {
-		d, c.req.timerProbe = p, true
+	if p := c.probeBase() << c.req.probeShift; p > 0 && p < d && !c.req.probesSpent {
+		d, c.req.timerProbe, c.req.rtt.armed = p, true, p
 	}
 	c.e.sweep.arm(c, d) // the engine's timer (sweeper.go)
 }
@@ -589,6 +590,9 @@ type Snapshot struct {
 	SQPosted    int // send WQEs not yet retired
 	RQPosted    int // receive WQEs queued
 	Counters    map[string]uint64
+	// The requester's round-trip estimate (Config.ProbeRTT; zero without
+	// samples) and its early-retry interval (0 without early retries).
+	SRTT, RTTVar, Probe time.Duration
 }
 
 // Snapshot returns the QP's transport state.
@@ -597,6 +601,7 @@ func (c *Conn) Snapshot() Snapshot {
 	s := Snapshot{
 		NextPSN: c.req.psn, UnackedPSN: c.comp.psn, ExpectedPSN: c.resp.epsn, MSN: c.resp.msn,
 		SQPosted: c.qp.SQ.Len(), RQPosted: c.qp.RecvLenLocked(),
+		SRTT: c.req.rtt.srtt, RTTVar: c.req.rtt.rttvar, Probe: c.probeBase(),
 	}
 	c.countLocked()
 	c.qp.Unlock()

@@ -108,6 +108,14 @@ type Config struct {
 	// link's round trip: an early retry only resends, but one that comes
 	// too soon resends what was not lost.
 	Probe time.Duration
+	// ProbeRTT, when Probe is zero, sets each RC QP's first early-retry
+	// interval from its measured round trip: SRTT + 4 RTTVAR, as TCP's
+	// RTO (RFC 6298), within [ProbeMin, ProbeMax] (defaults
+	// DefaultProbeMin, DefaultProbeMax), and ProbeMax until the first
+	// sample (rtt.go). The backing off and the local ACK timeout are as
+	// with Probe.
+	ProbeRTT           bool
+	ProbeMin, ProbeMax time.Duration
 }
 
 // PortConfig describes the engine's port.
@@ -219,6 +227,13 @@ func NewEngine(cfg Config) (*Engine, error) {
 	if cfg.AckInterval <= 0 {
 		cfg.AckInterval = 64
 	}
+	if cfg.ProbeMin <= 0 {
+		cfg.ProbeMin = DefaultProbeMin
+	}
+	if cfg.ProbeMax <= 0 {
+		cfg.ProbeMax = DefaultProbeMax
+	}
+	cfg.ProbeMax = max(cfg.ProbeMax, cfg.ProbeMin)
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

@@ -57,10 +57,15 @@ func TestProbeRestartsAfterProgress(t *testing.T) {
 	h.clk.Advance(2 * probe)
 	require.EqualValues(t, 2, get(Probes))
 	h.respond(t, 0x100, ACKSyndrome(CreditInvalid)) // it arrived; PSN 0x101 goes, lost
-	h.clk.Advance(4 * probe)                        // the running timer sees progress
+	// Everything before 0x101 acknowledged: 0x101 arms a timer of its
+	// own, one probe long again (not the running one, which would fire
+	// up to twice as late).
+	h.clk.Advance(probe - time.Nanosecond)
 	require.EqualValues(t, 2, get(Probes))
-	h.clk.Advance(probe) // the re-armed one is one probe long again
+	h.clk.Advance(time.Nanosecond)
 	require.EqualValues(t, 3, get(Probes))
+	h.clk.Advance(2 * probe) // then twice as long
+	require.EqualValues(t, 4, get(Probes))
 	require.Zero(t, get(Timeouts))
 }
 

@@ -52,6 +52,8 @@ type reqState struct {
 	// The send window after a loss, 0 while it is Config.Window, and the
 	// PSNs acknowledged towards its next step (window.go).
 	cwnd, cwndAcked int32
+
+	rtt rttState // the round-trip estimate (rtt.go)
 }
 
 // sendBatch bounds the packets one run of the send task emits.
@@ -186,6 +188,9 @@ func (c *Conn) requestLocked() bool {
 	}
 	c.retireLocked()
 	c.checkDrainedLocked()
+	if rc && c.e.rttOn() {
+		c.rttSentLocked()
+	}
 	if rc && c.comp.psn != c.req.maxPSN {
 		// Invariant: while anything is unacknowledged the retransmit
 		// timer runs, whatever stopped the requester.
@@ -555,12 +560,15 @@ func (c *Conn) onTimeoutLocked() {
 		return
 	}
 	if c.req.timerProbe {
-		c.req.stalled += c.e.cfg.Probe << c.req.probeShift
+		c.req.stalled += c.req.rtt.armed
 		if c.req.stalled < rto(c.qp.AttrLocked().Timeout) {
-			// An early go-back-N that does not count against the
-			// retry count; the send task arms the next, twice as long.
+			// An early retry that does not count against the retry
+			// count: the oldest unacknowledged packet again, asking
+			// for an ACK (retryLocked); the send task arms the next
+			// probe, twice as long.
 			c.count(Probes)
 			c.req.probeShift++
+			c.req.rtt.one = true
 			c.req.needRetry = true
 			c.req.retryPSN = c.comp.psn
 			c.req.retriedValid = false
@@ -603,6 +611,9 @@ func (c *Conn) failOldestLocked(status cq.Status) {
 // acknowledged.
 func (c *Conn) retryLocked(rnr bool) {
 	c.req.needRetry = false
+	c.rttRetryLocked()
+	probe := c.req.rtt.one
+	c.req.rtt.one = false
 	sq := &c.qp.SQ
 	a := c.qp.AttrLocked()
 	mtu := c.pmtu(a)
@@ -617,7 +628,7 @@ func (c *Conn) retryLocked(rnr bool) {
 		return // nothing was sent that needs sending again
 	}
 	c.count(Retransmits)
-	if !rnr {
+	if !rnr && !probe {
 		c.shrinkWindowLocked()
 	}
 	w := sq.At(start)
@@ -633,7 +644,7 @@ func (c *Conn) retryLocked(rnr bool) {
 		k := resumePacket(c.req.retryPSN, first, w.Length, mtu)
 		w.Sent, psn = k*mtu, first.Add(k)
 	}
-	if rnr && !psn.Less(c.comp.psn) {
+	if (rnr || probe) && !psn.Less(c.comp.psn) {
 		// Only the NAKed packet until it is acknowledged. The limit is
 		// never behind the acknowledged point: progress clears it, and
 		// nothing else would.

@@ -36,9 +36,17 @@ func newRCHarness(t *testing.T) *rcHarness {
 // newRCHarnessProbe is newRCHarness with Config.Probe set.
 func newRCHarnessProbe(t *testing.T, probe time.Duration) *rcHarness {
 	t.Helper()
+	return newRCHarnessConfig(t, Config{Probe: probe})
+}
+
+// newRCHarnessConfig is newRCHarness on an engine with cfg's early-retry
+// settings (Probe, ProbeRTT, ProbeMin, ProbeMax).
+func newRCHarnessConfig(t *testing.T, cfg Config) *rcHarness {
+	t.Helper()
 	clk := clock.NewManual()
 	kt := keys.NewTable(8)
-	e, err := NewEngine(Config{Clock: clk, Exec: task.NewInline(), Keys: kt, Mcast: mcast.NewTable(4, 4), Probe: probe})
+	e, err := NewEngine(Config{Clock: clk, Exec: task.NewInline(), Keys: kt, Mcast: mcast.NewTable(4, 4),
+		Probe: cfg.Probe, ProbeRTT: cfg.ProbeRTT, ProbeMin: cfg.ProbeMin, ProbeMax: cfg.ProbeMax})
 	require.NoError(t, err)
 	peer := netip.MustParseAddr("198.18.0.1")
 	require.NoError(t, e.SetPort(PortConfig{Addrs: []netip.Addr{peer}}))
