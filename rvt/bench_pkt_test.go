@@ -7,8 +7,8 @@ package rvt
 import (
 	"encoding/binary"
 	"fmt"
-	"os"
 	"net/netip"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
