@@ -96,11 +96,15 @@ type Stats struct {
 // while a hold is open goes out with that hold's last Flush), and polling
 // (Poller), the receive goroutine (OwnReceiver) and group membership
 // (GroupJoiner) concern receiving, which the fault link does not touch.
+// A link with a loss-only profile over a lending link lends that link's
+// buffers (netdev.FrameLender, lend.go); its SendOwned draws the same
+// decisions as Send.
 type Link struct {
 	inner netdev.Link
 	clk   clock.Clock
 	fl    Profile
-	rel   netdev.Releaser // inner as a Releaser, or nil
+	rel   netdev.Releaser    // inner as a Releaser, or nil
+	lend  netdev.FrameLender // inner, when f lends its buffers (lend.go), or nil
 	pool  *netdev.FramePool
 
 	mu         sync.Mutex
@@ -151,6 +155,7 @@ func New(l netdev.Link, clk clock.Clock, seed int64, fl Profile) (*Link, error) 
 		rng:   rand.New(rand.NewPCG(uint64(seed), 0x6661756c7473)),
 	}
 	f.rel, _ = l.(netdev.Releaser)
+	f.lend = lenderFor(l, fl)
 	return f, nil
 }
 
