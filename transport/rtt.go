@@ -38,8 +38,9 @@ const (
 	// while a QP has anything unacknowledged.
 	DefaultProbeMin = 50 * time.Microsecond
 	// DefaultProbeMax is the most, and the interval before the first
-	// sample.
-	DefaultProbeMax = 10 * time.Millisecond
+	// sample: a probe is one packet (a spurious one costs a packet and
+	// its ACK), and the local ACK timeout still governs counted retries.
+	DefaultProbeMax = 2 * time.Millisecond
 )
 
 // rttState is one RC requester's round-trip estimate (guarded by the QP

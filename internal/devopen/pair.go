@@ -18,10 +18,10 @@ import (
 // the active path MTU is 4096.
 const DefaultLinkMTU = 9000
 
-// FabricProbe is the early-retry interval (rvt.Options.RetransmitProbe) of
-// the in-memory pair: its round trip is microseconds, so a lost tail packet,
-// ACK or NAK costs this instead of the 67 ms local ACK timeout the tools
-// set (docs/choices.md).
+// FabricProbe is the fixed early-retry interval (rvt.Options.RetransmitProbe)
+// the in-memory pair used before it measured each QP's round trip
+// (RetransmitProbeRTT, which the pair now sets): kept for callers that want
+// a fixed one (docs/choices.md).
 const FabricProbe = 250 * time.Microsecond
 
 // PairConfig says how to build two devices on one in-memory fabric.
@@ -95,7 +95,7 @@ func OpenPair(pc PairConfig) (p *Pair, err error) {
 		}
 		n, err := OpenNode(rvt.Options{
 			Name: fmt.Sprintf("rvt%d", i), Link: link, MAC: mac, Addrs: addrs,
-			Resolve: p.Fabric.Resolve, RetransmitProbe: FabricProbe,
+			Resolve: p.Fabric.Resolve, RetransmitProbeRTT: true,
 		})
 		if err != nil {
 			return nil, err
