@@ -201,6 +201,49 @@ func benchLoss(b *testing.B, inline bool, probe time.Duration, loss float64) {
 	}
 }
 
+// BenchmarkFabricProbeCost measures what measuring round trips costs a
+// lossless pair: 64 KiB WRITEs (16 in flight) on a pair with
+// RetransmitProbeRTT and on one without early retries, taking turns in
+// slices of the run, and reports the process's CPU time per WRITE of each
+// (cpu_ns/op with, noprobe_cpu_ns/op without) and their ratio
+// (cpu_x_noprobe), beside the wall-clock one (x_noprobe).
+func BenchmarkFabricProbeCost(b *testing.B) {
+	const size = 64 << 10
+	for _, mode := range []string{"workers", "inline"} {
+		b.Run(mode, func(b *testing.B) {
+			inline := mode == "inline"
+			with := newLossyFabricPair(b, size, inline, 0, probeRTT)
+			without := newLossyFabricPair(b, size, inline, 0, 0)
+			with.writeGBps(b, size, 256) // warm both
+			without.writeGBps(b, size, 256)
+			var cpu [2]int64
+			var wall [2]time.Duration
+			b.SetBytes(size)
+			b.ResetTimer()
+			const slices = 8
+			for i := range 2 * slices {
+				p, k := with, 0
+				if i%2 == 1 {
+					p, k = without, 1
+				}
+				n := max(1, b.N/slices)
+				t0, c0 := time.Now(), processCPU()
+				p.writeGBps(b, size, n)
+				wall[k] += time.Since(t0)
+				cpu[k] += processCPU() - c0
+			}
+			b.StopTimer()
+			n := float64(max(1, b.N/slices) * slices)
+			b.ReportMetric(float64(cpu[0])/n, "cpu_ns/op")
+			b.ReportMetric(float64(cpu[1])/n, "noprobe_cpu_ns/op")
+			b.ReportMetric(float64(cpu[0])/float64(cpu[1]), "cpu_x_noprobe")
+			b.ReportMetric(float64(wall[0])/float64(wall[1]), "x_noprobe")
+			sn := with.a.conn.Snapshot()
+			b.ReportMetric(float64(sn.Counters["probes"]), "probes")
+		})
+	}
+}
+
 // countingClock is the real clock, counting the AfterFunc calls that are
 // pending (neither fired nor stopped).
 type countingClock struct {

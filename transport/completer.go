@@ -89,12 +89,9 @@ func (c *Conn) progressLocked(psn PSN) {
 	c.req.rnrLeft = a.RNRRetry
 	if c.comp.psn != c.req.maxPSN {
 		c.armTimerLocked()
-	} else if c.req.timerOn && c.probeBase() > 0 {
-		// All acknowledged: with early retries, the next packet arms a
-		// timer of its own, due one probe interval after it left, rather
-		// than finding one armed earlier (up to twice the interval late).
-		// The old entry is dropped when due (stale, sweeper.go).
-		c.req.timerOn = false
+	}
+	if c.e.probing() {
+		c.probeProgressLocked()
 	}
 }
 

@@ -481,6 +481,7 @@ func (c *Conn) Modify(a *qp.Attr, mask qp.AttrMask) error {
 
 // resetLocked returns the engine state to that of a new QP.
 func (c *Conn) resetLocked() {
+	c.stopProbeLocked()
 	c.req = reqState{}
 	c.comp = compState{}
 	c.resp = respState{}
@@ -557,12 +558,7 @@ func (c *Conn) armTimerLocked() {
 	}
 	c.req.timerOn = true
 	c.req.progressed = false
-	d := rto(t)
-	c.req.timerProbe = false
-	if p := c.probeBase() << c.req.probeShift; p > 0 && p < d && !c.req.probesSpent {
-		d, c.req.timerProbe, c.req.rtt.armed = p, true, p
-	}
-	c.e.sweep.arm(c, d) // the engine's timer (sweeper.go)
+	c.e.sweep.arm(c, rto(t)) // the engine's timer (sweeper.go); early probes: probe.go
 }
 
 func (c *Conn) onTimer() {

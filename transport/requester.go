@@ -20,12 +20,11 @@ type reqState struct {
 	retryPSN    PSN
 	rnrWait     bool
 	timerOn     bool
-	timerProbe  bool  // the running timer is an early probe (Config.Probe)
-	probeShift  uint8 // probes since progress: the next waits Probe<<probeShift
-	probesSpent bool  // a timeout's worth of probes went by: the plain timer
-	stalled     time.Duration
-	progressed  bool   // ACKs or responses arrived since the timer was armed
-	timerSeq    uint64 // the running timer's entry on the engine's heap (sweeper.go)
+	probeShift  uint8         // probes since progress: the next waits Probe<<probeShift
+	probesSpent bool          // a timeout's worth of probes went by, or a timeout: no more
+	stalled     time.Duration // probe intervals waited since progress
+	progressed  bool          // ACKs or responses arrived since the timer was armed
+	timerSeq    uint64        // the running timer's entry on the engine's heap (sweeper.go)
 	drainedSent bool
 	// retried is the PSN the last retry restarted from; until progress is
 	// made, gaps and NAKs for that same PSN do not restart again (the old
@@ -195,6 +194,9 @@ func (c *Conn) requestLocked() bool {
 		// Invariant: while anything is unacknowledged the retransmit
 		// timer runs, whatever stopped the requester.
 		c.armTimerLocked()
+		if c.e.probing() {
+			c.probeSentLocked()
+		}
 	}
 	return budget == 0 || stopped
 }
@@ -559,23 +561,8 @@ func (c *Conn) onTimeoutLocked() {
 		c.armTimerLocked()
 		return
 	}
-	if c.req.timerProbe {
-		c.req.stalled += c.req.rtt.armed
-		if c.req.stalled < rto(c.qp.AttrLocked().Timeout) {
-			// An early retry that does not count against the retry
-			// count: the oldest unacknowledged packet again, asking
-			// for an ACK (retryLocked); the send task arms the next
-			// probe, twice as long.
-			c.count(Probes)
-			c.req.probeShift++
-			c.req.rtt.one = true
-			c.req.needRetry = true
-			c.req.retryPSN = c.comp.psn
-			c.req.retriedValid = false
-			return
-		}
-		c.req.probesSpent = true // a timeout's worth without progress
-	}
+	c.req.probesSpent = true // a timeout counts: no early probes until progress
+	c.req.rtt.one = false    // and its retry is go-back-N, as without probes
 	c.count(Timeouts)
 	if c.req.retryLeft == 0 {
 		c.count(RetryExceededErr)

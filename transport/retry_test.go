@@ -40,13 +40,13 @@ func newRCHarnessProbe(t *testing.T, probe time.Duration) *rcHarness {
 }
 
 // newRCHarnessConfig is newRCHarness on an engine with cfg's early-retry
-// settings (Probe, ProbeRTT, ProbeMin, ProbeMax).
+// settings (Probe, ProbeRTT, ProbeMin, ProbeMax) and Window.
 func newRCHarnessConfig(t *testing.T, cfg Config) *rcHarness {
 	t.Helper()
 	clk := clock.NewManual()
 	kt := keys.NewTable(8)
 	e, err := NewEngine(Config{Clock: clk, Exec: task.NewInline(), Keys: kt, Mcast: mcast.NewTable(4, 4),
-		Probe: cfg.Probe, ProbeRTT: cfg.ProbeRTT, ProbeMin: cfg.ProbeMin, ProbeMax: cfg.ProbeMax})
+		Probe: cfg.Probe, ProbeRTT: cfg.ProbeRTT, ProbeMin: cfg.ProbeMin, ProbeMax: cfg.ProbeMax, Window: cfg.Window})
 	require.NoError(t, err)
 	peer := netip.MustParseAddr("198.18.0.1")
 	require.NoError(t, e.SetPort(PortConfig{Addrs: []netip.Addr{peer}}))

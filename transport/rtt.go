@@ -12,11 +12,12 @@ package transport
 // 1/4 |SRTT - R|, SRTT = 7/8 SRTT + 1/8 R; the RTO clamped to
 // [ProbeMin, ProbeMax], and ProbeMax until the first sample.
 //
-// The measurement costs two clock reads per round trip, none per packet:
-// at the end of a send batch that sent a PSN for the first time, with no
-// sample running, the batch's last PSN becomes the sample and the clock is
-// read once; the first ACK or response past it reads the clock again and
-// gives the sample. Karn's rule (RFC 6298, 3): a PSN sent again is never
+// The measurement costs two clock reads per window of PSNs (Config.Window,
+// 128), none per packet: at the end of a send batch that sent a PSN for
+// the first time, with no sample running and a window's PSNs gone by since
+// the last sample started, the batch's last PSN becomes the sample and the
+// clock is read once; the first ACK or response past it reads the clock
+// again and gives the sample. Karn's rule (RFC 6298, 3): a PSN sent again is never
 // a sample (hi, one past the highest PSN sent, tells a first transmission
 // from a resend), and any retry drops a running sample, since its ACK
 // could then answer either copy.
@@ -28,7 +29,11 @@ package transport
 // above the samples and their variation is what keeps it from firing
 // while packets are merely in flight.
 
-import "time"
+import (
+	"time"
+
+	"github.com/softverbs/softverbs/clock"
+)
 
 // Defaults of ProbeMin and ProbeMax.
 const (
@@ -51,10 +56,17 @@ type rttState struct {
 	sentAt       int64         // the running sample's send time (sweeper.now)
 	psn          PSN           // the running sample's PSN
 	hi           PSN           // one past the highest PSN sent
+	next         PSN           // no sample starts before this PSN: one a window
 	on           bool          // a sample is running
 	samples      uint32        // samples taken (tests, Snapshot)
-	armed        time.Duration // the probe interval the running timer was armed with
 	one          bool          // the retry asked is a probe: one packet, AckReq
+
+	// The early-retry timer (probe.go), made on first use.
+	probeTimer clock.Timer
+	probeD     time.Duration // the interval it was armed with
+	probeStale int32         // fires under way for an arm since moved or stopped
+	probeArmed bool
+	probeIdle  bool // armed, but nothing was outstanding since: the next send moves it
 }
 
 // rttOn reports whether the engine's RC requesters measure round trips.
@@ -62,7 +74,8 @@ func (e *Engine) rttOn() bool { return e.cfg.ProbeRTT && e.cfg.Probe == 0 }
 
 // rttResetLocked starts the estimate over at PSN psn (the QP enters RTS).
 func (c *Conn) rttResetLocked(psn PSN) {
-	c.req.rtt = rttState{hi: psn}
+	c.stopProbeLocked()
+	c.req.rtt = rttState{hi: psn, next: psn}
 }
 
 // rttSentLocked notes the end of a send batch that left the requester at
@@ -74,10 +87,12 @@ func (c *Conn) rttSentLocked() {
 		return // nothing sent for the first time (a retry's resends, or nothing)
 	}
 	r.hi = c.req.psn
-	if r.on {
+	last := c.req.psn.Sub(1)
+	if r.on || last.Less(r.next) {
 		return
 	}
-	r.on, r.psn, r.sentAt = true, c.req.psn.Sub(1), c.e.sweep.now()
+	r.on, r.psn, r.sentAt = true, last, c.e.sweep.now()
+	r.next = last.Add(uint32(c.e.cfg.Window))
 }
 
 // rttAckedLocked notes progress to psn (everything before it acknowledged).

@@ -68,9 +68,10 @@ func TestRTTConverges(t *testing.T) {
 
 // rttHarness is an rcHarness whose engine measures round trips, with a
 // floor of 20 us and a ceiling of 1 ms (the harness's local ACK timeout is
-// 4.19 ms).
+// 4.19 ms), and a window of 4 PSNs: a sample starts at most once per 4
+// PSNs.
 func rttHarness(t *testing.T) *rcHarness {
-	return newRCHarnessConfig(t, Config{ProbeRTT: true, ProbeMin: 20 * time.Microsecond, ProbeMax: time.Millisecond})
+	return newRCHarnessConfig(t, Config{ProbeRTT: true, ProbeMin: 20 * time.Microsecond, ProbeMax: time.Millisecond, Window: 4})
 }
 
 // ack acknowledges everything up to and including psn.
@@ -88,7 +89,7 @@ func TestProbeFollowsRTT(t *testing.T) {
 	get := func(k Counter) uint64 { return c.Counters().Get(k) }
 	const R = 100 * time.Microsecond
 	psn := PSN(0x100)
-	for i := range 20 {
+	for i := range 40 { // one packet a round trip: a sample every fourth
 		h.send(t, uint64(i))
 		h.clk.Advance(R)
 		h.ack(t, psn)
@@ -122,7 +123,8 @@ func TestProbeFollowsRTT(t *testing.T) {
 }
 
 // Karn's rule: a PSN sent again gives no sample, and a retry drops the
-// running one, whose ACK could answer either copy.
+// running one, whose ACK could answer either copy. Also: one sample a
+// window (4 PSNs here), the last PSN of the batch that reaches it.
 func TestRTTKarn(t *testing.T) {
 	h := rttHarness(t)
 	c := h.c
@@ -136,23 +138,29 @@ func TestRTTKarn(t *testing.T) {
 	require.Zero(t, c.req.rtt.samples, "no sample from a resent PSN")
 	require.Zero(t, c.Snapshot().SRTT)
 
-	// The next fresh PSN is sampled again.
+	// The next sample starts a window after the last one: at 0x104.
 	h.send(t, 2)
+	h.send(t, 3)
+	h.send(t, 4)
+	require.False(t, c.req.rtt.on, "within the window of the last sample")
+	h.send(t, 5)
 	require.True(t, c.req.rtt.on)
-	require.Equal(t, PSN(0x101), c.req.rtt.psn)
+	require.Equal(t, PSN(0x104), c.req.rtt.psn)
 	h.clk.Advance(30 * time.Microsecond)
-	h.ack(t, 0x101)
+	h.ack(t, 0x104)
 	require.EqualValues(t, 1, c.req.rtt.samples)
 	require.Equal(t, 30*time.Microsecond, c.Snapshot().SRTT)
 
-	// A sequence NAK's go-back-N: PSNs 0x102-0x104 out (0x102 sampled),
-	// NAK for 0x102: the resends of 0x102-0x104 are not sampled, and the
-	// ACK that follows gives no sample either.
-	h.send(t, 3, 4, 5)
-	require.Equal(t, PSN(0x104), c.req.rtt.psn, "one sample per batch: its last PSN")
-	h.respond(t, 0x102, NAKSyndrome(NAKPSNSeqError))
+	// A sequence NAK's go-back-N: PSNs 0x105-0x108 out in one batch (its
+	// last, 0x108, sampled), NAK for 0x105: the resends of 0x105-0x108
+	// are not sampled, and the ACK that follows gives no sample either.
+	h.send(t, 6, 7, 8, 9)
+	require.True(t, c.req.rtt.on)
+	require.Equal(t, PSN(0x108), c.req.rtt.psn, "one sample per batch: its last PSN")
+	h.respond(t, 0x105, NAKSyndrome(NAKPSNSeqError))
 	require.False(t, c.req.rtt.on)
-	h.ack(t, 0x104)
+	require.EqualValues(t, 2, c.Counters().Get(Retransmits), "the probe's and the NAK's")
+	h.ack(t, 0x108)
 	require.EqualValues(t, 1, c.req.rtt.samples)
 }
 
