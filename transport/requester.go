@@ -340,7 +340,7 @@ func (c *Conn) sendPacketLocked(w *qp.SendWQE, a *qp.Attr, pa *path) {
 	last := n == rem
 	var r *route
 	if typ.Datagram() {
-		ud := c.e.port.Load().routeTo(&w.AH.AV, c.srcPort, true)
+		ud := c.e.port.Load().routeTo(&w.WR.AH.AV, c.srcPort, true)
 		r = &ud
 	} else {
 		r = &pa.r
