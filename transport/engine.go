@@ -519,7 +519,7 @@ func (pb *pktBuf) reset() {
 // drop counts a dropped packet.
 func (e *Engine) drop(c *Conn, r DropReason) {
 	if c != nil {
-		c.counters.drops[r].Add(1)
+		c.ctrs().drops[r].Add(1)
 		return
 	}
 	e.counters.drops[r].Add(1)

@@ -1,9 +1,11 @@
 package transport
 
 import (
+	"context"
 	"encoding/binary"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -124,3 +126,47 @@ func TestReadAtomicTableOnFirstUse(t *testing.T) {
 	require.Equal(t, 3, b.resp.resNext, "one entry each")
 	b.qp.Unlock()
 }
+
+// TestCountersAndDrainOnFirstUse checks a QP's counters are made when it
+// first has a count to keep, not with the QP: reading an idle QP's counters
+// gives zeros and makes nothing; after traffic they hold its counts. The
+// drain's channel is made at the first WaitFlushed, which still works.
+func TestCountersAndDrainOnFirstUse(t *testing.T) {
+	e, a, b, c := loopPair(t)
+	for _, q := range []*Conn{a, b} {
+		require.Nil(t, q.counters.Load())
+		require.Zero(t, q.Counters().Get(SentPkts))
+		require.Empty(t, q.Snapshot().Counters)
+		require.Nil(t, q.counters.Load(), "reading zeros makes nothing")
+		require.Nil(t, q.ran.Load())
+	}
+	total := e.Snapshot()
+	require.Nil(t, a.counters.Load(), "nor does the device's total")
+
+	mr, err := e.keys.RegMR(a.qp.PD(), make([]byte, 64), 0x1000, keys.LocalWrite)
+	require.NoError(t, err)
+	sge := []qp.SGE{{Addr: 0x1000, Length: 8, Lkey: mr.Lkey}}
+	require.NoError(t, b.PostRecv([]qp.RecvWR{{WRID: 1, SGL: sge}}))
+	require.NoError(t, a.PostSend([]qp.SendWR{{WRID: 2, Opcode: qp.OpSend, Flags: qp.Signaled, SGL: sge}}))
+	require.Equal(t, 2, c.Poll(make([]cq.WC, 4)))
+	require.EqualValues(t, 1, a.Counters().Get(SentPkts), "the SEND")
+	require.EqualValues(t, 1, b.Counters().Get(SentPkts), "its ACK")
+	require.EqualValues(t, 1, b.Snapshot().Counters["rdma_recvs"])
+	require.NotNil(t, a.counters.Load())
+	require.Equal(t, total["sent_pkts"]+2, e.Snapshot()["sent_pkts"])
+
+	// A packet dropped for a QP that has no counters yet makes them.
+	idle := newTestConnNum(t, e, 0x23)
+	e.drop(idle, DropUnknownQP)
+	require.EqualValues(t, 1, idle.Counters().Drops(DropUnknownQP))
+
+	// The drain: to ERR, then WaitFlushed returns once all is flushed.
+	require.NoError(t, b.PostRecv([]qp.RecvWR{{WRID: 3, SGL: sge}}))
+	require.NoError(t, b.Modify(&qp.Attr{State: qp.Err}, qp.AttrState))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, b.WaitFlushed(ctx))
+	require.NotNil(t, b.ran.Load())
+	require.Equal(t, 1, c.Poll(make([]cq.WC, 4)), "the receive, flushed")
+}
+
