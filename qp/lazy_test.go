@@ -30,8 +30,8 @@ func TestSendQueueAHsOnFirstUse(t *testing.T) {
 		require.NoError(t, sendList(ud, wr))
 		wr.AH.AV.HopLimit = 0 // the caller's AH changes: the copy does not
 		w := ud.SQ.At(ud.SQ.Head() - 1)
-		require.Len(t, ud.SQ.ahs, len(ud.SQ.e))
-		require.Same(t, &ud.SQ.ahs[(ud.SQ.Head()-1)&ud.SQ.mask], w.WR.AH)
+		require.Len(t, *ud.SQ.ahs, len(ud.SQ.e))
+		require.Same(t, &(*ud.SQ.ahs)[(ud.SQ.Head()-1)&ud.SQ.mask], w.WR.AH)
 		require.Equal(t, uint8(i+1), w.WR.AH.AV.HopLimit)
 		require.Equal(t, f.pd, w.WR.AH.PD)
 		ud.SQ.Retire()
@@ -39,4 +39,5 @@ func TestSendQueueAHsOnFirstUse(t *testing.T) {
 	// The WQE is four cache lines: the requester reads it for every
 	// packet, and with many QPs each line is a miss.
 	require.LessOrEqual(t, unsafe.Sizeof(SendWQE{}), uintptr(256))
+	require.LessOrEqual(t, unsafe.Sizeof(QP{}), uintptr(288), "the allocator's 288-byte class")
 }

@@ -386,7 +386,7 @@ func TestSendWQEIsACopy(t *testing.T) {
 	inl.InlineData[0] = 'J'
 	require.Equal(t, []SGE{f.sge(0, 10), f.sge(100, 20)}, w.WR.SGL)
 	require.Equal(t, uint8(64), w.WR.AH.AV.HopLimit)
-	require.Equal(t, uint8(64), q.SQ.ahs[q.SQ.Tail()&q.SQ.mask].AV.HopLimit)
+	require.Equal(t, uint8(64), (*q.SQ.ahs)[q.SQ.Tail()&q.SQ.mask].AV.HopLimit)
 	require.Zero(t, w.WR.AH.AV.DGID[0])
 
 	w2 := q.SQ.At(q.SQ.Tail() + 1)

@@ -90,17 +90,19 @@ type SendQueue struct {
 	Next uint32
 	// ahs[i] holds the copy of the AH of the WQE in slot i (SendWQE), made
 	// at the first post that carries an AH: a QP that never posts one
-	// (RC, UC) never has it.
-	ahs []AH
+	// (RC, UC) never has it. A pointer: the slice header would take the
+	// QP struct past the allocator's 288-byte class.
+	ahs *[]AH
 }
 
 // ahSlot returns the AH copy for the WQE at counter i, making the array
 // on first use.
 func (q *SendQueue) ahSlot(i uint32) *AH {
 	if q.ahs == nil {
-		q.ahs = make([]AH, len(q.e))
+		ahs := make([]AH, len(q.e))
+		q.ahs = &ahs
 	}
-	return &q.ahs[i&q.mask]
+	return &(*q.ahs)[i&q.mask]
 }
 
 // Head returns the producer counter.
