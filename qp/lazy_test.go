@@ -36,8 +36,42 @@ func TestSendQueueAHsOnFirstUse(t *testing.T) {
 		require.Equal(t, f.pd, w.WR.AH.PD)
 		ud.SQ.Retire()
 	}
-	// The WQE is four cache lines: the requester reads it for every
-	// packet, and with many QPs each line is a miss.
-	require.LessOrEqual(t, unsafe.Sizeof(SendWQE{}), uintptr(256))
+	// Sizes the allocator's classes fit (see SendWQE): with many QPs
+	// every byte is many.
+	require.LessOrEqual(t, 16*unsafe.Sizeof(SendWQE{})+8, uintptr(4096), "16 WQEs and a malloc header in 4 KiB")
 	require.LessOrEqual(t, unsafe.Sizeof(QP{}), uintptr(288), "the allocator's 288-byte class")
+}
+
+// TestRecvWQEReusesItsArrays checks a receive entry keeps its SGE array in
+// SGL's capacity: posts and pops round the ring copy SGEs without
+// allocating, each WQE popped carries its own WR's SGEs, and 16 entries
+// with the allocator's header fit its 1280-byte class.
+func TestRecvWQEReusesItsArrays(t *testing.T) {
+	f := newFixture(t)
+	q := f.newQP(t, RC, defaultCap())
+	moveTo(t, q, RTR)
+	var dst RecvWQE
+	cycle := func(i int) {
+		sgl := []SGE{f.sge(uint64(i%8), 8), f.sge(64, uint32(i%5+1))}[:1+i%2]
+		require.NoError(t, recvList(q, RecvWR{WRID: uint64(i), SGL: sgl}))
+		q.Lock()
+		ok, _ := q.PopRecvLocked(&dst)
+		q.Unlock()
+		require.True(t, ok)
+		require.Equal(t, uint64(i), dst.WRID)
+		require.Equal(t, sgl, dst.SGL)
+		require.Len(t, dst.MRs, len(sgl))
+	}
+	for i := range 3 * int(defaultCap().MaxRecvWR) {
+		cycle(i)
+	}
+	wr := []RecvWR{{WRID: 1, SGL: []SGE{f.sge(0, 8), f.sge(8, 8)}}}
+	allocs := testing.AllocsPerRun(100, func() {
+		q.Lock()
+		_ = q.PostRecvLocked(wr)
+		q.PopRecvLocked(&dst)
+		q.Unlock()
+	})
+	require.Zero(t, allocs)
+	require.LessOrEqual(t, 16*unsafe.Sizeof(RecvWQE{})+8, uintptr(1280))
 }

@@ -20,38 +20,44 @@ const (
 // resolved, and the requester's progress on it.
 type SendWQE struct {
 	WR     SendWR
-	Length uint32 // total payload bytes
 	sges   []SGE  // backing array for WR.SGL (capacity MaxSendSGE)
 	inline []byte // backing array for WR.InlineData
 	MRs    []*keys.MR
+	Length uint32 // total payload bytes
 
 	// Requester and completer progress, owned by the send task.
-	State    WQEState
-	Status   cq.Status
+	State  WQEState
+	Status cq.Status
+	// Assigned says FirstPSN..LastPSN are fixed: set at the first
+	// transmission and kept across retries, so ACKs can be matched to WQEs
+	// the requester has rewound past.
+	Assigned bool
+	Signaled bool
 	FirstPSN uint32
 	LastPSN  uint32
 	Sent     uint32 // payload bytes handed to packets so far
 	Done     uint32 // bytes received (READ responses)
 	SSN      uint32 // send sequence number for end-to-end credits (0 = none yet)
 	Epoch    uint64 // the key table's epoch when MRs were checked
-	// Assigned says FirstPSN..LastPSN are fixed: set at the first
-	// transmission and kept across retries, so ACKs can be matched to WQEs
-	// the requester has rewound past.
-	Assigned bool
-	Signaled bool
+
 	// A UD WR's address handle is copied (the caller may free its AH) to
-	// SendQueue.ahs, and WR.AH points there: not kept here, where every
-	// RC WQE carried 40 unused bytes (296 bytes a WQE, 256 without).
+	// SendQueue.ahs, and WR.AH points there, not here: with it, and the
+	// fields in their old order, a WQE was 296 bytes; it is 248, so that
+	// 16 of them with the allocator's 8-byte header for an object with
+	// pointers fit the 4096-byte class (they took the 4864 one).
 }
 
 // RecvWQE is a receive queue entry.
 type RecvWQE struct {
-	WRID   uint64
+	WRID uint64
+	// SGL is the WR's SGEs, copied into the entry's own array: SGL's
+	// capacity is that array (MaxRecvSGE), which the next post reuses.
+	// (No second slice header for it: 16 entries of 96 bytes and the
+	// allocator's header took its 1792-byte class, of 72 bytes 1280.)
 	SGL    []SGE
-	Length uint32
 	MRs    []*keys.MR // the SGEs' MRs as checked at post time
 	Epoch  uint64     // the key table's epoch then (keys.Table.Epoch)
-	sges   []SGE
+	Length uint32
 }
 
 // ring is a fixed-capacity FIFO of T indexed by free-running uint32
@@ -128,7 +134,7 @@ func newRecvQueue(n, maxSGE uint32) RecvQueue {
 	sges := make([]SGE, len(q.e)*ns)
 	mrs := make([]*keys.MR, len(q.e)*ns)
 	for i := range q.e {
-		q.e[i].sges = sges[i*ns : (i+1)*ns : (i+1)*ns]
+		q.e[i].SGL = sges[i*ns : i*ns : (i+1)*ns]
 		q.e[i].MRs = mrs[i*ns : (i+1)*ns : (i+1)*ns]
 	}
 	return q
