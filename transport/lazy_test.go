@@ -169,4 +169,3 @@ func TestCountersAndDrainOnFirstUse(t *testing.T) {
 	require.NotNil(t, b.ran.Load())
 	require.Equal(t, 1, c.Poll(make([]cq.WC, 4)), "the receive, flushed")
 }
-
