@@ -56,7 +56,7 @@ type Fabric struct {
 
 // smallFrame is the size of the fabric's buffers for short frames: ACKs,
 // small SENDs, READ requests and atomics (a RoCEv2 frame over IPv6 with
-// the longest header, an atomic request's, is 122 bytes). With many QPs
+// the longest header, an atomic request's, is 106 bytes). With many QPs
 // each having a packet or two in flight, tens of thousands of frames are
 // out at once; in MTU-sized buffers (9 KB at MTU 9000) the pool runs dry
 // and every short packet allocated, zeroed and later collected 9 KB.
