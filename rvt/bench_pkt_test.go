@@ -127,9 +127,9 @@ func newLossyFabricPair(b *testing.B, size int, inline bool, loss float64, probe
 // default (14) use.
 const lossTimeout = 14
 
-// FabricProbe is the RetransmitProbe the fabric's devices use in
-// BenchmarkFabricLoss and in the demo pair (internal/devopen); see
-// docs/choices.md.
+// fabricProbe is the fixed RetransmitProbe BenchmarkFabricLoss measures
+// beside probeRTT: the one the in-memory pair (internal/devopen) used
+// before it followed each QP's round trip; see docs/choices.md.
 const fabricProbe = 250 * time.Microsecond
 
 // inlineProbe is a RetransmitProbe for inline engines on the fabric,

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
-	"time"
 
 	"github.com/softverbs/softverbs/clock"
 	"github.com/softverbs/softverbs/netdev"
@@ -17,12 +16,6 @@ import (
 // DefaultLinkMTU is the Ethernet MTU of the demo ports: a jumbo frame, so
 // the active path MTU is 4096.
 const DefaultLinkMTU = 9000
-
-// FabricProbe is the fixed early-retry interval (rvt.Options.RetransmitProbe)
-// the in-memory pair used before it measured each QP's round trip
-// (RetransmitProbeRTT, which the pair now sets): kept for callers that want
-// a fixed one (docs/choices.md).
-const FabricProbe = 250 * time.Microsecond
 
 // PairConfig says how to build two devices on one in-memory fabric.
 type PairConfig struct {
