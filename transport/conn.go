@@ -76,6 +76,11 @@ type Conn struct {
 
 	// Completions and events of the send and receive tasks.
 	sout, rout outbox
+	// The requester whose send task the receive task's batch joined to
+	// hand it an ACK directly (ackDirectLocked), until the batch ends;
+	// joinedMore says its requester has work.
+	joined     *Conn
+	joinedMore bool
 
 	// Receive task state, under the QP lock.
 	resp respState
@@ -411,6 +416,13 @@ func (o *outbox) event(ev Event) { o.evs = append(o.evs, ev) }
 // those tasks (a drain, a destroy), which would otherwise run on this
 // goroutine only after the callback returns.
 func (c *Conn) deliver(o *outbox, t *task.Task) {
+	o.push()
+	c.callBack(o, t)
+}
+
+// push pushes o's completions, each run for one CQ in one push, and keeps
+// the handlers that made due for callBack.
+func (o *outbox) push() {
 	for i := 0; i < len(o.wcs); {
 		j := i + 1
 		for j < len(o.wcs) && o.cqs[j] == o.cqs[i] {
@@ -423,6 +435,11 @@ func (c *Conn) deliver(o *outbox, t *task.Task) {
 	}
 	clear(o.cqs)
 	o.cqs, o.wcs = o.cqs[:0], o.wcs[:0]
+}
+
+// callBack runs the CQ handlers push made due and raises o's events, as
+// deliver says.
+func (c *Conn) callBack(o *outbox, t *task.Task) {
 	if len(o.due) == 0 && (len(o.evs) == 0 || c.e.cfg.Events == nil) {
 		o.evs = o.evs[:0]
 		return

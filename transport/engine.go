@@ -10,7 +10,8 @@ package transport
 // qp.QP lock -> the engine's atomicMu; Engine.countMu -> qp.QP lock and
 // Engine.countMu -> Engine.mu (Snapshot, RemoveConn); Engine.mu (the QP table) is otherwise taken with
 // no transport lock held, and nothing is taken under it. CQ pushes and
-// events are issued after the QP lock is released.
+// events are issued after the QP lock is released. A receive task holding
+// its QP lock only tries the lock of its loopback peer (ackdirect.go).
 
 import (
 	"errors"

@@ -786,9 +786,9 @@ func (c *Conn) creditOKLocked(w *qp.SendWQE) bool {
 	return false
 }
 
-// creditsLocked takes the credit count of an ACK-type AETH.
-func (c *Conn) creditsLocked(aeth AETH) {
-	syn := aeth.Syndrome()
+// creditsLocked takes the credit count of an ACK-type AETH: its syndrome
+// and MSN.
+func (c *Conn) creditsLocked(syn Syndrome, msn uint32) {
 	if syn.Type() != AckTypeACK {
 		return
 	}
@@ -798,7 +798,7 @@ func (c *Conn) creditsLocked(aeth AETH) {
 		return
 	}
 	c.req.unlimited = false
-	lsn := (aeth.MSN() + n) & 0xFFFFFF
+	lsn := (msn + n) & 0xFFFFFF
 	if PSN(c.req.lsn).Less(PSN(lsn)) || n == 0 {
 		c.req.lsn = lsn
 	}
