@@ -48,7 +48,7 @@ func (c *Conn) endAckLocked() {
 func (c *Conn) ackDirectLocked() bool {
 	a := c.qp.AttrLocked()
 	r := &c.pathLocked(a).r
-	if !r.fast {
+	if !r.fast || c.e.ackPackets.Load() {
 		return false
 	}
 	p := c.e.peerOf(r, a.DestQPN)
@@ -72,6 +72,7 @@ func (c *Conn) ackDirectLocked() bool {
 		return false
 	}
 	c.resp.ackPending = false
+	c.resp.directACKs++
 	c.pend[SentPkts]++ // as xmit counts the packet
 	c.looped++
 	c.joined, c.joinedMore = p, more

@@ -605,7 +605,11 @@ type Snapshot struct {
 	MSN         uint32
 	SQPosted    int // send WQEs not yet retired
 	RQPosted    int // receive WQEs queued
-	Counters    map[string]uint64
+	// DirectACKs is how many ACKs the responder handed a requester on
+	// this device without a packet (ackdirect.go); they are counted as
+	// packets in Counters too.
+	DirectACKs uint64
+	Counters   map[string]uint64
 }
 
 // Snapshot returns the QP's transport state.
@@ -613,7 +617,7 @@ func (c *Conn) Snapshot() Snapshot {
 	c.qp.Lock()
 	s := Snapshot{
 		NextPSN: c.req.psn, UnackedPSN: c.comp.psn, ExpectedPSN: c.resp.epsn, MSN: c.resp.msn,
-		SQPosted: c.qp.SQ.Len(), RQPosted: c.qp.RecvLenLocked(),
+		SQPosted: c.qp.SQ.Len(), RQPosted: c.qp.RecvLenLocked(), DirectACKs: c.resp.directACKs,
 	}
 	c.countLocked()
 	c.qp.Unlock()

@@ -192,7 +192,16 @@ type Engine struct {
 	// (bufCache).
 	serial bool
 	free   []*pktBuf
+
+	// ackPackets turns the loopback ACK hand-off off (ackdirect.go).
+	ackPackets atomic.Bool
 }
+
+// SetLoopbackACKPackets makes RC responders send their ACKs to requesters
+// on this device as packets, as they do over a link, instead of handing
+// them over directly (ackdirect.go); false, the default, lets them. For
+// tests and measurements that compare the two.
+func (e *Engine) SetLoopbackACKPackets(on bool) { e.ackPackets.Store(on) }
 
 type portState struct {
 	link    netdev.Link

@@ -41,6 +41,8 @@ type respState struct {
 
 	commEst bool
 	lastWQE bool
+
+	directACKs uint64 // ACKs handed over without a packet (ackdirect.go)
 }
 
 // maxResources bounds the saved READ/atomic responder resources (the
