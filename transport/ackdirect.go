@@ -52,31 +52,106 @@ func (c *Conn) ackDirectLocked() bool {
 		return false
 	}
 	p := c.e.peerOf(r, a.DestQPN)
-	if p == nil || p == c || p.stopped.Load() || !p.sendTask.Join(c.recvTask) {
+	if p == nil || p == c {
 		return false
 	}
-	// Under c's lock, so only a try: the requester's side may hold its
-	// lock and wait for ours.
-	if !p.qp.TryLock() {
-		p.sendTask.Leave(c.recvTask, false)
-		return false
+	// The requester whose batch runs ours (respondJoinedLocked) is locked
+	// and its task is ours already.
+	hosted := p == c.host
+	if !hosted {
+		if p.stopped.Load() || !p.sendTask.Join(c.recvTask) {
+			return false
+		}
+		// Under c's lock, so only a try: the requester's side may hold
+		// its lock and wait for ours.
+		if !p.qp.TryLock() {
+			p.sendTask.Leave(c.recvTask, false)
+			return false
+		}
 	}
 	// The requester's completions join this batch's, behind its receive
-	// completions, in one outbox (p's is empty: its task was idle).
+	// completions, in one outbox (p's is empty, its task idle; or, hosted,
+	// p's outbox is this one: see respondJoinedLocked).
 	p.sout, c.rout = c.rout, p.sout
 	more, ok := p.takeAckLocked(c.resp.ackPSN, c.ackSyndrome(), c.resp.msn, r.src.IP)
 	p.sout, c.rout = c.rout, p.sout
-	p.qp.Unlock()
+	if !hosted {
+		p.qp.Unlock()
+		if !ok {
+			p.sendTask.Leave(c.recvTask, false)
+		}
+	}
 	if !ok {
-		p.sendTask.Leave(c.recvTask, false)
 		return false
 	}
 	c.resp.ackPending = false
 	c.resp.directACKs++
 	c.pend[SentPkts]++ // as xmit counts the packet
 	c.looped++
-	c.joined, c.joinedMore = p, more
+	if hosted {
+		p.hostMore = p.hostMore || more
+	} else {
+		c.joined, c.joinedMore = p, more
+	}
 	return true
+}
+
+// joinRespLocked reports whether a request packet c's requester sends to p,
+// a QP on this device, may be listed for p's responder to take in c's
+// batch, at its end (respondJoinedLocked): p's receive task was idle, and
+// the batch joined it (task.Join), now or for an earlier packet. The
+// caller holds c's QP lock and runs c's send task.
+func (c *Conn) joinRespLocked(p *Conn) bool {
+	if c.joinedResp == p {
+		return true
+	}
+	// An empty queue: the responder takes its list first, and nothing
+	// queued before may be passed.
+	if c.joinedResp != nil || p == c || c.e.ackPackets.Load() || p.stopped.Load() ||
+		!p.reqQ.empty() || !p.recvTask.Join(c.sendTask) {
+		return false
+	}
+	c.joinedResp = p
+	return true
+}
+
+// respondJoinedLocked runs the batch of responder p that c's send task
+// joined (joinRespLocked), if p's lock is free, as p's receive task
+// would: the requests c listed, and, if the batch ends with an ACK for
+// c, c's completer work for it (ackDirectLocked, hosted). The completions
+// of both go in c's send outbox, in the order two batches would have
+// pushed them. It reports whether c's requester has work left. The
+// caller holds c's QP lock; it calls endRespJoin after releasing it.
+func (c *Conn) respondJoinedLocked(p *Conn) bool {
+	c.hostMore = false
+	if !p.qp.TryLock() {
+		// Locked elsewhere: the responder runs as its own task, after
+		// this batch (endRespJoin).
+		p.joinedMore = true
+		return false
+	}
+	p.recvBufs = c.sendBufs // the goroutine's
+	p.host = c
+	// p's outbox is empty (its task was idle): it takes c's, behind what
+	// c's batch has completed, and gives it back with its own added.
+	c.sout, p.rout = p.rout, c.sout
+	p.resp.urgent = false
+	p.joinedMore = p.respondLocked()
+	c.sout, p.rout = p.rout, c.sout
+	p.host = nil
+	p.recvBufs = nil
+	p.qp.Unlock()
+	return c.hostMore
+}
+
+// endRespJoin ends a send batch that joined responder p: the completions
+// are pushed, p's task is left (to run again if it has work), and then
+// CQ handlers run and events are raised, as endJoin.
+func (c *Conn) endRespJoin(p *Conn) {
+	c.sout.push()
+	p.signalRan()
+	p.recvTask.Leave(c.sendTask, p.joinedMore)
+	c.callBack(&c.sout, c.sendTask)
 }
 
 // takeAckLocked is the completer's work for an ACK of psn with syndrome syn

@@ -81,6 +81,12 @@ type Conn struct {
 	// joinedMore says its requester has work.
 	joined     *Conn
 	joinedMore bool
+	// The responder whose receive task the send task's batch joined to
+	// run it at the batch's end (joinRespLocked), and, in the responder's
+	// Conn while that runs, the requester whose batch runs it (host).
+	// hostMore says an ACK handed to the host left its requester work.
+	joinedResp, host *Conn
+	hostMore         bool
 
 	// Receive task state, under the QP lock.
 	resp respState

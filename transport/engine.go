@@ -838,6 +838,11 @@ func (e *Engine) xmitSpan(c *Conn, r *route, t txPkt, ib int, ext []byte, span u
 		src := c.sendTask
 		if pb.pkt.Info.Has(FlagResponse) {
 			src = c.recvTask
+		} else if c.joinRespLocked(peer) {
+			// The requester's batch runs the peer's responder at its
+			// end (ackdirect.go).
+			peer.list(&peer.reqLocal, pb)
+			return
 		}
 		peer.enqueue(pb, wakeChain, src)
 		return

@@ -76,8 +76,18 @@ func (c *Conn) sendBatchUnlock() bool {
 	if c.requestLocked() {
 		more = true
 	}
-	c.qp.Unlock()
-	c.deliver(&c.sout, c.sendTask)
+	if p := c.joinedResp; p != nil {
+		// The loopback peer's responder, which the requester joined.
+		c.joinedResp = nil
+		if c.respondJoinedLocked(p) {
+			more = true
+		}
+		c.qp.Unlock()
+		c.endRespJoin(p)
+	} else {
+		c.qp.Unlock()
+		c.deliver(&c.sout, c.sendTask)
+	}
 	c.sendBufs = nil // the goroutine's, not the QP's
 	c.signalRan()
 	return more
