@@ -3,7 +3,9 @@ package rvt
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -358,4 +360,90 @@ func TestFabricACKsArePackets(t *testing.T) {
 	require.Zero(t, b.Conn().Snapshot().DirectACKs)
 	// The ACKs crossed the link: device A received them as frames.
 	require.NotZero(t, na.d.Counters()["rcvd_pkts"])
+}
+
+// TestLoopbackACKHandOffRandom is TestLoopbackACKHandOffKeepsSemantics
+// over random workloads: post lists of random operations and sizes,
+// receives posted short or late (RNR NAKs), credits on or off, now and
+// then a bad R_Key, with the clock stepped between.
+func TestLoopbackACKHandOffRandom(t *testing.T) {
+	seeds := 300
+	if testing.Short() {
+		seeds = 30
+	}
+	var used uint64
+	errs := 0
+	for seed := 1; seed <= seeds; seed++ {
+		run := func(packets bool) ([]string, uint64) {
+			rng := rand.New(rand.NewPCG(uint64(seed), 7))
+			at := defaultAttrs()
+			at.rnr = []uint8{7, 7, 7, 3, 1, 0}[rng.IntN(6)]
+			credits := rng.IntN(2) == 0
+			w := newAckWorld(t, packets, credits, at)
+			id := uint64(1)
+			for range 40 {
+				switch rng.IntN(4) {
+				case 0:
+					w.recvN(t, 10000+id, rng.IntN(24), 4096)
+					id += 24
+				case 1:
+					w.reap()
+					w.step()
+				default:
+					wrs := make([]SendWR, 1+rng.IntN(12))
+					for i := range wrs {
+						wrs[i] = w.randomWR(rng, id)
+						id++
+					}
+					if err := w.a.PostSend(wrs...); err != nil {
+						w.trace = append(w.trace, "post: "+err.Error())
+					}
+					w.reap()
+				}
+			}
+			w.settle()
+			w.final()
+			return w.trace, w.directACKs()
+		}
+		direct, n := run(false)
+		packets, _ := run(true)
+		require.Equal(t, packets, direct, "seed %d: hand-off (first) against packets (second)", seed)
+		used += n
+		if strings.Contains(direct[len(direct)-3], " ERR ") {
+			errs++
+		}
+	}
+	require.NotZero(t, used, "the hand-off was never used")
+	t.Logf("%d seeds, %d direct ACKs, %d ended with the requester in ERR", seeds, used, errs)
+}
+
+// randomWR is one random send WR with WR ID id.
+func (w *ackWorld) randomWR(rng *rand.Rand, id uint64) SendWR {
+	n := uint32(rng.IntN(4097))
+	if rng.IntN(2) == 0 {
+		n = 8
+	}
+	wr := SendWR{WRID: id, SGL: sge(w.src, 0, n), RemoteAddr: w.dst.IOVA + 40000, Rkey: w.dst.Rkey}
+	if rng.IntN(4) != 0 {
+		wr.Flags = qp.Signaled
+	}
+	if rng.IntN(600) == 0 {
+		wr.Opcode, wr.Rkey = qp.OpRDMAWrite, w.dst.Rkey^0x7700 // a remote access error
+		return wr
+	}
+	switch k := rng.IntN(19); {
+	case k < 9:
+		wr.Opcode = qp.OpSend
+	case k < 11:
+		wr.Opcode, wr.ImmData = qp.OpSendWithImm, uint32(id)
+	case k < 14:
+		wr.Opcode = qp.OpRDMAWrite
+	case k < 15:
+		wr.Opcode, wr.ImmData = qp.OpRDMAWriteWithImm, uint32(id)
+	case k < 17:
+		wr.Opcode, wr.SGL = qp.OpRDMARead, sge(w.src, 8192, n)
+	default:
+		wr.Opcode, wr.SGL, wr.CompareAdd = qp.OpAtomicFetchAdd, sge(w.src, 16384, 8), 1
+	}
+	return wr
 }
