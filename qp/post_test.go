@@ -386,7 +386,7 @@ func TestSendWQEIsACopy(t *testing.T) {
 	inl.InlineData[0] = 'J'
 	require.Equal(t, []SGE{f.sge(0, 10), f.sge(100, 20)}, w.WR.SGL)
 	require.Equal(t, uint8(64), w.WR.AH.AV.HopLimit)
-	require.Equal(t, uint8(64), w.AH.AV.HopLimit)
+	require.Equal(t, uint8(64), (*q.SQ.ahs)[q.SQ.Tail()&q.SQ.mask].AV.HopLimit)
 	require.Zero(t, w.WR.AH.AV.DGID[0])
 
 	w2 := q.SQ.At(q.SQ.Tail() + 1)
@@ -673,7 +673,7 @@ func TestEnqueueSendLeavesNoStaleState(t *testing.T) {
 			got.MRs, want.MRs = nil, nil
 			got.sges, want.sges, got.inline, want.inline = nil, nil, nil, nil
 			if got.WR.AH != nil {
-				require.Same(t, &dirty.SQ.At(dirty.SQ.head-1).AH, got.WR.AH)
+				require.Same(t, dirty.SQ.ahSlot(dirty.SQ.head-1), got.WR.AH)
 				got.WR.AH, want.WR.AH = nil, nil
 			}
 			require.Equal(t, want, got, "%v WR %d", typ, wr.WRID)

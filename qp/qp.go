@@ -385,13 +385,12 @@ func (q *QP) checkSendWR(wr *SendWR, slot *SendWQE) error {
 func (q *QP) enqueueSend(wr *SendWR, epoch uint64) {
 	w := q.SQ.At(q.SQ.head)
 	// Field by field, keeping the slot's backing arrays: a composite
-	// literal zeroed and rewrote all 296 bytes of it, 5% of a small SEND.
+	// literal zeroed and rewrote all 248 bytes of it, 5% of a small SEND.
 	// TestEnqueueSendLeavesNoStaleState fails if a field is missed here.
 	w.WR = *wr
 	w.State, w.Status = WQEPosted, 0
 	w.FirstPSN, w.LastPSN, w.Sent, w.Done, w.SSN = 0, 0, 0, 0, 0
 	w.Epoch, w.Assigned = epoch, false
-	w.AH = AH{}
 	if len(wr.SGL) == 1 {
 		w.WR.SGL = append(w.sges[:0], wr.SGL[0])
 	} else {
@@ -403,8 +402,9 @@ func (q *QP) enqueueSend(wr *SendWR, epoch uint64) {
 		w.WR.InlineData = w.inline[:copy(w.inline, wr.InlineData)]
 	}
 	if wr.AH != nil {
-		w.AH = *wr.AH
-		w.WR.AH = &w.AH
+		ah := q.SQ.ahSlot(q.SQ.head)
+		*ah = *wr.AH
+		w.WR.AH = ah
 	}
 	w.Signaled = q.cfg.SigAll || wr.Flags&Signaled != 0
 	q.SQ.head++
@@ -479,7 +479,7 @@ func postRecv(rq *RecvQueue, kt *keys.Table, pd *keys.PD, maxSGE uint32, wrs []R
 	for i := range wrs {
 		w := rq.At(rq.head)
 		w.WRID = wrs[i].WRID
-		w.SGL = append(w.sges[:0], wrs[i].SGL...)
+		w.SGL = append(w.SGL[:0], wrs[i].SGL...)
 		w.Epoch = epoch // MRs and Length are in place from the checks
 		rq.head++
 	}
@@ -513,13 +513,12 @@ func popInto(rq *RecvQueue, dst *RecvWQE) bool {
 	if len(w.SGL) == 1 {
 		// The common case, by element: a slice append of pointers is a
 		// call to typedslicecopy.
-		dst.SGL = append(dst.sges[:0], w.SGL[0])
+		dst.SGL = append(dst.SGL[:0], w.SGL[0])
 		dst.MRs = append(dst.MRs[:0], w.MRs[0])
 	} else {
-		dst.SGL = append(dst.sges[:0], w.SGL...)
+		dst.SGL = append(dst.SGL[:0], w.SGL...)
 		dst.MRs = append(dst.MRs[:0], w.MRs[:len(w.SGL)]...)
 	}
-	dst.sges = dst.SGL[:0]
 	rq.tail++
 	return true
 }

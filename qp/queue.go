@@ -20,36 +20,44 @@ const (
 // resolved, and the requester's progress on it.
 type SendWQE struct {
 	WR     SendWR
-	Length uint32 // total payload bytes
 	sges   []SGE  // backing array for WR.SGL (capacity MaxSendSGE)
 	inline []byte // backing array for WR.InlineData
 	MRs    []*keys.MR
+	Length uint32 // total payload bytes
 
 	// Requester and completer progress, owned by the send task.
-	State    WQEState
-	Status   cq.Status
+	State  WQEState
+	Status cq.Status
+	// Assigned says FirstPSN..LastPSN are fixed: set at the first
+	// transmission and kept across retries, so ACKs can be matched to WQEs
+	// the requester has rewound past.
+	Assigned bool
+	Signaled bool
 	FirstPSN uint32
 	LastPSN  uint32
 	Sent     uint32 // payload bytes handed to packets so far
 	Done     uint32 // bytes received (READ responses)
 	SSN      uint32 // send sequence number for end-to-end credits (0 = none yet)
 	Epoch    uint64 // the key table's epoch when MRs were checked
-	// Assigned says FirstPSN..LastPSN are fixed: set at the first
-	// transmission and kept across retries, so ACKs can be matched to WQEs
-	// the requester has rewound past.
-	Assigned bool
-	Signaled bool
-	AH       AH // copy of the UD destination (the caller may free its AH)
+
+	// A UD WR's address handle is copied (the caller may free its AH) to
+	// SendQueue.ahs, and WR.AH points there, not here: with it, and the
+	// fields in their old order, a WQE was 296 bytes; it is 248, so that
+	// 16 of them with the allocator's 8-byte header for an object with
+	// pointers fit the 4096-byte class (they took the 4864 one).
 }
 
 // RecvWQE is a receive queue entry.
 type RecvWQE struct {
-	WRID   uint64
+	WRID uint64
+	// SGL is the WR's SGEs, copied into the entry's own array: SGL's
+	// capacity is that array (MaxRecvSGE), which the next post reuses.
+	// (No second slice header for it: 16 entries of 96 bytes and the
+	// allocator's header took its 1792-byte class, of 72 bytes 1280.)
 	SGL    []SGE
-	Length uint32
 	MRs    []*keys.MR // the SGEs' MRs as checked at post time
 	Epoch  uint64     // the key table's epoch then (keys.Table.Epoch)
-	sges   []SGE
+	Length uint32
 }
 
 // ring is a fixed-capacity FIFO of T indexed by free-running uint32
@@ -86,6 +94,21 @@ func (r *ring[T]) At(i uint32) *T { return &r.e[i&r.mask] }
 type SendQueue struct {
 	ring[SendWQE]
 	Next uint32
+	// ahs[i] holds the copy of the AH of the WQE in slot i (SendWQE), made
+	// at the first post that carries an AH: a QP that never posts one
+	// (RC, UC) never has it. A pointer: the slice header would take the
+	// QP struct past the allocator's 288-byte class.
+	ahs *[]AH
+}
+
+// ahSlot returns the AH copy for the WQE at counter i, making the array
+// on first use.
+func (q *SendQueue) ahSlot(i uint32) *AH {
+	if q.ahs == nil {
+		ahs := make([]AH, len(q.e))
+		q.ahs = &ahs
+	}
+	return &(*q.ahs)[i&q.mask]
 }
 
 // Head returns the producer counter.
@@ -104,9 +127,15 @@ type RecvQueue struct {
 
 func newRecvQueue(n, maxSGE uint32) RecvQueue {
 	q := RecvQueue{newRing[RecvWQE](n)}
+	// One allocation each for all entries' SGEs and MRs, as the send
+	// queue's: two per entry made 32 small objects a QP at depth 16, for
+	// the allocator and the garbage collector.
+	ns := int(maxSGE)
+	sges := make([]SGE, len(q.e)*ns)
+	mrs := make([]*keys.MR, len(q.e)*ns)
 	for i := range q.e {
-		q.e[i].sges = make([]SGE, maxSGE)
-		q.e[i].MRs = make([]*keys.MR, maxSGE)
+		q.e[i].SGL = sges[i*ns : i*ns : (i+1)*ns]
+		q.e[i].MRs = mrs[i*ns : (i+1)*ns : (i+1)*ns]
 	}
 	return q
 }

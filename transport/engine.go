@@ -529,7 +529,7 @@ func (pb *pktBuf) reset() {
 // drop counts a dropped packet.
 func (e *Engine) drop(c *Conn, r DropReason) {
 	if c != nil {
-		c.counters.drops[r].Add(1)
+		c.ctrs().drops[r].Add(1)
 		return
 	}
 	e.counters.drops[r].Add(1)
@@ -785,8 +785,9 @@ type txPkt struct {
 // to the wire (the frame then starts at the buffer's start, so the
 // receiver gets the buffer whole), else the running goroutine's
 // (bc.frame), or on an Inline engine the task's own, *own, made on first
-// use.
-func (e *Engine) startTx(r *route, own *[]byte, bc *bufCache) (txPkt, []byte) {
+// use. ib bounds the packet's bytes from the BTH through the pad (the
+// caller writes no further): a lent buffer need be no longer.
+func (e *Engine) startTx(r *route, own *[]byte, bc *bufCache, ib int) (txPkt, []byte) {
 	if r.fast {
 		pb := bc.get(e)
 		b := pb.room()
@@ -795,7 +796,10 @@ func (e *Engine) startTx(r *route, own *[]byte, bc *bufCache) (txPkt, []byte) {
 	if r.wire && !r.local && !r.bad {
 		if l := e.port.Load().lend; l != nil {
 			head := netdev.HeaderLen(netdev.UsesIPv6(r.src.IP, r.dst.IP))
-			if buf := l.TxFrame(maxFrame - netHeadroom + head); buf != nil {
+			// Only as long as the packet: a short one (an ACK, a
+			// small SEND) in a short buffer (see fabric.smallFrame).
+			n := min(ib, maxFrame-netHeadroom-ICRCLen)
+			if buf := l.TxFrame(head + n + ICRCLen); buf != nil {
 				return txPkt{frame: buf, head: head, lend: l}, buf[head:]
 			}
 		}

@@ -350,7 +350,7 @@ func (c *Conn) sendPacketLocked(w *qp.SendWQE, a *qp.Attr, pa *path) {
 	last := n == rem
 	var r *route
 	if typ.Datagram() {
-		ud := c.e.port.Load().routeTo(&w.AH.AV, c.srcPort, true)
+		ud := c.e.port.Load().routeTo(&w.WR.AH.AV, c.srcPort, true)
 		r = &ud
 	} else {
 		r = &pa.r
@@ -406,8 +406,8 @@ func (c *Conn) sendPacketLocked(w *qp.SendWQE, a *qp.Attr, pa *path) {
 		}
 	}
 	info := o.Info()
-	t, b := c.e.startTx(r, &c.reqTx, c.sendBufs)
 	hl := info.HdrLen
+	t, b := c.e.startTx(r, &c.reqTx, c.sendBufs, hl+int(payload)+3)
 	clear(b[:hl])
 	destQP := a.DestQPN
 	if typ.Datagram() {

@@ -560,16 +560,17 @@ func (c *Conn) flushAckLocked() {
 
 // respHeaderLocked starts a response on route r (see Engine.startTx) and
 // writes the BTH of response opcode o with PSN psn, and its AETH (if o
-// carries one) with syndrome syn and the current MSN. It returns the packet,
-// its bytes from the BTH on, and o's entry.
-func (c *Conn) respHeaderLocked(r *route, o Opcode, psn PSN, syn Syndrome, a *qp.Attr) (txPkt, []byte, *OpInfo) {
+// carries one) with syndrome syn and the current MSN; payload bounds the
+// bytes that follow the headers (with the pad: at most payload+3). It
+// returns the packet, its bytes from the BTH on, and o's entry.
+func (c *Conn) respHeaderLocked(r *route, o Opcode, psn PSN, syn Syndrome, a *qp.Attr, payload uint32) (txPkt, []byte, *OpInfo) {
 	if o != RCAck || syn.Type() != AckTypeACK {
 		// A READ or atomic response or a NAK: the requester waits on it,
 		// so this run's batch is flushed at once (see runRecv).
 		c.resp.urgent = true
 	}
 	info := o.Info()
-	t, b := c.e.startTx(r, &c.respTx, c.recvBufs)
+	t, b := c.e.startTx(r, &c.respTx, c.recvBufs, info.HdrLen+int(payload)+3)
 	BTH(b).Init(o, DefaultPKey, a.DestQPN, psn)
 	if off := info.Offset(HdrAETH); off != 0 {
 		aeth := AETH(b[off:])
@@ -586,14 +587,14 @@ func (c *Conn) sendAckLocked(syn Syndrome, psn PSN) {
 	}
 	a := c.qp.AttrLocked()
 	r := &c.pathLocked(a).r
-	t, _, info := c.respHeaderLocked(r, RCAck, psn, syn, a)
+	t, _, info := c.respHeaderLocked(r, RCAck, psn, syn, a, 0)
 	c.e.xmit(c, r, t, info.HdrLen, nil)
 }
 
 func (c *Conn) sendAtomicAckLocked(psn PSN, orig uint64) {
 	a := c.qp.AttrLocked()
 	r := &c.pathLocked(a).r
-	t, b, info := c.respHeaderLocked(r, RCAtomicAck, psn, c.ackSyndrome(), a)
+	t, b, info := c.respHeaderLocked(r, RCAtomicAck, psn, c.ackSyndrome(), a, 0)
 	AtomicAckETH(b[info.Offset(HdrAtomicAckETH):]).SetOrigData(orig)
 	c.e.xmit(c, r, t, info.HdrLen, nil)
 }
@@ -609,7 +610,7 @@ func (c *Conn) sendReadResponsesLocked(psn PSN, mr *keys.MR, va uint64, n uint32
 	if r.fast && k > 1 {
 		// Loopback: one burst covering all k response PSNs.
 		if ext, ok := mr.View(va, uint64(n)); ok {
-			t, b, info := c.respHeaderLocked(r, RCReadResponseOnly, psn, syn, a)
+			t, b, info := c.respHeaderLocked(r, RCReadResponseOnly, psn, syn, a, n)
 			BTH(b).SetPadCount(uint8((4 - n%4) % 4))
 			c.e.xmitSpan(c, r, t, info.HdrLen, ext, k)
 			return k, true
@@ -628,9 +629,9 @@ func (c *Conn) sendReadResponsesLocked(psn PSN, mr *keys.MR, va uint64, n uint32
 		default:
 			o = RCReadResponseMiddle
 		}
-		t, b, info := c.respHeaderLocked(r, o, psn.Add(i), syn, a)
-		hl := info.HdrLen
 		m := min(mtu, n-off)
+		t, b, info := c.respHeaderLocked(r, o, psn.Add(i), syn, a, m)
+		hl := info.HdrLen
 		pad := (4 - m%4) % 4
 		BTH(b).SetPadCount(uint8(pad))
 		var ext []byte

@@ -13,18 +13,26 @@ import (
 // empty on one processor and fill on the other, and pay for stealing
 // (twice: its buffers and the boxes that carry them). One short critical
 // section per Get and Put costs less, and bounded, it keeps at most
-// maxPooled buffers when a burst is over.
+// a bounded number of buffers when a burst is over.
 type bufPool struct {
 	size int
+	max  int // buffers kept at most
 	mu   sync.Mutex
 	free [][]byte
 }
 
-// maxPooled bounds what a bufPool keeps (at 9018-byte buffers, 4.5 MB):
-// more than two QPs' windows of frames in flight.
-const maxPooled = 512
+// maxPooledBytes bounds what a bufPool keeps: 512 buffers of 9018 bytes
+// (more than two QPs' windows of frames in flight), or as many smaller
+// ones as fit in the same bytes (at smallFrame, 18,000: a packet in
+// flight on each of 10,000 QPs and its ACK); never fewer than minPooled.
+const (
+	maxPooledBytes = 512 * 9018
+	minPooled      = 512
+)
 
-func newBufPool(size int) *bufPool { return &bufPool{size: size} }
+func newBufPool(size int) *bufPool {
+	return &bufPool{size: size, max: max(minPooled, maxPooledBytes/max(size, 1))}
+}
 
 // Size returns the length of the buffers Get returns.
 func (p *bufPool) Size() int { return p.size }
@@ -69,7 +77,7 @@ func (p *bufPool) Put(b []byte) {
 		return
 	}
 	p.mu.Lock()
-	if len(p.free) < maxPooled {
+	if len(p.free) < p.max {
 		p.free = append(p.free, b[:cap(b)])
 	}
 	p.mu.Unlock()

@@ -51,7 +51,16 @@ type Fabric struct {
 	// received in the sender's buffer, and the receiver gives it back to
 	// the pool the sender took it from, so neither side allocates.
 	pools sync.Map
+	small *bufPool // pools' entry for smallFrame
 }
+
+// smallFrame is the size of the fabric's buffers for short frames: ACKs,
+// small SENDs, READ requests and atomics (a RoCEv2 frame over IPv6 with
+// the longest header, an atomic request's, is 106 bytes). With many QPs
+// each having a packet or two in flight, tens of thousands of frames are
+// out at once; in MTU-sized buffers (9 KB at MTU 9000) the pool runs dry
+// and every short packet allocated, zeroed and later collected 9 KB.
+const smallFrame = 256
 
 // New returns an empty fabric. clk (nil: the real clock) is the clock
 // of faulty ports made by NewFaultyPort; seed drives MACs NewPort assigns
@@ -65,6 +74,7 @@ func New(clk clock.Clock, seed int64) *Fabric {
 	}
 	f.ports.Store(new([]*Port))
 	f.fdb.Store(&map[netdev.MAC]*Port{})
+	f.small = f.poolFor(smallFrame)
 	return f
 }
 
@@ -311,6 +321,9 @@ func (p *Port) Lender() netdev.Link { return p }
 // TxFrame returns a buffer of at least n bytes from the fabric's pools
 // (netdev.FrameLender).
 func (p *Port) TxFrame(n int) []byte {
+	if n <= smallFrame {
+		return p.fabric.small.Get()
+	}
 	if n <= p.pool.Size() {
 		return p.pool.Get()
 	}
@@ -350,7 +363,11 @@ func (p *Port) arrive(frame []byte) {
 		p.CountDropped()
 		return
 	}
-	b := p.pool.Get()[:len(frame)]
+	pool := p.pool
+	if len(frame) <= smallFrame {
+		pool = p.fabric.small
+	}
+	b := pool.Get()[:len(frame)]
 	copy(b, frame)
 	p.Deliver(b, len(b), p)
 }

@@ -69,13 +69,17 @@ func TestFabricSendOwnedErrors(t *testing.T) {
 	require.Equal(t, []int{0, 0}, s.counts())
 }
 
-// TestFabricTxFrame checks TxFrame's sizes: the port's own buffers when
-// they are long enough, the fabric's pool of a larger size otherwise,
-// and that released buffers go back to the pool of their size.
+// TestFabricTxFrame checks TxFrame's sizes: the fabric's small buffers
+// for short frames, the port's own buffers when they are long enough, the
+// fabric's pool of a larger size otherwise, and that released buffers go
+// back to the pool of their size.
 func TestFabricTxFrame(t *testing.T) {
 	fab := New(nil, 1)
 	a, b := fab.NewPort(frametest.MACA, 1500), fab.NewPort(frametest.MACB, 9000)
-	require.Len(t, a.TxFrame(100), netdev.MaxFrameLen(1500))
+	require.Len(t, a.TxFrame(100), smallFrame)
+	require.Len(t, b.TxFrame(smallFrame), smallFrame)
+	require.Len(t, a.TxFrame(smallFrame+1), netdev.MaxFrameLen(1500))
+	require.Len(t, b.TxFrame(smallFrame+1), netdev.MaxFrameLen(9000))
 	big := a.TxFrame(4200)
 	require.GreaterOrEqual(t, len(big), 4200)
 	require.Equal(t, 0, cap(big)%1024)
@@ -126,8 +130,36 @@ func TestBufPool(t *testing.T) {
 	p.Put(make([]byte, 50)) // too small: not kept
 	require.Len(t, p.free, 1)
 	require.Same(t, &b[0], &p.Get()[0])
-	for range maxPooled + 10 {
+	for range p.max + 10 {
 		p.Put(make([]byte, 100))
 	}
-	require.Len(t, p.free, maxPooled, "bounded")
+	require.Len(t, p.free, p.max, "bounded")
+	// The bound is in bytes, and at least minPooled buffers.
+	for _, tt := range []struct{ size, max int }{
+		{smallFrame, maxPooledBytes / smallFrame},
+		{9018, 512},
+		{1 << 16, minPooled},
+	} {
+		require.Equal(t, tt.max, newBufPool(tt.size).max, "size %d", tt.size)
+	}
+}
+
+// TestFabricSmallFrameReuse checks that a short frame, sent owned or
+// copied, travels in a small buffer and that the receiver's Release puts
+// it back in the fabric's small pool, which the next TxFrame reuses.
+func TestFabricSmallFrameReuse(t *testing.T) {
+	fab := New(nil, 1)
+	a := fab.NewPort(frametest.MACA, 9000)
+	rx := fab.NewPort(frametest.MACB, 9000)
+	var got [][]byte
+	rx.SetHandler(func(f []byte) { got = append(got, f); rx.Release(f) })
+	f := ownedFrame(t, a, frametest.MACA, frametest.MACB, 80)
+	require.NoError(t, a.SendOwned(f))
+	require.Len(t, got, 1)
+	require.Equal(t, smallFrame, cap(got[0]), "owned: the sender's small buffer")
+	require.Same(t, &f[0], &a.TxFrame(80)[0], "released to the small pool and reused")
+	require.NoError(t, a.Send(frametest.RawFrame(frametest.MACA, frametest.MACB, 0, 60)))
+	require.Len(t, got, 2)
+	require.Equal(t, smallFrame, cap(got[1]), "copied: into a small buffer too")
+	require.Len(t, fab.small.free, 1)
 }

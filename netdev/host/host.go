@@ -57,6 +57,19 @@ const (
 	MaxSolicit = 3
 )
 
+// Announcements of a new address are repeated: RFC 5227's ANNOUNCE_NUM
+// and ANNOUNCE_INTERVAL for a gratuitous ARP, RFC 4861's
+// MAX_NEIGHBOR_ADVERTISEMENT and RetransTimer for an unsolicited
+// neighbour advertisement. A peer that missed the first (the TAP was put
+// in a bridge after the host started, the bridge was still learning)
+// still replaces the MAC it held for the address.
+const (
+	AnnounceNum        = 2
+	AnnounceInterval   = 2 * time.Second
+	AnnounceNumV6      = 3
+	AnnounceIntervalV6 = time.Second
+)
+
 // ARP (RFC 826) over Ethernet for IPv4: the 28-byte packet after the
 // Ethernet header.
 const (
@@ -162,9 +175,10 @@ func (n *neighbour) dueLocked() time.Time {
 // Host is a NeighbourQueuer: a frame sent with a zero destination MAC goes
 // to the neighbour of its IP destination, at once if it is resolved, else
 // after the neighbour answers (see Send). One clock timer per host, armed
-// only while frames wait, repeats the requests for them (RetransTime) and
-// drops them when resolution fails (MaxSolicit); nothing else runs on
-// timers.
+// only while frames wait or announcements are due, repeats the requests
+// for waiting frames (RetransTime), drops them when resolution fails
+// (MaxSolicit) and repeats announcements (AnnounceNum); nothing else runs
+// on timers.
 type Host struct {
 	l   netdev.Link
 	mac netdev.MAC
@@ -179,9 +193,11 @@ type Host struct {
 	groups  netdev.GroupRefs
 	neigh   map[netip.Addr]*neighbour
 	waiting map[netip.Addr]*neighbour // the neighbours with frames queued
-	timer   clock.Timer               // armed while waiting is not empty
-	timerAt time.Time                 // when timer fires
-	timerID uint64                    // the armed timer's; a superseded one does nothing
+	// announcing holds the addresses with announcements still to repeat.
+	announcing map[netip.Addr]*announcement
+	timer      clock.Timer // armed while waiting or announcing is not empty
+	timerAt    time.Time   // when timer fires
+	timerID    uint64      // the armed timer's; a superseded one does nothing
 
 	arpReqSent, arpRepSent, nsSent, naSent         atomic.Uint64
 	learned, consumed, filtered, malformed         atomic.Uint64
@@ -201,7 +217,7 @@ var (
 // The host takes over l's handler.
 func New(l netdev.Link, mac netdev.MAC, addrs []netip.Addr, clk clock.Clock) *Host {
 	h := &Host{l: l, mac: mac, clk: clock.OrReal(clk), neigh: make(map[netip.Addr]*neighbour),
-		waiting: make(map[netip.Addr]*neighbour)}
+		waiting: make(map[netip.Addr]*neighbour), announcing: make(map[netip.Addr]*announcement)}
 	h.rel, _ = l.(netdev.Releaser)
 	h.addrs = unmapAll(addrs)
 	l.SetHandler(h.receive)
@@ -306,12 +322,18 @@ func (h *Host) sendResolving(frame []byte) error {
 }
 
 // armLocked makes the host's timer fire when the earliest waiting
-// neighbour is due (dueLocked), and stops it when none is waiting.
+// neighbour (dueLocked) or repeated announcement is due, and stops it when
+// nothing is.
 func (h *Host) armLocked(now time.Time) {
 	var due time.Time
 	for _, n := range h.waiting {
 		if d := n.dueLocked(); due.IsZero() || d.Before(due) {
 			due = d
+		}
+	}
+	for _, a := range h.announcing {
+		if due.IsZero() || a.next.Before(due) {
+			due = a.next
 		}
 	}
 	if h.timer != nil && !due.IsZero() && !h.timerAt.After(due) {
@@ -331,11 +353,12 @@ func (h *Host) armLocked(now time.Time) {
 }
 
 // onTimer repeats the request for each waiting neighbour whose
-// RetransTime has passed and drops the frames of those whose resolution
-// has failed.
+// RetransTime has passed, drops the frames of those whose resolution has
+// failed, and repeats the announcements that are due for addresses the
+// host still has.
 func (h *Host) onTimer(id uint64) {
 	now := h.clk.Now()
-	var ask []netip.Addr
+	var ask, announce []netip.Addr
 	h.mu.Lock()
 	if h.closed || id != h.timerID {
 		h.mu.Unlock()
@@ -353,11 +376,28 @@ func (h *Host) onTimer(id uint64) {
 			ask = append(ask, ip)
 		}
 	}
+	for ip, a := range h.announcing {
+		switch {
+		case !slices.Contains(h.addrs, ip):
+			delete(h.announcing, ip)
+		case !now.Before(a.next):
+			announce = append(announce, ip)
+			if a.left--; a.left == 0 {
+				delete(h.announcing, ip)
+			} else {
+				a.next = a.next.Add(a.every)
+			}
+		}
+	}
 	h.armLocked(now)
 	h.mu.Unlock()
 	slices.SortFunc(ask, netip.Addr.Compare) // a reproducible order
 	for _, ip := range ask {
 		h.solicit(ip, netdev.MAC{})
+	}
+	slices.SortFunc(announce, netip.Addr.Compare)
+	for _, ip := range announce {
+		h.sendAnnouncement(ip)
 	}
 }
 
@@ -426,10 +466,35 @@ func (h *Host) SetAddrs(addrs []netip.Addr) {
 	}
 }
 
+// announcement is an address's announcements still to send.
+type announcement struct {
+	left  int           // still to send
+	next  time.Time     // when the next is due
+	every time.Duration // the interval between them
+}
+
 // Announce sends a gratuitous ARP (IPv4) or an unsolicited neighbour
-// advertisement to all nodes (IPv6) for ip.
+// advertisement to all nodes (IPv6) for ip, and repeats it (AnnounceNum,
+// AnnounceNumV6) while ip is one of the host's addresses.
 func (h *Host) Announce(ip netip.Addr) {
 	ip = ip.Unmap()
+	h.sendAnnouncement(ip)
+	num, every := AnnounceNum, AnnounceInterval
+	if !ip.Is4() {
+		num, every = AnnounceNumV6, AnnounceIntervalV6
+	}
+	now := h.clk.Now()
+	h.mu.Lock()
+	if !h.closed && num > 1 {
+		h.announcing[ip] = &announcement{left: num - 1, next: now.Add(every), every: every}
+		h.armLocked(now)
+	}
+	h.mu.Unlock()
+}
+
+// sendAnnouncement sends one gratuitous ARP or unsolicited neighbour
+// advertisement for ip.
+func (h *Host) sendAnnouncement(ip netip.Addr) {
 	if ip.Is4() {
 		h.sendARP(arpRequest, netdev.BroadcastMAC(), ip, netdev.MAC{}, ip)
 		return

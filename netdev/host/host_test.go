@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
@@ -455,6 +456,65 @@ func TestHostSetAddrsAnnounces(t *testing.T) {
 	sn := netdev.SolicitedNodeAddr(hostV6)
 	mac, _ := netdev.MulticastMAC(sn)
 	cl.handler(ndFrame(t, peerMAC, mac, peerV6, sn, nsMsg(hostV6, &peerMAC), layers.ICMPv6TypeNeighborSolicitation, 255))
+	require.Empty(t, cl.take())
+}
+
+// TestHostAnnounceRepeats: a new address is announced again as RFC 5227
+// (IPv4: ANNOUNCE_NUM 2, ANNOUNCE_INTERVAL 2 s) and RFC 4861 (IPv6: up to
+// MAX_NEIGHBOR_ADVERTISEMENT 3, RetransTimer 1 s apart) say, so a peer
+// that missed the first (its segment was joined later, a bridge was still
+// learning) learns the MAC; an address dropped meanwhile is not announced
+// again, and no timer is left once the announcements are done.
+func TestHostAnnounceRepeats(t *testing.T) {
+	h, cl, clk, _ := newTestHost(t)
+	newV4 := netip.MustParseAddr("10.9.0.5")
+	newV6 := netip.MustParseAddr("fd00::5")
+	gone := netip.MustParseAddr("10.9.0.6")
+	h.SetAddrs([]netip.Addr{hostLL, hostV4, hostV6, newV4, newV6, gone})
+	announced := func(out [][]byte) []netip.Addr {
+		var ips []netip.Addr
+		for _, f := range out {
+			p := gopacket.NewPacket(f, layers.LayerTypeEthernet, gopacket.Default)
+			if a, ok := p.Layer(layers.LayerTypeARP).(*layers.ARP); ok {
+				require.Equal(t, uint16(layers.ARPRequest), a.Operation)
+				require.Equal(t, a.SourceProtAddress, a.DstProtAddress, "gratuitous")
+				ip, _ := netip.AddrFromSlice(a.SourceProtAddress)
+				ips = append(ips, ip)
+				continue
+			}
+			checkICMPv6(t, f)
+			na := p.Layer(layers.LayerTypeICMPv6NeighborAdvertisement).(*layers.ICMPv6NeighborAdvertisement)
+			require.True(t, na.Override())
+			ip, _ := netip.AddrFromSlice(na.TargetAddress)
+			ips = append(ips, ip)
+		}
+		return ips
+	}
+	require.Equal(t, []netip.Addr{newV4, newV6, gone}, announced(cl.take()))
+	h.SetAddrs([]netip.Addr{hostLL, hostV4, hostV6, newV4, newV6})
+
+	steps := []struct {
+		after time.Duration
+		want  []netip.Addr
+	}{
+		{999 * time.Millisecond, nil},
+		{time.Millisecond, []netip.Addr{newV6}},      // 1 s: the second NA
+		{time.Second, []netip.Addr{newV4, newV6}},    // 2 s: the second ARP, the third NA
+		{AnnounceInterval + AnnounceIntervalV6, nil}, // done
+	}
+	for i, s := range steps {
+		clk.Advance(s.after)
+		require.ElementsMatch(t, s.want, announced(cl.take()), "step %d", i)
+	}
+	require.Zero(t, clk.Pending(), "a timer outlived the announcements")
+	require.Equal(t, uint64(3), h.Stats().ARPRequestsSent)
+	require.Equal(t, uint64(3), h.Stats().NASent)
+
+	// Closing stops announcements still due.
+	h.Announce(newV4)
+	require.Len(t, cl.take(), 1)
+	require.NoError(t, h.Close())
+	clk.Advance(time.Minute)
 	require.Empty(t, cl.take())
 }
 
