@@ -69,12 +69,11 @@ func (c *Conn) ackDirectLocked() bool {
 			return false
 		}
 	}
-	// The requester's completions join this batch's, behind its receive
-	// completions, in one outbox (p's is empty, its task idle; or, hosted,
-	// p's outbox is this one: see respondJoinedLocked).
-	p.sout, c.rout = c.rout, p.sout
+	// The requester's completions go in its own outbox (empty: its task
+	// was idle; or, hosted, the one its running batch delivers): they
+	// are pushed after this batch's, and its CQ handlers run in its own
+	// task's batch, never in this one (endJoin).
 	more, ok := p.takeAckLocked(c.resp.ackPSN, c.ackSyndrome(), c.resp.msn, r.src.IP)
-	p.sout, c.rout = c.rout, p.sout
 	if !hosted {
 		p.qp.Unlock()
 		if !ok {
@@ -118,9 +117,10 @@ func (c *Conn) joinRespLocked(p *Conn) bool {
 // respondJoinedLocked runs the batch of responder p that c's send task
 // joined (joinRespLocked), if p's lock is free, as p's receive task
 // would: the requests c listed, and, if the batch ends with an ACK for
-// c, c's completer work for it (ackDirectLocked, hosted). The completions
-// of both go in c's send outbox, in the order two batches would have
-// pushed them. It reports whether c's requester has work left. The
+// c, c's completer work for it (ackDirectLocked, hosted). p's completions
+// go in p's receive outbox, c's in its send outbox after the mark
+// (c.joinMark), so that endRespJoin pushes them in the order two batches
+// would have. It reports whether c's requester has work left. The
 // caller holds c's QP lock; it calls endRespJoin after releasing it.
 func (c *Conn) respondJoinedLocked(p *Conn) bool {
 	c.hostMore = false
@@ -132,12 +132,9 @@ func (c *Conn) respondJoinedLocked(p *Conn) bool {
 	}
 	p.recvBufs = c.sendBufs // the goroutine's
 	p.host = c
-	// p's outbox is empty (its task was idle): it takes c's, behind what
-	// c's batch has completed, and gives it back with its own added.
-	c.sout, p.rout = p.rout, c.sout
+	c.joinMark = len(c.sout.wcs)
 	p.resp.urgent = false
 	p.joinedMore = p.respondLocked()
-	c.sout, p.rout = p.rout, c.sout
 	p.host = nil
 	p.recvBufs = nil
 	p.qp.Unlock()
@@ -145,12 +142,19 @@ func (c *Conn) respondJoinedLocked(p *Conn) bool {
 }
 
 // endRespJoin ends a send batch that joined responder p: the completions
-// are pushed, p's task is left (to run again if it has work), and then
-// CQ handlers run and events are raised, as endJoin.
+// are pushed (c's before the join, p's, c's from p's ACK), p's task is
+// left (to run again if it has work, or handlers or events of its own
+// to run: they run in its batch, as endJoin says), and then c's CQ
+// handlers run and its events are raised.
 func (c *Conn) endRespJoin(p *Conn) {
-	c.sout.push()
+	k := min(c.joinMark, len(c.sout.wcs))
+	c.joinMark = 0
+	c.sout.pushSpan(0, k)
+	p.rout.push()
+	c.sout.pushSpan(k, len(c.sout.wcs))
+	c.sout.clearWCs()
 	p.signalRan()
-	p.recvTask.Leave(c.sendTask, p.joinedMore)
+	p.recvTask.Leave(c.sendTask, p.joinedMore || p.rout.pending())
 	c.callBack(&c.sout, c.sendTask)
 }
 
@@ -183,14 +187,18 @@ func (c *Conn) takeAckLocked(psn PSN, syn Syndrome, msn uint32, src netip.Addr) 
 }
 
 // endJoin ends a receive batch that joined requester p's send task: the
-// batch's completions (its own and p's) are pushed, p's task is left (to
-// run again after this batch if its requester has work), and only then
-// are CQ handlers and events run, as a handler may wait for p's task (a
-// drain) or stop it (a destroy).
+// batch's completions and then p's are pushed, p's task is left (to run
+// again after this batch if its requester has work, or handlers or
+// events of its own to run), and only then are c's CQ handlers and events
+// run, as a handler may wait for p's task (a drain) or stop it (a
+// destroy). p's handlers run in p's next batch, never in this one: a
+// handler may destroy or drain any QP but the one whose batch runs it,
+// and here that is c (TestHandlerDestroysPeer).
 func (c *Conn) endJoin(p *Conn) {
 	c.joined = nil
 	c.rout.push()
+	p.sout.push()
 	p.signalRan()
-	p.sendTask.Leave(c.recvTask, c.joinedMore)
+	p.sendTask.Leave(c.recvTask, c.joinedMore || p.sout.pending())
 	c.callBack(&c.rout, c.recvTask)
 }

@@ -87,6 +87,9 @@ type Conn struct {
 	// hostMore says an ACK handed to the host left its requester work.
 	joinedResp, host *Conn
 	hostMore         bool
+	// joinMark is how many of sout's completions were there when the
+	// send batch ran its joined responder (respondJoinedLocked).
+	joinMark int
 
 	// Receive task state, under the QP lock.
 	resp respState
@@ -157,6 +160,14 @@ func (c *Conn) stop() {
 	c.stopped.Store(true)
 	c.sendTask.Stop()
 	c.recvTask.Stop()
+	// Handlers and events a joined batch left for a batch of these tasks
+	// (endJoin) that will not run now: run them here, as a CQ the push
+	// made due is disarmed until its handler has run.
+	for _, o := range []*outbox{&c.sout, &c.rout} {
+		if o.pending() {
+			c.runCallbacks(o)
+		}
+	}
 	c.timerMu.Lock()
 	if c.rnrTimer != nil {
 		c.rnrTimer.Stop()
@@ -460,9 +471,15 @@ func (c *Conn) deliver(o *outbox, t *task.Task) {
 // push pushes o's completions, each run for one CQ in one push, and keeps
 // the handlers that made due for callBack.
 func (o *outbox) push() {
-	for i := 0; i < len(o.wcs); {
+	o.pushSpan(0, len(o.wcs))
+	o.clearWCs()
+}
+
+// pushSpan pushes completions from to to of o, as push.
+func (o *outbox) pushSpan(from, to int) {
+	for i := from; i < to; {
 		j := i + 1
-		for j < len(o.wcs) && o.cqs[j] == o.cqs[i] {
+		for j < to && o.cqs[j] == o.cqs[i] {
 			j++
 		}
 		if _, due := o.cqs[i].PushBatchDeferred(o.wcs[i:j]); due.Any() {
@@ -470,9 +487,17 @@ func (o *outbox) push() {
 		}
 		i = j
 	}
+}
+
+// clearWCs empties o's completions once pushed.
+func (o *outbox) clearWCs() {
 	clear(o.cqs)
 	o.cqs, o.wcs = o.cqs[:0], o.wcs[:0]
 }
+
+// pending reports whether o holds handlers or events for its task's next
+// batch to run (a joined batch pushed its completions: endJoin).
+func (o *outbox) pending() bool { return len(o.due) > 0 || len(o.evs) > 0 }
 
 // callBack runs the CQ handlers push made due and raises o's events, as
 // deliver says.
@@ -481,8 +506,17 @@ func (c *Conn) callBack(o *outbox, t *task.Task) {
 		o.evs = o.evs[:0]
 		return
 	}
-	c.e.callbacks.Add(1)
 	t.Spill()
+	c.runCallbacks(o)
+}
+
+// runCallbacks runs o's due CQ handlers and raises its events.
+func (c *Conn) runCallbacks(o *outbox) {
+	if len(o.due) == 0 && (len(o.evs) == 0 || c.e.cfg.Events == nil) {
+		o.evs = o.evs[:0]
+		return
+	}
+	c.e.callbacks.Add(1)
 	for _, d := range o.due {
 		d.due.Call(d.cq)
 	}
