@@ -161,6 +161,10 @@ func (q *QP) Lock() { q.mu.Lock() }
 // Unlock releases the QP lock.
 func (q *QP) Unlock() { q.mu.Unlock() }
 
+// TryLock takes the QP lock if it is free and reports whether it did: for
+// code that holds another QP's lock, which must not wait for this one.
+func (q *QP) TryLock() bool { return q.mu.TryLock() }
+
 // AttrLocked returns the live attributes; the caller holds the lock.
 func (q *QP) AttrLocked() *Attr { return &q.attr }
 

@@ -133,3 +133,50 @@ func TestHandlerPingPongLeavesPost(t *testing.T) {
 	require.Less(t, done.Load(), int64(rounds), "the first PostSend ran the whole exchange")
 	require.Eventually(t, func() bool { return done.Load() >= rounds }, 20*time.Second, time.Millisecond)
 }
+
+// TestHandlerDestroysResponder: the sender's send-completion handler
+// destroys the receiver. On loopback the receiver's batch may complete the
+// sender's message itself (no ACK packet): the sender's handler must still
+// run in a batch of the sender's, not inside the receiver's, which the
+// destroy waits for. Both executors, signalled and not, many rounds.
+func TestHandlerDestroysResponder(t *testing.T) {
+	for _, inline := range []bool{false, true} {
+		for round := 0; round < 50; round++ {
+			o := Options{Workers: 2}
+			if inline {
+				o = Options{Inline: true}
+			}
+			n := newNode(t, o)
+			scq, err := n.d.CreateCQ(64, nil)
+			require.NoError(t, err)
+			mk := func(send *CQ) *QP {
+				q, err := n.pd.CreateQP(QPInitAttr{Type: qp.RC, SendCQ: send, RecvCQ: n.cq,
+					Cap: QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
+				require.NoError(t, err)
+				return q
+			}
+			a, b := mk(scq), mk(n.cq)
+			connect(t, a, n.d, b, n.d, defaultAttrs())
+			mr := n.mr(t, 64)
+			require.NoError(t, b.PostRecv(RecvWR{SGL: []SGE{{Addr: mr.IOVA, Length: 64, Lkey: mr.Lkey}}}))
+			destroyed := make(chan error, 1)
+			var once atomic.Bool
+			scq.SetHandlers(func(c *CQ) {
+				var w [4]WC
+				c.Poll(w[:])
+				if once.CompareAndSwap(false, true) {
+					destroyed <- b.Destroy()
+				}
+			}, nil)
+			require.NoError(t, scq.Arm(false))
+			require.NoError(t, a.PostSend(SendWR{Opcode: qp.OpSend, Flags: qp.Signaled,
+				SGL: []SGE{{Addr: mr.IOVA, Length: 8, Lkey: mr.Lkey}}}))
+			select {
+			case err := <-destroyed:
+				require.NoError(t, err)
+			case <-time.After(10 * time.Second):
+				t.Fatalf("inline=%v round %d: Destroy from the sender's handler waited for a batch further up its own stack", inline, round)
+			}
+		}
+	}
+}

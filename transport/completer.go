@@ -51,7 +51,7 @@ func (c *Conn) responseLocked(pb *pktBuf) {
 		return
 	}
 	if aeth := p.AETH(); aeth != nil {
-		c.creditsLocked(aeth)
+		c.creditsLocked(aeth.Syndrome(), aeth.MSN())
 	}
 	switch {
 	case p.Info.Has(FlagRead):

@@ -76,6 +76,20 @@ type Conn struct {
 
 	// Completions and events of the send and receive tasks.
 	sout, rout outbox
+	// The requester whose send task the receive task's batch joined to
+	// hand it an ACK directly (ackDirectLocked), until the batch ends;
+	// joinedMore says its requester has work.
+	joined     *Conn
+	joinedMore bool
+	// The responder whose receive task the send task's batch joined to
+	// run it at the batch's end (joinRespLocked), and, in the responder's
+	// Conn while that runs, the requester whose batch runs it (host).
+	// hostMore says an ACK handed to the host left its requester work.
+	joinedResp, host *Conn
+	hostMore         bool
+	// joinMark is how many of sout's completions were there when the
+	// send batch ran its joined responder (respondJoinedLocked).
+	joinMark int
 
 	// Receive task state, under the QP lock.
 	resp respState
@@ -146,6 +160,14 @@ func (c *Conn) stop() {
 	c.stopped.Store(true)
 	c.sendTask.Stop()
 	c.recvTask.Stop()
+	// Handlers and events a joined batch left for a batch of these tasks
+	// (endJoin) that will not run now: run them here, as a CQ the push
+	// made due is disarmed until its handler has run.
+	for _, o := range []*outbox{&c.sout, &c.rout} {
+		if o.pending() {
+			c.runCallbacks(o)
+		}
+	}
 	c.timerMu.Lock()
 	if c.rnrTimer != nil {
 		c.rnrTimer.Stop()
@@ -442,9 +464,22 @@ func (o *outbox) event(ev Event) { o.evs = append(o.evs, ev) }
 // those tasks (a drain, a destroy), which would otherwise run on this
 // goroutine only after the callback returns.
 func (c *Conn) deliver(o *outbox, t *task.Task) {
-	for i := 0; i < len(o.wcs); {
+	o.push()
+	c.callBack(o, t)
+}
+
+// push pushes o's completions, each run for one CQ in one push, and keeps
+// the handlers that made due for callBack.
+func (o *outbox) push() {
+	o.pushSpan(0, len(o.wcs))
+	o.clearWCs()
+}
+
+// pushSpan pushes completions from to to of o, as push.
+func (o *outbox) pushSpan(from, to int) {
+	for i := from; i < to; {
 		j := i + 1
-		for j < len(o.wcs) && o.cqs[j] == o.cqs[i] {
+		for j < to && o.cqs[j] == o.cqs[i] {
 			j++
 		}
 		if _, due := o.cqs[i].PushBatchDeferred(o.wcs[i:j]); due.Any() {
@@ -452,14 +487,36 @@ func (c *Conn) deliver(o *outbox, t *task.Task) {
 		}
 		i = j
 	}
+}
+
+// clearWCs empties o's completions once pushed.
+func (o *outbox) clearWCs() {
 	clear(o.cqs)
 	o.cqs, o.wcs = o.cqs[:0], o.wcs[:0]
+}
+
+// pending reports whether o holds handlers or events for its task's next
+// batch to run (a joined batch pushed its completions: endJoin).
+func (o *outbox) pending() bool { return len(o.due) > 0 || len(o.evs) > 0 }
+
+// callBack runs the CQ handlers push made due and raises o's events, as
+// deliver says.
+func (c *Conn) callBack(o *outbox, t *task.Task) {
+	if len(o.due) == 0 && (len(o.evs) == 0 || c.e.cfg.Events == nil) {
+		o.evs = o.evs[:0]
+		return
+	}
+	t.Spill()
+	c.runCallbacks(o)
+}
+
+// runCallbacks runs o's due CQ handlers and raises its events.
+func (c *Conn) runCallbacks(o *outbox) {
 	if len(o.due) == 0 && (len(o.evs) == 0 || c.e.cfg.Events == nil) {
 		o.evs = o.evs[:0]
 		return
 	}
 	c.e.callbacks.Add(1)
-	t.Spill()
 	for _, d := range o.due {
 		d.due.Call(d.cq)
 	}
@@ -616,7 +673,11 @@ type Snapshot struct {
 	MSN         uint32
 	SQPosted    int // send WQEs not yet retired
 	RQPosted    int // receive WQEs queued
-	Counters    map[string]uint64
+	// DirectACKs is how many ACKs the responder handed a requester on
+	// this device without a packet (ackdirect.go); they are counted as
+	// packets in Counters too.
+	DirectACKs uint64
+	Counters   map[string]uint64
 	// The requester's round-trip estimate (Config.ProbeRTT; zero without
 	// samples) and its early-retry interval (0 without early retries).
 	SRTT, RTTVar, Probe time.Duration
@@ -627,7 +688,7 @@ func (c *Conn) Snapshot() Snapshot {
 	c.qp.Lock()
 	s := Snapshot{
 		NextPSN: c.req.psn, UnackedPSN: c.comp.psn, ExpectedPSN: c.resp.epsn, MSN: c.resp.msn,
-		SQPosted: c.qp.SQ.Len(), RQPosted: c.qp.RecvLenLocked(),
+		SQPosted: c.qp.SQ.Len(), RQPosted: c.qp.RecvLenLocked(), DirectACKs: c.resp.directACKs,
 		SRTT: c.req.rtt.srtt, RTTVar: c.req.rtt.rttvar, Probe: c.probeBase(),
 	}
 	c.countLocked()

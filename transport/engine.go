@@ -10,7 +10,8 @@ package transport
 // qp.QP lock -> the engine's atomicMu; Engine.countMu -> qp.QP lock and
 // Engine.countMu -> Engine.mu (Snapshot, RemoveConn); Engine.mu (the QP table) is otherwise taken with
 // no transport lock held, and nothing is taken under it. CQ pushes and
-// events are issued after the QP lock is released.
+// events are issued after the QP lock is released. A receive task holding
+// its QP lock only tries the lock of its loopback peer (ackdirect.go).
 
 import (
 	"errors"
@@ -199,7 +200,16 @@ type Engine struct {
 	// (bufCache).
 	serial bool
 	free   []*pktBuf
+
+	// ackPackets turns the loopback ACK hand-off off (ackdirect.go).
+	ackPackets atomic.Bool
 }
+
+// SetLoopbackACKPackets makes RC responders send their ACKs to requesters
+// on this device as packets, as they do over a link, instead of handing
+// them over directly (ackdirect.go); false, the default, lets them. For
+// tests and measurements that compare the two.
+func (e *Engine) SetLoopbackACKPackets(on bool) { e.ackPackets.Store(on) }
 
 type portState struct {
 	link    netdev.Link
@@ -847,6 +857,11 @@ func (e *Engine) xmitSpan(c *Conn, r *route, t txPkt, ib int, ext []byte, span u
 		src := c.sendTask
 		if pb.pkt.Info.Has(FlagResponse) {
 			src = c.recvTask
+		} else if c.joinRespLocked(peer) {
+			// The requester's batch runs the peer's responder at its
+			// end (ackdirect.go).
+			peer.list(&peer.reqLocal, pb)
+			return
 		}
 		peer.enqueue(pb, wakeChain, src)
 		return

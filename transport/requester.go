@@ -77,8 +77,18 @@ func (c *Conn) sendBatchUnlock() bool {
 	if c.requestLocked() {
 		more = true
 	}
-	c.qp.Unlock()
-	c.deliver(&c.sout, c.sendTask)
+	if p := c.joinedResp; p != nil {
+		// The loopback peer's responder, which the requester joined.
+		c.joinedResp = nil
+		if c.respondJoinedLocked(p) {
+			more = true
+		}
+		c.qp.Unlock()
+		c.endRespJoin(p)
+	} else {
+		c.qp.Unlock()
+		c.deliver(&c.sout, c.sendTask)
+	}
 	c.sendBufs = nil // the goroutine's, not the QP's
 	c.signalRan()
 	return more
@@ -784,9 +794,9 @@ func (c *Conn) creditOKLocked(w *qp.SendWQE) bool {
 	return false
 }
 
-// creditsLocked takes the credit count of an ACK-type AETH.
-func (c *Conn) creditsLocked(aeth AETH) {
-	syn := aeth.Syndrome()
+// creditsLocked takes the credit count of an ACK-type AETH: its syndrome
+// and MSN.
+func (c *Conn) creditsLocked(syn Syndrome, msn uint32) {
 	if syn.Type() != AckTypeACK {
 		return
 	}
@@ -796,7 +806,7 @@ func (c *Conn) creditsLocked(aeth AETH) {
 		return
 	}
 	c.req.unlimited = false
-	lsn := (aeth.MSN() + n) & 0xFFFFFF
+	lsn := (msn + n) & 0xFFFFFF
 	if PSN(c.req.lsn).Less(PSN(lsn)) || n == 0 {
 		c.req.lsn = lsn
 	}

@@ -41,6 +41,8 @@ type respState struct {
 
 	commEst bool
 	lastWQE bool
+
+	directACKs uint64 // ACKs handed over without a packet (ackdirect.go)
 }
 
 // maxResources bounds the saved READ/atomic responder resources (the
@@ -109,7 +111,11 @@ func (c *Conn) runRecv() bool {
 	// request-response exchange. READ responses, atomic responses and
 	// NAKs go at once.
 	defer flush(h, !urgent)
-	c.deliver(&c.rout, c.recvTask)
+	if j := c.joined; j != nil {
+		c.endJoin(j)
+	} else {
+		c.deliver(&c.rout, c.recvTask)
+	}
 	c.recvBufs = nil // the goroutine's, not the QP's
 	c.signalRan()
 	return more
@@ -124,7 +130,7 @@ func (c *Conn) respondLocked() bool {
 	for i := 0; i < recvBatch; i++ {
 		pb := c.popReq()
 		if pb == nil {
-			c.flushAckLocked()
+			c.endAckLocked()
 			return false
 		}
 		if !a.State.Allows(qp.ProcessRecvOK) {
@@ -157,7 +163,7 @@ func (c *Conn) respondLocked() bool {
 			return false
 		}
 	}
-	c.flushAckLocked()
+	c.endAckLocked()
 	return true
 }
 
