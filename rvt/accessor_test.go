@@ -3,7 +3,6 @@ package rvt
 import (
 	"encoding/binary"
 	"errors"
-	"net/netip"
 	"sync"
 	"testing"
 
@@ -12,8 +11,6 @@ import (
 	"github.com/softverbs/softverbs/clock"
 	"github.com/softverbs/softverbs/cq"
 	"github.com/softverbs/softverbs/keys"
-	"github.com/softverbs/softverbs/netdev"
-	"github.com/softverbs/softverbs/netdev/fabric"
 	"github.com/softverbs/softverbs/qp"
 )
 
@@ -89,15 +86,7 @@ func newAccWorld(t *testing.T, fab bool) *accWorld {
 		w.na = newNode(t, Options{Inline: true, Clock: clk})
 		w.nb = w.na
 	} else {
-		f := fabric.New(clk, 1)
-		open := func(i byte) *node {
-			mac := netdev.MAC{0x02, 0, 0, 0, 0, i}
-			ip := netip.AddrFrom4([4]byte{198, 18, 0, i})
-			f.AddAddr(ip, mac)
-			return newNode(t, Options{Inline: true, Clock: clk, Link: f.NewPort(mac, 9000), MAC: mac,
-				Addrs: []netip.Addr{netip.MustParseAddr("fe80::1"), ip}, Resolve: f.Resolve})
-		}
-		w.na, w.nb = open(1), open(2)
+		w.na, w.nb = fabricNodes(t, clk)
 	}
 	w.a, w.b = w.na.qp(t, qp.RC), w.nb.qp(t, qp.RC)
 	connect(t, w.a, w.na.d, w.b, w.nb.d, defaultAttrs())

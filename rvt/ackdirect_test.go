@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -14,8 +13,6 @@ import (
 
 	"github.com/softverbs/softverbs/clock"
 	"github.com/softverbs/softverbs/cq"
-	"github.com/softverbs/softverbs/netdev"
-	"github.com/softverbs/softverbs/netdev/fabric"
 	"github.com/softverbs/softverbs/qp"
 )
 
@@ -336,15 +333,7 @@ func TestLoopbackACKHandOffDestroyMidFlight(t *testing.T) {
 // responder's ACKs are packets on the link, never handed over.
 func TestFabricACKsArePackets(t *testing.T) {
 	clk := clock.NewManual()
-	f := fabric.New(clk, 1)
-	open := func(i byte) *node {
-		mac := netdev.MAC{0x02, 0, 0, 0, 0, i}
-		ip := netip.AddrFrom4([4]byte{198, 18, 0, i})
-		f.AddAddr(ip, mac)
-		return newNode(t, Options{Inline: true, Clock: clk, Link: f.NewPort(mac, 9000), MAC: mac,
-			Addrs: []netip.Addr{netip.MustParseAddr("fe80::1"), ip}, Resolve: f.Resolve})
-	}
-	na, nb := open(1), open(2)
+	na, nb := fabricNodes(t, clk)
 	a, b := na.qp(t, qp.RC), nb.qp(t, qp.RC)
 	connect(t, a, na.d, b, nb.d, defaultAttrs())
 	src, dst := na.mr(t, 4096), nb.mr(t, 4096)

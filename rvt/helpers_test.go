@@ -1,12 +1,16 @@
 package rvt
 
 import (
+	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/softverbs/softverbs/clock"
 	"github.com/softverbs/softverbs/keys"
+	"github.com/softverbs/softverbs/netdev"
+	"github.com/softverbs/softverbs/netdev/fabric"
 	"github.com/softverbs/softverbs/qp"
 )
 
@@ -15,6 +19,21 @@ type node struct {
 	d  *Device
 	pd *PD
 	cq *CQ
+}
+
+// fabricNodes opens two inline devices on a fresh fabric under clk
+// (198.18.0.1 and .2, jumbo ports).
+func fabricNodes(t *testing.T, clk clock.Clock) (na, nb *node) {
+	t.Helper()
+	f := fabric.New(clk, 1)
+	open := func(i byte) *node {
+		mac := netdev.MAC{0x02, 0, 0, 0, 0, i}
+		ip := netip.AddrFrom4([4]byte{198, 18, 0, i})
+		f.AddAddr(ip, mac)
+		return newNode(t, Options{Inline: true, Clock: clk, Link: f.NewPort(mac, 9000), MAC: mac,
+			Addrs: []netip.Addr{netip.MustParseAddr("fe80::1"), ip}, Resolve: f.Resolve})
+	}
+	return open(1), open(2)
 }
 
 func newNode(t *testing.T, o Options) *node {
