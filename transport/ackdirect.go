@@ -13,10 +13,13 @@ import (
 // requester's send task in a batch of its own: the responder's batch does
 // the requester's completer work itself (task.Join), with what the ACK
 // would have said (acknowledged up to its PSN, the MSN, the credits), and
-// the send completions go out in the responder's push, after its receive
-// completions, as they would have a task later. That is one task hop, two
-// QP-lock and CQ-lock round trips of the three a message took, and a
-// packet buffer fewer per message.
+// the send completions are pushed at the end of the responder's batch,
+// after its receive completions, as they would have been a task later.
+// That is one task hop, two QP-lock and CQ-lock round trips of the three
+// a message took, and a packet buffer fewer per message. Each QP's
+// completions stay in its own outbox, and the CQ handlers and events they
+// make due run in a batch of that QP's own task (endJoin): a handler may
+// destroy or drain any QP but the one whose batch runs it.
 //
 // Only a positive ACK at the end of a batch goes this way, and only when
 // nothing else waits for the requester's completer (its queue is empty:
