@@ -7,7 +7,6 @@ package rvt
 import (
 	"encoding/binary"
 	"fmt"
-	"net/netip"
 	"os"
 	"runtime"
 	"sync"
@@ -92,19 +91,15 @@ func TestLimitGBps(t *testing.T) {
 func newLossyFabricPair(b *testing.B, size int, inline bool, loss float64, probe time.Duration) *benchPair {
 	fab := fabric.New(clock.Real(), 1)
 	open := func(i byte) *node {
-		mac := netdev.MAC{0x02, 0, 0, 0, 0, i}
-		ip := netip.AddrFrom4([4]byte{198, 18, 0, i})
-		fab.AddAddr(ip, mac)
-		var link netdev.Link = fab.NewPort(mac, 9000)
+		o := fabricOptions(fab, i)
 		if loss > 0 {
-			fl, err := faults.New(link, clock.Real(), int64(i)+41, faults.Profile{Loss: loss})
+			fl, err := faults.New(o.Link, clock.Real(), int64(i)+41, faults.Profile{Loss: loss})
 			if err != nil {
 				b.Fatal(err)
 			}
-			link = fl
+			o.Link = fl
 		}
-		o := Options{Link: link, MAC: mac, RetransmitProbe: probe,
-			Addrs: []netip.Addr{netip.MustParseAddr("fe80::1"), ip}, Resolve: fab.Resolve}
+		o.RetransmitProbe = probe
 		if probe == probeRTT {
 			o.RetransmitProbe, o.RetransmitProbeRTT = 0, true
 		}
@@ -287,11 +282,8 @@ type scaleSet struct {
 func newScaleSet(b *testing.B, clk clock.Clock, n, depth int) *scaleSet {
 	fab := fabric.New(clk, 1)
 	open := func(i byte) *node {
-		mac := netdev.MAC{0x02, 0, 0, 0, 0, i}
-		ip := netip.AddrFrom4([4]byte{198, 18, 0, i})
-		fab.AddAddr(ip, mac)
-		o := Options{Link: fab.NewPort(mac, 9000), MAC: mac, Clock: clk, Workers: 2,
-			Addrs: []netip.Addr{netip.MustParseAddr("fe80::1"), ip}, Resolve: fab.Resolve}
+		o := fabricOptions(fab, i)
+		o.Clock, o.Workers = clk, 2
 		d, err := Open(o)
 		if err != nil {
 			b.Fatal(err)

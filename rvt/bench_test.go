@@ -2,13 +2,11 @@ package rvt
 
 import (
 	"fmt"
-	"net/netip"
 	"runtime"
 	"testing"
 	"time"
 
 	"github.com/softverbs/softverbs/clock"
-	"github.com/softverbs/softverbs/netdev"
 	"github.com/softverbs/softverbs/netdev/fabric"
 
 	"github.com/softverbs/softverbs/keys"
@@ -36,13 +34,18 @@ func benchNode(b *testing.B, o Options, inline bool) *node {
 	if !inline {
 		o.Workers = 2
 	}
+	return openBenchNode(b, o, nil)
+}
+
+// openBenchNode opens a device with o, a PD and a CQ with handler h.
+func openBenchNode(b *testing.B, o Options, h func(*CQ)) *node {
 	d, err := Open(o)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { d.Close() })
 	pd, _ := d.AllocPD()
-	c, _ := d.CreateCQ(1<<14, nil)
+	c, _ := d.CreateCQ(1<<14, h)
 	return &node{d: d, pd: pd, cq: c}
 }
 
@@ -307,11 +310,7 @@ func newFabricPairMode(b *testing.B, size int, mode string) *benchPair {
 	fab := fabric.New(clock.Real(), 1)
 	var ev chan struct{}
 	open := func(i byte) *node {
-		mac := netdev.MAC{0x02, 0, 0, 0, 0, i}
-		ip := netip.AddrFrom4([4]byte{198, 18, 0, i})
-		fab.AddAddr(ip, mac)
-		o := Options{Link: fab.NewPort(mac, 9000), MAC: mac,
-			Addrs: []netip.Addr{netip.MustParseAddr("fe80::1"), ip}, Resolve: fab.Resolve}
+		o := fabricOptions(fab, i)
 		if mode == "workers-event" && i == 1 {
 			var n *node
 			n, ev = benchNodeEvent(b, o)
@@ -328,20 +327,13 @@ func newFabricPairMode(b *testing.B, size int, mode string) *benchPair {
 // handler signals the returned channel.
 func benchNodeEvent(b *testing.B, o Options) (*node, chan struct{}) {
 	o.Workers = 2
-	d, err := Open(o)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { d.Close() })
-	pd, _ := d.AllocPD()
 	ev := make(chan struct{}, 1)
-	c, _ := d.CreateCQ(1<<14, func(*CQ) {
+	return openBenchNode(b, o, func(*CQ) {
 		select {
 		case ev <- struct{}{}:
 		default:
 		}
-	})
-	return &node{d: d, pd: pd, cq: c}, ev
+	}), ev
 }
 
 // writeGBps streams size-byte RC WRITEs with 16 in flight and returns the

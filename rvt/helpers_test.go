@@ -21,17 +21,26 @@ type node struct {
 	cq *CQ
 }
 
+// fabricOptions adds device i (1, 2, ...) to fab, MAC 02:00:00:00:00:i
+// and GID source 198.18.0.i on a jumbo port, and returns the Options that
+// open it there (the caller may wrap Link).
+func fabricOptions(fab *fabric.Fabric, i byte) Options {
+	mac := netdev.MAC{0x02, 0, 0, 0, 0, i}
+	ip := netip.AddrFrom4([4]byte{198, 18, 0, i})
+	fab.AddAddr(ip, mac)
+	return Options{Link: fab.NewPort(mac, 9000), MAC: mac,
+		Addrs: []netip.Addr{netip.MustParseAddr("fe80::1"), ip}, Resolve: fab.Resolve}
+}
+
 // fabricNodes opens two inline devices on a fresh fabric under clk
-// (198.18.0.1 and .2, jumbo ports).
+// (fabricOptions 1 and 2).
 func fabricNodes(t *testing.T, clk clock.Clock) (na, nb *node) {
 	t.Helper()
 	f := fabric.New(clk, 1)
 	open := func(i byte) *node {
-		mac := netdev.MAC{0x02, 0, 0, 0, 0, i}
-		ip := netip.AddrFrom4([4]byte{198, 18, 0, i})
-		f.AddAddr(ip, mac)
-		return newNode(t, Options{Inline: true, Clock: clk, Link: f.NewPort(mac, 9000), MAC: mac,
-			Addrs: []netip.Addr{netip.MustParseAddr("fe80::1"), ip}, Resolve: f.Resolve})
+		o := fabricOptions(f, i)
+		o.Inline, o.Clock = true, clk
+		return newNode(t, o)
 	}
 	return open(1), open(2)
 }

@@ -1,7 +1,6 @@
 package rvt
 
 import (
-	"net/netip"
 	"sync"
 	"testing"
 
@@ -93,12 +92,10 @@ func TestTransmitBatchingFlushes(t *testing.T) {
 	links := [2]*holdLink{}
 	nodes := [2]*node{}
 	for i := range nodes {
-		mac := netdev.MAC{0x02, 0, 0, 0, 0, byte(i + 1)}
-		ip := netip.AddrFrom4([4]byte{198, 18, 0, byte(i + 1)})
-		fab.AddAddr(ip, mac)
-		links[i] = &holdLink{Port: fab.NewPort(mac, 9000)}
-		nodes[i] = newNode(t, Options{Link: links[i], MAC: mac,
-			Addrs: []netip.Addr{netip.MustParseAddr("fe80::1"), ip}, Resolve: fab.Resolve})
+		o := fabricOptions(fab, byte(i+1))
+		links[i] = &holdLink{Port: o.Link.(*fabric.Port)}
+		o.Link = links[i]
+		nodes[i] = newNode(t, o)
 	}
 	na, nb := nodes[0], nodes[1]
 	a, b := na.qp(t, qp.RC), nb.qp(t, qp.RC)

@@ -2,13 +2,11 @@ package rvt
 
 import (
 	"bytes"
-	"net/netip"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/softverbs/softverbs/clock"
-	"github.com/softverbs/softverbs/netdev"
 	"github.com/softverbs/softverbs/netdev/fabric"
 	"github.com/softverbs/softverbs/netdev/faults"
 	"github.com/softverbs/softverbs/qp"
@@ -24,17 +22,14 @@ import (
 func TestFabricWorkersCorrupt(t *testing.T) {
 	fab := fabric.New(clock.Real(), 1)
 	open := func(i byte, corrupt float64) *node {
-		mac := netdev.MAC{0x02, 0, 0, 0, 0, i}
-		ip := netip.AddrFrom4([4]byte{198, 18, 0, i})
-		fab.AddAddr(ip, mac)
-		var link netdev.Link = fab.NewPort(mac, 9000)
+		o := fabricOptions(fab, i)
 		if corrupt > 0 {
-			fl, err := faults.New(link, clock.Real(), 7, faults.Profile{Corrupt: corrupt})
+			fl, err := faults.New(o.Link, clock.Real(), 7, faults.Profile{Corrupt: corrupt})
 			require.NoError(t, err)
-			link = fl
+			o.Link = fl
 		}
-		return newNode(t, Options{Workers: 2, Link: link, MAC: mac,
-			Addrs: []netip.Addr{netip.MustParseAddr("fe80::1"), ip}, Resolve: fab.Resolve})
+		o.Workers = 2
+		return newNode(t, o)
 	}
 	na, nb := open(1, 0.05), open(2, 0.05)
 	a, b := na.qp(t, qp.RC), nb.qp(t, qp.RC)
