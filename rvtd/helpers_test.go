@@ -57,6 +57,22 @@ func startDaemonConfig(t testing.TB, cfg *rvtd.Config) (*rvtd.Server, string) {
 	return srv, sock
 }
 
+// openDevice dials the daemon at sock as name and opens dev; the session
+// ends with the test.
+func openDevice(t testing.TB, sock, name, dev string) (*client.Client, *client.Device) {
+	t.Helper()
+	c, err := client.Dial(sock, name)
+	if err != nil {
+		t.Fatalf("dial %s: %v", sock, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	d, err := c.OpenDevice(dev)
+	if err != nil {
+		t.Fatalf("open %s: %v", dev, err)
+	}
+	return c, d
+}
+
 // waitFor polls cond until it holds or 10 s pass.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()

@@ -526,15 +526,7 @@ func TestAsyncEventsWaitForRoom(t *testing.T) {
 
 func TestPortEvent(t *testing.T) {
 	srv, sock := startDaemon(t)
-	c, err := client.Dial(sock, "port")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	d, err := c.OpenDevice("rvt0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, d := openDevice(t, sock, "port", "rvt0")
 	mac, addrs := devopen.NodeAddrs(0)
 	extra := netip.MustParseAddr("2001:db8::5")
 	if err := srv.Device("rvt0").SetAddrs(netdev.GIDOrder(mac, append(addrs[1:], extra))); err != nil {

@@ -70,15 +70,7 @@ func TestSessionLimits(t *testing.T) {
 // device's own maxima where the session's are larger.
 func TestSessionLimitsDefault(t *testing.T) {
 	srv, sock := startDaemon(t)
-	c, err := client.Dial(sock, "limits")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	d, err := c.OpenDevice("rvt0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, d := openDevice(t, sock, "limits", "rvt0")
 	a, err := d.QueryDevice()
 	if err != nil {
 		t.Fatal(err)

@@ -372,15 +372,7 @@ func TestProcessVMKilledOwner(t *testing.T) {
 // user needs, EINVAL for a kind-2 request naming a segment.
 func TestProcessVMRegErrors(t *testing.T) {
 	_, sock := startDaemon(t)
-	c, err := client.Dial(sock, "pvm-errors")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	d, err := c.OpenDevice("rvt0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, d := openDevice(t, sock, "pvm-errors", "rvt0")
 	pd, err := d.AllocPD()
 	if err != nil {
 		t.Fatal(err)
