@@ -54,21 +54,11 @@ static int map_cq(struct rvc_cq *c, const struct rvc_cq_reply *r, int memfd)
 	int err = rvc_check_ring(&r->ring, r->map_size, sizeof(struct rvc_cqe));
 	if (!err && r->ring.stride != sizeof(struct rvc_cqe))
 		err = EPROTO;
-	void *m = MAP_FAILED;
-	if (!err) {
-		m = mmap(NULL, r->map_size, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
-		if (m == MAP_FAILED)
-			err = errno;
-	}
-	close(memfd);
+	void *m = rvc_map_rings(memfd, r->map_size, &err);
 	if (!err && rvc_check_ring_header((uint8_t *)m + r->ring.offset, &r->ring, RVC_RING_CQ))
 		err = EPROTO;
-	if (err) {
-		if (m != MAP_FAILED)
-			munmap(m, r->map_size);
+	if ((err = rvc_rings_done(m, r->map_size, err)))
 		return err;
-	}
-	madvise(m, r->map_size, MADV_DONTFORK); /* as the kernel's queue mappings */
 	c->map = m;
 	c->map_size = r->map_size;
 	rvc_ring_init(&c->ring, m, &r->ring, 0);

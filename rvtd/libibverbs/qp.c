@@ -22,23 +22,13 @@ static int map_qp(struct rvc_qp *q, const struct rvc_create_qp_reply *r, int mem
 		     (!has_srq && (r->cap.max_recv_sge > (r->rq.stride - 16) / 16 ||
 				   r->cap.max_recv_wr > r->rq.entries))))
 		err = EPROTO;
-	void *m = MAP_FAILED;
-	if (!err) {
-		m = mmap(NULL, r->map_size, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
-		if (m == MAP_FAILED)
-			err = errno;
-	}
-	close(memfd);
+	void *m = rvc_map_rings(memfd, r->map_size, &err);
 	if (!err && (rvc_check_ring_header((uint8_t *)m + r->sq.offset, &r->sq, RVC_RING_SEND) ||
 		     (!has_srq &&
 		      rvc_check_ring_header((uint8_t *)m + r->rq.offset, &r->rq, RVC_RING_RECV))))
 		err = EPROTO;
-	if (err) {
-		if (m != MAP_FAILED)
-			munmap(m, r->map_size);
+	if ((err = rvc_rings_done(m, r->map_size, err)))
 		return err;
-	}
-	madvise(m, r->map_size, MADV_DONTFORK); /* a child must not write the rings */
 	q->map = m;
 	q->map_size = r->map_size;
 	rvc_ring_init(&q->sq, m, &r->sq, 1);

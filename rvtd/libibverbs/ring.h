@@ -5,7 +5,10 @@
 #ifndef RVC_RING_H
 #define RVC_RING_H
 
+#include <errno.h>
 #include <stdint.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include "wire.h"
 
 struct rvc_ring {
@@ -92,6 +95,36 @@ static inline void rvc_arm(struct rvc_ring *r, int solicited_only)
 	if (solicited_only)
 		v |= 1;
 	__atomic_store_n(rvc_word(r, RVC_RING_ARM_REQ), v, __ATOMIC_SEQ_CST);
+}
+
+/* rvc_map_rings maps size bytes of a reply's memfd (a queue's rings)
+ * shared, unless *err is already set, and closes memfd either way. It
+ * returns the mapping, or MAP_FAILED with *err set. */
+static inline void *rvc_map_rings(int memfd, uint64_t size, int *err)
+{
+	void *m = MAP_FAILED;
+	if (!*err) {
+		m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+		if (m == MAP_FAILED)
+			*err = errno;
+	}
+	close(memfd);
+	return m;
+}
+
+/* rvc_rings_done ends rvc_map_rings once the caller has checked the
+ * mapped headers: with err set it unmaps m (if mapped) and returns err;
+ * otherwise it keeps m out of a fork's child, as the kernel's queue
+ * mappings (a child must not write the rings), and returns 0. */
+static inline int rvc_rings_done(void *m, uint64_t size, int err)
+{
+	if (err) {
+		if (m != MAP_FAILED)
+			munmap(m, size);
+		return err;
+	}
+	madvise(m, size, MADV_DONTFORK);
+	return 0;
 }
 
 #endif

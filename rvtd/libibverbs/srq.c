@@ -17,21 +17,11 @@ static int map_srq(const struct rvc_create_srq_reply *r, int memfd, void **map)
 	int err = rvc_check_ring(&r->ring, r->map_size, 32);
 	if (!err && (r->max_wr > r->ring.entries || r->max_sge > (r->ring.stride - 16) / 16))
 		err = EPROTO;
-	void *m = MAP_FAILED;
-	if (!err) {
-		m = mmap(NULL, r->map_size, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
-		if (m == MAP_FAILED)
-			err = errno;
-	}
-	close(memfd);
+	void *m = rvc_map_rings(memfd, r->map_size, &err);
 	if (!err && rvc_check_ring_header((uint8_t *)m + r->ring.offset, &r->ring, RVC_RING_SRQ))
 		err = EPROTO;
-	if (err) {
-		if (m != MAP_FAILED)
-			munmap(m, r->map_size);
+	if ((err = rvc_rings_done(m, r->map_size, err)))
 		return err;
-	}
-	madvise(m, r->map_size, MADV_DONTFORK);
 	*map = m;
 	return 0;
 }
