@@ -19,19 +19,19 @@ func TestSendQueueAHsOnFirstUse(t *testing.T) {
 		require.NoError(t, sendList(rc, f.sendWR(RC, uint64(i))))
 		rc.SQ.Retire()
 	}
-	require.Nil(t, rc.SQ.ahs, "RC: no AH copies")
+	require.Nil(t, rc.SQ.copies, "RC: no AH copies")
 
 	ud := f.newQP(t, UD, defaultCap())
 	moveTo(t, ud, RTS)
-	require.Nil(t, ud.SQ.ahs, "none before the first post")
+	require.Nil(t, ud.SQ.copies, "none before the first post")
 	for i := range 3 * defaultCap().MaxSendWR { // round the ring a few times
 		wr := f.sendWR(UD, uint64(i))
 		wr.AH.AV.HopLimit = uint8(i + 1)
 		require.NoError(t, sendList(ud, wr))
 		wr.AH.AV.HopLimit = 0 // the caller's AH changes: the copy does not
 		w := ud.SQ.At(ud.SQ.Head() - 1)
-		require.Len(t, *ud.SQ.ahs, len(ud.SQ.e))
-		require.Same(t, &(*ud.SQ.ahs)[(ud.SQ.Head()-1)&ud.SQ.mask], w.WR.AH)
+		require.Len(t, ud.SQ.copies.ahs, len(ud.SQ.e))
+		require.Same(t, &ud.SQ.copies.ahs[(ud.SQ.Head()-1)&ud.SQ.mask], w.WR.AH)
 		require.Equal(t, uint8(i+1), w.WR.AH.AV.HopLimit)
 		require.Equal(t, f.pd, w.WR.AH.PD)
 		ud.SQ.Retire()

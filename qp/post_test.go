@@ -386,7 +386,7 @@ func TestSendWQEIsACopy(t *testing.T) {
 	inl.InlineData[0] = 'J'
 	require.Equal(t, []SGE{f.sge(0, 10), f.sge(100, 20)}, w.WR.SGL)
 	require.Equal(t, uint8(64), w.WR.AH.AV.HopLimit)
-	require.Equal(t, uint8(64), (*q.SQ.ahs)[q.SQ.Tail()&q.SQ.mask].AV.HopLimit)
+	require.Equal(t, uint8(64), q.SQ.copies.ahs[q.SQ.Tail()&q.SQ.mask].AV.HopLimit)
 	require.Zero(t, w.WR.AH.AV.DGID[0])
 
 	w2 := q.SQ.At(q.SQ.Tail() + 1)
@@ -678,5 +678,33 @@ func TestEnqueueSendLeavesNoStaleState(t *testing.T) {
 			}
 			require.Equal(t, want, got, "%v WR %d", typ, wr.WRID)
 		}
+	}
+}
+
+// TestEnqueueSendCopiesEveryField posts a WR whose every field, and every
+// field of what it points to, holds junk, and checks the WQE's WR equals
+// it with nothing pointing into the caller's memory: enqueueSend copies
+// field by field (so that the caller's SGL does not escape), and a field
+// added to SendWR without a copy there fails this test.
+func TestEnqueueSendCopiesEveryField(t *testing.T) {
+	f := newFixture(t)
+	for _, typ := range []Type{RC, UD} {
+		q := f.newQP(t, typ, defaultCap())
+		var wr SendWR
+		junk(reflect.ValueOf(&wr).Elem())
+		junk(reflect.ValueOf(wr.AH).Elem())
+		junk(reflect.ValueOf(wr.Bind).Elem())
+		junk(reflect.ValueOf(wr.Reg).Elem())
+		wr.Flags |= Inline
+		q.enqueueSend(&wr, 9)
+		w := q.SQ.At(q.SQ.Head() - 1)
+		require.Equal(t, wr, w.WR, "%v", typ)
+		require.NotSame(t, &wr.SGL[0], &w.WR.SGL[0], "the SGL is the slot's")
+		require.NotSame(t, &wr.InlineData[0], &w.WR.InlineData[0], "the inline data is the slot's")
+		require.NotSame(t, wr.AH, w.WR.AH)
+		require.NotSame(t, wr.Bind, w.WR.Bind)
+		require.NotSame(t, wr.Reg, w.WR.Reg)
+		require.Same(t, q.SQ.bindSlot(q.SQ.Head()-1), w.WR.Bind)
+		require.Same(t, q.SQ.regSlot(q.SQ.Head()-1), w.WR.Reg)
 	}
 }

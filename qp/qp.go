@@ -386,25 +386,47 @@ func (q *QP) enqueueSend(wr *SendWR, epoch uint64) {
 	w := q.SQ.At(q.SQ.head)
 	// Field by field, keeping the slot's backing arrays: a composite
 	// literal zeroed and rewrote all 248 bytes of it, 5% of a small SEND.
-	// TestEnqueueSendLeavesNoStaleState fails if a field is missed here.
-	w.WR = *wr
+	// And no pointer into the caller's memory is stored (SGL, inline
+	// data, AH, bind and reg WRs are copied into the slot's own storage),
+	// so the escape analysis keeps what a caller passes to PostSend on its
+	// stack: `w.WR = *wr` made every caller's SGL a heap allocation, a
+	// message's garbage. TestEnqueueSendLeavesNoStaleState and
+	// TestEnqueueSendCopiesEveryField fail if a field is missed here;
+	// TestPostSendAllocatesNothing if the caller's memory escapes again.
+	d := &w.WR
+	d.WRID, d.Opcode, d.Flags = wr.WRID, wr.Opcode, wr.Flags
+	d.ImmData, d.InvalidateRkey = wr.ImmData, wr.InvalidateRkey
+	d.RemoteAddr, d.Rkey = wr.RemoteAddr, wr.Rkey
+	d.CompareAdd, d.Swap = wr.CompareAdd, wr.Swap
+	d.RemoteQPN, d.RemoteQKey = wr.RemoteQPN, wr.RemoteQKey
 	w.State, w.Status = WQEPosted, 0
 	w.FirstPSN, w.LastPSN, w.Sent, w.Done, w.SSN = 0, 0, 0, 0, 0
 	w.Epoch, w.Assigned = epoch, false
 	if len(wr.SGL) == 1 {
-		w.WR.SGL = append(w.sges[:0], wr.SGL[0])
+		d.SGL = append(w.sges[:0], wr.SGL[0])
 	} else {
-		w.WR.SGL = append(w.sges[:0], wr.SGL...)
+		d.SGL = append(w.sges[:0], wr.SGL...)
 	}
-	w.WR.InlineData = nil
+	d.InlineData = nil
 	if wr.Flags&Inline != 0 {
 		// w.inline is MaxInlineData long, which checkSendWR enforced.
-		w.WR.InlineData = w.inline[:copy(w.inline, wr.InlineData)]
+		d.InlineData = w.inline[:copy(w.inline, wr.InlineData)]
 	}
+	d.AH, d.Bind, d.Reg = nil, nil, nil
 	if wr.AH != nil {
 		ah := q.SQ.ahSlot(q.SQ.head)
 		*ah = *wr.AH
-		w.WR.AH = ah
+		d.AH = ah
+	}
+	if wr.Bind != nil {
+		b := q.SQ.bindSlot(q.SQ.head)
+		*b = *wr.Bind
+		d.Bind = b
+	}
+	if wr.Reg != nil {
+		r := q.SQ.regSlot(q.SQ.head)
+		*r = *wr.Reg
+		d.Reg = r
 	}
 	w.Signaled = q.cfg.SigAll || wr.Flags&Signaled != 0
 	q.SQ.head++

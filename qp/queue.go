@@ -41,7 +41,7 @@ type SendWQE struct {
 	Epoch    uint64 // the key table's epoch when MRs were checked
 
 	// A UD WR's address handle is copied (the caller may free its AH) to
-	// SendQueue.ahs, and WR.AH points there, not here: with it, and the
+	// SendQueue.copies, and WR.AH points there, not here: with it, and the
 	// fields in their old order, a WQE was 296 bytes; it is 248, so that
 	// 16 of them with the allocator's 8-byte header for an object with
 	// pointers fit the 4096-byte class (they took the 4864 one).
@@ -94,21 +94,49 @@ func (r *ring[T]) At(i uint32) *T { return &r.e[i&r.mask] }
 type SendQueue struct {
 	ring[SendWQE]
 	Next uint32
-	// ahs[i] holds the copy of the AH of the WQE in slot i (SendWQE), made
-	// at the first post that carries an AH: a QP that never posts one
-	// (RC, UC) never has it. A pointer: the slice header would take the
-	// QP struct past the allocator's 288-byte class.
-	ahs *[]AH
+	// copies holds what WQEs' WRs point to in place of the caller's
+	// memory (see sendCopies). A pointer: more in the QP struct would
+	// take it past the allocator's 288-byte class.
+	copies *sendCopies
 }
 
-// ahSlot returns the AH copy for the WQE at counter i, making the array
-// on first use.
-func (q *SendQueue) ahSlot(i uint32) *AH {
-	if q.ahs == nil {
-		ahs := make([]AH, len(q.e))
-		q.ahs = &ahs
+// sendCopies holds, slot by slot, the copies of what a posted WR points to
+// that its caller owns and may reuse once PostSend returns: the AH of a UD
+// WR, the BindWR of a bind, the RegWR of a fast registration. A WQE's WR
+// points into these arrays, never into the caller's memory, so nothing
+// the caller passes to PostSend escapes to the heap. Each array is made at
+// the first post that needs it: an RC QP that only sends has none.
+type sendCopies struct {
+	ahs   []AH
+	binds []BindWR
+	regs  []RegWR
+}
+
+// copySlot returns slot i of the copies array *a, making the array, and
+// q.copies, on first use.
+func copySlot[T any](q *SendQueue, a func(*sendCopies) *[]T, i uint32) *T {
+	if q.copies == nil {
+		q.copies = &sendCopies{}
 	}
-	return &(*q.ahs)[i&q.mask]
+	arr := a(q.copies)
+	if *arr == nil {
+		*arr = make([]T, len(q.e))
+	}
+	return &(*arr)[i&q.mask]
+}
+
+// ahSlot, bindSlot and regSlot return the AH, BindWR and RegWR copies of
+// the WQE at counter i.
+func (q *SendQueue) ahSlot(i uint32) *AH {
+	return copySlot(q, func(c *sendCopies) *[]AH { return &c.ahs }, i)
+}
+
+func (q *SendQueue) bindSlot(i uint32) *BindWR {
+	return copySlot(q, func(c *sendCopies) *[]BindWR { return &c.binds }, i)
+}
+
+func (q *SendQueue) regSlot(i uint32) *RegWR {
+	return copySlot(q, func(c *sendCopies) *[]RegWR { return &c.regs }, i)
 }
 
 // Head returns the producer counter.
