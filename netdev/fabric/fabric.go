@@ -392,6 +392,10 @@ func (p *Port) MTU() int { return p.mtu }
 // fabric's pool of its size, or else to the port's own pool.
 func (p *Port) Release(frame []byte) {
 	if c := cap(frame); c != p.pool.Size() {
+		if c == smallFrame { // an ACK's: no map lookup for the commonest
+			p.fabric.small.Put(frame)
+			return
+		}
 		if v, ok := p.fabric.pools.Load(c); ok {
 			v.(*bufPool).Put(frame)
 			return
