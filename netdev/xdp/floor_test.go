@@ -137,16 +137,25 @@ func kernelUDPStream(b *testing.B, p *xdpPair, size, n int) udpResult {
 	defer unix.Close(rx)
 	defer unix.Close(tx)
 	var got atomic.Int64
+	var sent atomic.Bool
+	var last time.Time // when the last datagram came
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		buf := make([]byte, 65536)
 		for {
 			k, _, err := unix.Recvfrom(rx, buf, 0)
+			if err == unix.EINTR {
+				continue
+			}
 			if err != nil {
-				return // the idle timeout: the sender is done
+				if sent.Load() {
+					return // idle after the sender finished
+				}
+				continue
 			}
 			got.Add(int64(k))
+			last = time.Now()
 		}
 	}()
 	msg := make([]byte, size)
@@ -156,9 +165,9 @@ func kernelUDPStream(b *testing.B, p *xdpPair, size, n int) udpResult {
 			b.Fatal(err)
 		}
 	}
+	sent.Store(true)
 	<-done
-	el := time.Since(start) - udpIdle
-	return udpResult{goodput: float64(got.Load()) / el.Seconds()}
+	return udpResult{goodput: float64(got.Load()) / last.Sub(start).Seconds()}
 }
 
 // udpIdle is how long a UDP receiver waits for more before it ends.
