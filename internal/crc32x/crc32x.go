@@ -7,11 +7,13 @@
 // bytes on it folds 512 bytes per step in eight accumulators, then folds
 // those into four; shorter input starts with the four, which fold 256 bytes
 // per step. The four fold into one, which takes 64 bytes per step, its four
-// 128-bit lanes fold into one, which takes 16 bytes per step, and the
-// resulting 128-bit remainder and the last bytes go to the table code. The
-// folding constants are x^(D±32) mod P, bit-reflected, for each fold
-// distance D; TestFoldConstants derives them from the polynomial and checks
-// those in fold_amd64.s.
+// 128-bit lanes fold into one, which takes 16 bytes per step. The
+// resulting 128-bit remainder is reduced to the 32-bit register by two
+// more multiplies (by x^96 and x^64 mod P) and a Barrett reduction, and
+// the last len mod 16 bytes go to the table code. The folding constants
+// are x^(D±32) mod P, bit-reflected, for each fold distance D, and the
+// Barrett ones floor(x^64 / P) and P; TestFoldConstants derives them all
+// from the polynomial and checks those in fold_amd64.s.
 package crc32x
 
 import (
@@ -52,13 +54,10 @@ func UpdateOr(crc uint32, p []byte, or *[64]byte) uint32 {
 
 func updateOr(crc uint32, p []byte, or *[64]byte) uint32 {
 	n := len(p) &^ 15
-	var rem [16]byte
-	fold(^crc, &p[0], n, &rem, or)
-	// rem holds a 128-bit value congruent to the folded input with a zero
-	// register; the CRC of rem from a zero register is that of p[:n].
-	// (Slice8, not crc32.Update, whose function-variable call would move
-	// rem to the heap.)
-	return Slice8(Slice8(0xFFFFFFFF, rem[:]), p[n:])
+	// The last len(p) mod 16 bytes go to the tables. (Slice8, not
+	// crc32.Update, whose function-variable call costs more for a few
+	// bytes.)
+	return Slice8(^fold(^crc, &p[0], n, or), p[n:])
 }
 
 // Checksum returns the IEEE CRC-32 of p, like crc32.ChecksumIEEE.

@@ -82,9 +82,10 @@ func TestUpdateSplitAnywhere(t *testing.T) {
 }
 
 // The constants in fold_amd64.s are x^(D+32) and x^(D-32) mod P,
-// bit-reflected and shifted left by one, for each fold distance D. The test
-// reads them from the assembly, so each one there is checked, and fails on
-// a table it does not know.
+// bit-reflected and shifted left by one, for each fold distance D; for the
+// final reduction x^96 and x^64 mod P so too, and floor(x^64 / P) and P
+// (33 bits each) bit-reflected. The test reads them from the assembly, so
+// each one there is checked, and fails on a table it does not know.
 func TestFoldConstants(t *testing.T) {
 	const poly = 0x104C11DB7
 	xpow := func(n int) uint64 {
@@ -99,12 +100,29 @@ func TestFoldConstants(t *testing.T) {
 	}
 	refl := func(v uint64) uint64 { return uint64(bits.Reverse32(uint32(v))) << 1 }
 	pair := func(d int) []uint64 { return []uint64{refl(xpow(d + 32)), refl(xpow(d - 32))} }
+	// floor(x^64 / P), a 33-bit quotient, by long division; it and P
+	// (33 bits too) are reflected whole.
+	mu, rem := uint64(0), [2]uint64{0, 1} // rem = x^64: rem[1] bit 0
+	for d := 64; d >= 32; d-- {
+		if (rem[d/64]>>(d%64))&1 != 0 {
+			mu |= 1 << (d - 32)
+			sh := uint(d - 32)
+			rem[0] ^= poly << sh
+			if sh > 31 {
+				rem[1] ^= poly >> (64 - sh)
+			}
+		}
+	}
+	refl33 := func(v uint64) uint64 { return bits.Reverse64(v) >> 31 }
 	want := map[string][]uint64{
-		"k4096":  pair(4096),
-		"k2048":  pair(2048),
-		"k512":   pair(512),
-		"k128":   pair(128),
-		"klanes": slices.Concat(pair(384), pair(256), pair(128), []uint64{0, 0}),
+		"kred":    {refl(xpow(96)), refl(xpow(64))},
+		"kbar":    {refl33(mu), refl33(poly)},
+		"kmask32": {0xFFFFFFFF, 0},
+		"k4096":   pair(4096),
+		"k2048":   pair(2048),
+		"k512":    pair(512),
+		"k128":    pair(128),
+		"klanes":  slices.Concat(pair(384), pair(256), pair(128), []uint64{0, 0}),
 	}
 
 	src, err := os.ReadFile("fold_amd64.s")

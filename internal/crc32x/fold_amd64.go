@@ -4,10 +4,11 @@ import "golang.org/x/sys/cpu"
 
 var haveFold = cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512VPCLMULQDQ
 
-// fold folds n bytes at p (n a multiple of 16, at least 256) into a 128-bit
-// remainder written to rem, starting from the raw CRC register value reg
-// (the complement of a finished CRC). The first 64 bytes are ORed with or
-// as they are read (to mask fields to ones), the input is not written.
+// fold folds n bytes at p (n a multiple of 16, at least 256), starting
+// from the raw CRC register value reg (the complement of a finished CRC),
+// and returns the raw register after them. The first 64 bytes are ORed
+// with or as they are read (to mask fields to ones); the input is not
+// written.
 //
 //go:noescape
-func fold(reg uint32, p *byte, n int, rem *[16]byte, or *[64]byte)
+func fold(reg uint32, p *byte, n int, or *[64]byte) uint32

@@ -35,6 +35,22 @@ DATA k128<>+0(SB)/8, $0x01751997d0
 DATA k128<>+8(SB)/8, $0x00ccaa009e
 GLOBL k128<>(SB), RODATA, $16
 
+// The final reduction of the 128-bit remainder R to the 32-bit register:
+// kred = (x^96 mod P, x^64 mod P) as the folds' constants are; kbar =
+// (floor(x^64 / P), P), each 33 bits, bit-reflected; kmask32 keeps the
+// low 32 bits of a register.
+DATA kred<>+0(SB)/8, $0x00ccaa009e
+DATA kred<>+8(SB)/8, $0x0163cd6124
+GLOBL kred<>(SB), RODATA, $16
+
+DATA kbar<>+0(SB)/8, $0x01f7011641
+DATA kbar<>+8(SB)/8, $0x01db710641
+GLOBL kbar<>(SB), RODATA, $16
+
+DATA kmask32<>+0(SB)/8, $0x00ffffffff
+DATA kmask32<>+8(SB)/8, $0
+GLOBL kmask32<>(SB), RODATA, $16
+
 // FOLD folds acc forward by the distance of the constant pair in k and
 // XORs in src (memory or a register): acc = lo(acc)*k.lo ^ hi(acc)*k.hi ^ src.
 // tmp is clobbered. The same for xmm, ymm and zmm operands.
@@ -43,13 +59,12 @@ GLOBL k128<>(SB), RODATA, $16
 	VPCLMULQDQ $0x11, k, acc, acc; \
 	VPTERNLOGD $0x96, src, tmp, acc
 
-// func fold(reg uint32, p *byte, n int, rem *[16]byte, or *[64]byte)
-TEXT ·fold(SB), NOSPLIT, $0-40
+// func fold(reg uint32, p *byte, n int, or *[64]byte) uint32
+TEXT ·fold(SB), NOSPLIT, $0-36
 	MOVL reg+0(FP), AX
 	MOVQ p+8(FP), SI
 	MOVQ n+16(FP), CX
-	MOVQ rem+24(FP), DI
-	MOVQ or+32(FP), DX
+	MOVQ or+24(FP), DX
 
 	// The first 256 bytes (n >= 512 always), with the mask ORed into the
 	// first 64 and the register XORed into the first 4, fill Z0-Z3.
@@ -150,6 +165,27 @@ loop16:
 	JMP  loop16
 
 done:
-	VMOVDQU64 X4, 0(DI)
+	// X4 holds R, the 128-bit remainder (lane 0 low). 128 to 96 bits:
+	// A = R.lo * x^96 ^ R.hi.
+	VMOVDQU64  kred<>(SB), X8
+	VMOVDQU64  kmask32<>(SB), X9
+	VPCLMULQDQ $0x00, X8, X4, X5
+	VPSRLDQ    $8, X4, X4
+	VPXORQ     X4, X5, X5
+	// 96 to 64: B = (A mod x^32) * x^64 ^ A >> 32.
+	VPANDQ     X9, X5, X6
+	VPSRLDQ    $4, X5, X5
+	VPCLMULQDQ $0x10, X8, X6, X6
+	VPXORQ     X5, X6, X6
+	// Barrett reduction of B by P: the register is the second 32 bits of
+	// B ^ ((((B mod x^32) * mu) mod x^32) * P).
+	VMOVDQU64  kbar<>(SB), X8
+	VPANDQ     X9, X6, X7
+	VPCLMULQDQ $0x00, X8, X7, X7
+	VPANDQ     X9, X7, X7
+	VPCLMULQDQ $0x10, X8, X7, X7
+	VPXORQ     X6, X7, X7
+	VPEXTRD    $1, X7, AX
+	MOVL       AX, ret+32(FP)
 	VZEROUPPER
 	RET
