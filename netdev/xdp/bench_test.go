@@ -15,12 +15,10 @@ package xdp_test
 // Run: go test ./netdev -run '^$' -bench XDPGoodput -benchtime 2s (root).
 
 import (
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"golang.org/x/sys/unix"
 
 	"github.com/softverbs/softverbs/netdev/nettest"
 	"github.com/softverbs/softverbs/netdev/xdp"
@@ -32,61 +30,13 @@ func BenchmarkXDPGoodput(b *testing.B) {
 	nettest.RequireRoot(b)
 	p := xdpNewPair(b, 9000)
 
-	b.Run("udp_kernel", func(b *testing.B) { benchKernelUDP(b, p, 4096) })
+	b.Run("udp_kernel", func(b *testing.B) {
+		r := kernelUDPStream(b, p, 4096, b.N)
+		b.ReportMetric(r.goodput/1e6, "goodput_MB/s")
+		b.ReportMetric(r.delivered, "delivered")
+	})
 	w := newXDPWriteBench(b, p, 64<<10)
 	b.Run("xdp_rc_write", func(b *testing.B) { w.run(b, 16) })
-}
-
-// benchKernelUDP sends b.N datagrams of size bytes from a to b and reports
-// the receiver's goodput.
-func benchKernelUDP(b *testing.B, p *xdpPair, size int) {
-	var tx, rx int
-	xdpInNetns(b, p.b, func() (err error) {
-		rx, err = unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			return err
-		}
-		_ = unix.SetsockoptInt(rx, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 32<<20)
-		tv := unix.NsecToTimeval(int64(200 * time.Millisecond))
-		_ = unix.SetsockoptTimeval(rx, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
-		return unix.Bind(rx, &unix.SockaddrInet4{Addr: p.b.v4.As4(), Port: 5999})
-	})
-	defer unix.Close(rx)
-	xdpInNetns(b, p.a, func() (err error) {
-		tx, err = unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			return err
-		}
-		return unix.Connect(tx, &unix.SockaddrInet4{Addr: p.b.v4.As4(), Port: 5999})
-	})
-	defer unix.Close(tx)
-
-	var got atomic.Int64
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		buf := make([]byte, 65536)
-		for {
-			n, _, err := unix.Recvfrom(rx, buf, 0)
-			if err != nil {
-				return // timeout: the sender is done
-			}
-			got.Add(int64(n))
-		}
-	}()
-	msg := make([]byte, size)
-	b.ResetTimer()
-	start := time.Now()
-	for range b.N {
-		if err := unix.Send(tx, msg, 0); err != nil && err != unix.ENOBUFS && err != unix.ECONNREFUSED {
-			b.Fatal(err)
-		}
-	}
-	<-done
-	el := time.Since(start) - 200*time.Millisecond // the receiver's idle timeout
-	b.StopTimer()
-	b.ReportMetric(float64(got.Load())/el.Seconds()/1e6, "goodput_MB/s")
-	b.ReportMetric(float64(got.Load())/float64(b.N*size), "delivered")
 }
 
 type xdpWriteBench struct {

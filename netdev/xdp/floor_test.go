@@ -126,8 +126,9 @@ func (r *rawPair) close() {
 
 // udpResult is a kernel UDP measurement.
 type udpResult struct {
-	goodput float64 // bytes a second, streams
-	half    time.Duration
+	goodput   float64 // bytes a second, streams
+	delivered float64 // the share of the stream's datagrams received
+	half      time.Duration
 }
 
 // kernelUDPStream sends n datagrams of size bytes from p.a to p.b with
@@ -167,7 +168,8 @@ func kernelUDPStream(b *testing.B, p *xdpPair, size, n int) udpResult {
 	}
 	sent.Store(true)
 	<-done
-	return udpResult{goodput: float64(got.Load()) / last.Sub(start).Seconds()}
+	return udpResult{goodput: float64(got.Load()) / last.Sub(start).Seconds(),
+		delivered: float64(got.Load()) / float64(n*size)}
 }
 
 // udpIdle is how long a UDP receiver waits for more before it ends.
