@@ -181,27 +181,22 @@ const udpIdle = 200 * time.Millisecond
 // bound until the wait ends).
 func udpSockets(b *testing.B, p *xdpPair) (rx, tx int) {
 	port := int(udpPort.Add(1))
-	xdpInNetns(b, p.b, func() (err error) {
-		if rx, err = unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0); err != nil {
-			return err
-		}
-		_ = unix.SetsockoptInt(rx, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 32<<20)
-		tv := unix.NsecToTimeval(int64(udpIdle))
-		_ = unix.SetsockoptTimeval(rx, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
-		return unix.Bind(rx, &unix.SockaddrInet4{Addr: p.b.v4.As4(), Port: port})
-	})
-	xdpInNetns(b, p.a, func() (err error) {
-		if tx, err = unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0); err != nil {
-			return err
-		}
-		_ = unix.SetsockoptInt(tx, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 32<<20)
-		tv := unix.NsecToTimeval(int64(udpIdle))
-		_ = unix.SetsockoptTimeval(tx, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
-		if err := unix.Bind(tx, &unix.SockaddrInet4{Addr: p.a.v4.As4(), Port: port}); err != nil {
-			return err
-		}
-		return unix.Connect(tx, &unix.SockaddrInet4{Addr: p.b.v4.As4(), Port: port})
-	})
+	open := func(ns xdpNetns) (fd int) {
+		xdpInNetns(b, ns, func() (err error) {
+			if fd, err = unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0); err != nil {
+				return err
+			}
+			_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 32<<20)
+			tv := unix.NsecToTimeval(int64(udpIdle))
+			_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
+			return unix.Bind(fd, &unix.SockaddrInet4{Addr: ns.v4.As4(), Port: port})
+		})
+		return fd
+	}
+	rx, tx = open(p.b), open(p.a)
+	if err := unix.Connect(tx, &unix.SockaddrInet4{Addr: p.b.v4.As4(), Port: port}); err != nil {
+		b.Fatal(err)
+	}
 	return rx, tx
 }
 
@@ -368,8 +363,14 @@ func rawPingpong(b *testing.B, r *rawPair, n, frames int, busy bool) (half, cpu 
 	if busy {
 		for _, l := range []*xdp.Link{la, lb} {
 			go func() {
-				for !stop.Load() {
-					l.PollReceive()
+				// Yield now and then, as traffic.BusyWaiter does: two
+				// spinners on two CPUs would leave a link's receive
+				// goroutine, if it took the ring, no processor for a
+				// preemption period (10 ms).
+				for i := 1; !stop.Load(); i++ {
+					if !l.PollReceive() && i%256 == 0 {
+						runtime.Gosched()
+					}
 				}
 			}()
 		}
