@@ -52,11 +52,15 @@ func (w BusyWaiter) Poll(c *rvt.CQ, buf []rvt.WC, deadline time.Time, stop <-cha
 // One goroutine at a time waits on it (Poll or Wait).
 type CQWaiter struct {
 	ch chan struct{}
-	// timer bounds a wait with a deadline: made by the first such wait,
-	// re-armed by the next and stopped when each returns. Since Go 1.23
-	// Reset and Stop leave no stale tick in timer.C, so it needs no
-	// draining.
+	// timer bounds a wait with a deadline: made by the first such wait
+	// and left running for the deadline it was set to (armed), so that
+	// the next wait with that deadline (a run's waits all have the run's)
+	// neither resets nor stops it: a wait takes no timer lock. Since Go
+	// 1.23 Reset leaves no stale tick in timer.C, so it needs no
+	// draining, and a timer that fired with nobody waiting still ticks
+	// for the next receive.
 	timer *time.Timer
+	armed time.Time
 }
 
 // NewCQWaiter returns a waiter whose Notify is the CQ handler to pass.
@@ -81,12 +85,13 @@ func (w *CQWaiter) Wait(deadline time.Time, stop <-chan struct{}) error {
 		if left <= 0 {
 			return ErrTimeout
 		}
-		if w.timer == nil {
+		switch {
+		case w.timer == nil:
 			w.timer = time.NewTimer(left)
-		} else {
+		case !deadline.Equal(w.armed):
 			w.timer.Reset(left)
 		}
-		defer w.timer.Stop()
+		w.armed = deadline
 		expired = w.timer.C
 	}
 	select {

@@ -29,8 +29,9 @@ func TestLatencyQuantile(t *testing.T) {
 }
 
 // TestCQWaiterWait checks CQWaiter.Wait's wake-ups, its deadline and stop,
-// and that waits reuse one timer: a wait that timed out leaves no tick
-// behind for the next, and a wait allocates nothing.
+// and that waits reuse one timer: a wait that timed out, or a timer that
+// fired with nobody waiting, leaves no tick behind for the next, and a
+// wait allocates nothing.
 func TestCQWaiterWait(t *testing.T) {
 	w := NewCQWaiter()
 	long := time.Now().Add(time.Hour)
@@ -69,6 +70,21 @@ func TestCQWaiterWait(t *testing.T) {
 	w.Notify(nil)
 	if err := w.Wait(time.Time{}, nil); err != nil {
 		t.Errorf("wait with no deadline after notify: %v", err)
+	}
+	// A wait that a notification ended leaves the timer running for its
+	// deadline; when it fires with nobody waiting, a wait with another
+	// deadline must not take that tick.
+	w.Notify(nil)
+	if err := w.Wait(time.Now().Add(time.Millisecond), nil); err != nil {
+		t.Errorf("wait after notify: %v", err)
+	}
+	time.Sleep(5 * time.Millisecond)
+	start = time.Now()
+	if err := w.Wait(start.Add(10*time.Millisecond), nil); err != ErrTimeout {
+		t.Errorf("wait after an unheard tick: %v, want ErrTimeout", err)
+	}
+	if d := time.Since(start); d < 10*time.Millisecond {
+		t.Errorf("wait with a 10ms deadline after an unheard tick returned after %v", d)
 	}
 	if n := testing.AllocsPerRun(100, func() {
 		w.Notify(nil)
