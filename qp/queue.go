@@ -112,32 +112,28 @@ type sendCopies struct {
 	regs  []RegWR
 }
 
-// copySlot returns slot i of the copies array *a, making the array, and
-// q.copies, on first use.
-func copySlot[T any](q *SendQueue, a func(*sendCopies) *[]T, i uint32) *T {
+// side returns q.copies, making it on first use.
+func (q *SendQueue) side() *sendCopies {
 	if q.copies == nil {
 		q.copies = &sendCopies{}
 	}
-	arr := a(q.copies)
-	if *arr == nil {
-		*arr = make([]T, len(q.e))
+	return q.copies
+}
+
+// copySlot returns slot i of the copies array *a (one entry per WQE slot),
+// making the array on first use.
+func copySlot[T any](q *SendQueue, a *[]T, i uint32) *T {
+	if *a == nil {
+		*a = make([]T, len(q.e))
 	}
-	return &(*arr)[i&q.mask]
+	return &(*a)[i&q.mask]
 }
 
 // ahSlot, bindSlot and regSlot return the AH, BindWR and RegWR copies of
 // the WQE at counter i.
-func (q *SendQueue) ahSlot(i uint32) *AH {
-	return copySlot(q, func(c *sendCopies) *[]AH { return &c.ahs }, i)
-}
-
-func (q *SendQueue) bindSlot(i uint32) *BindWR {
-	return copySlot(q, func(c *sendCopies) *[]BindWR { return &c.binds }, i)
-}
-
-func (q *SendQueue) regSlot(i uint32) *RegWR {
-	return copySlot(q, func(c *sendCopies) *[]RegWR { return &c.regs }, i)
-}
+func (q *SendQueue) ahSlot(i uint32) *AH       { return copySlot(q, &q.side().ahs, i) }
+func (q *SendQueue) bindSlot(i uint32) *BindWR { return copySlot(q, &q.side().binds, i) }
+func (q *SendQueue) regSlot(i uint32) *RegWR   { return copySlot(q, &q.side().regs, i) }
 
 // Head returns the producer counter.
 func (q *SendQueue) Head() uint32 { return q.head }
