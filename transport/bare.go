@@ -65,11 +65,10 @@ func fillBare(p *Packet, b, ext []byte, span uint32, h *bareBTH) {
 	p.span = span
 }
 
-// xmitBare is xmitSpan for a loopback request built without its BTH (t
-// from startTx on the fast path): ib bytes from the BTH's place through
-// the pad, ext and span as for xmitSpan.
-func (e *Engine) xmitBare(c *Conn, r *route, t txPkt, ib int, ext []byte, span uint32, h *bareBTH) {
-	pb := t.pb
+// xmitBare is xmitSpan for a loopback request built in pb without its
+// BTH: ib bytes from the BTH's place through the pad, ext and span as for
+// xmitSpan.
+func (e *Engine) xmitBare(c *Conn, r *route, pb *pktBuf, ib int, ext []byte, span uint32, h *bareBTH) {
 	pb.own = pb.own[:ib]
 	fillBare(&pb.pkt, pb.own, ext, span, h)
 	e.loop(c, r, pb, span)

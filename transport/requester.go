@@ -414,7 +414,19 @@ func (c *Conn) sendPacketLocked(w *qp.SendWQE, a *qp.Attr, pa *path) {
 	}
 	info := o.Info()
 	hl := info.HdrLen
-	t, b := c.e.startTx(r, &c.reqTx, c.sendBufs, hl+int(payload)+3)
+	var t txPkt
+	var b []byte
+	if r.fast {
+		// startTx's fast path, here: its results come back through
+		// memory (they do not fit the registers), and the copy out
+		// reads with wide loads what it wrote with narrow stores, a
+		// stall per packet.
+		t.pb = c.sendBufs.get(c.e)
+		b = t.pb.room()
+		b = b[:cap(b)]
+	} else {
+		t, b = c.e.startTx(r, &c.reqTx, c.sendBufs, hl+int(payload)+3)
+	}
 	// On the loopback fast path the BTH stays unwritten (bare.go).
 	bare := t.pb != nil && !c.e.reqHeaders.Load()
 	destQP := a.DestQPN
@@ -492,13 +504,17 @@ func (c *Conn) sendPacketLocked(w *qp.SendWQE, a *qp.Attr, pa *path) {
 	}
 	switch {
 	case bare:
-		h := bareBTH{info: info, psn: psn, destQP: destQP, ackReq: ackReq, se: se, pad: uint8(pad)}
+		// Field by field: a composite literal is built apart and
+		// copied in wide moves that stall on its narrow stores.
+		var h bareBTH
+		h.info, h.psn, h.destQP = info, psn, destQP
+		h.ackReq, h.se, h.pad = ackReq, se, uint8(pad)
 		ib := hl
 		if ext == nil {
 			clear(b[hl+int(payload) : hl+int(payload+pad)])
 			ib += int(payload + pad)
 		}
-		c.e.xmitBare(c, r, t, ib, ext, span, &h)
+		c.e.xmitBare(c, r, t.pb, ib, ext, span, &h)
 	case ext != nil:
 		bth.SetPadCount(uint8(pad))
 		bth.SetSE(se)
