@@ -244,6 +244,15 @@ func (c *CQ) Poll(out []WC) int {
 		c.head -= len(c.buf)
 	}
 	c.count -= n
+	if c.count == 0 {
+		// Empty: the next push goes to the ring's start, where the
+		// last ones went, rather than on round a ring of up to MaxDepth
+		// entries. A poller that keeps up then writes and reads the
+		// same few cache lines, still in this core's cache, instead
+		// of lines a whole ring ago that the producer must fetch
+		// again before its stores leave (at the unlock's fence).
+		c.head = 0
+	}
 	return n
 }
 

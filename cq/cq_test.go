@@ -621,3 +621,30 @@ func TestPushPairDeferred(t *testing.T) {
 		})
 	}
 }
+
+// TestEmptyRestartsAtStart: a CQ polled empty starts again at its ring's
+// first slot; what is queued comes out in order, and a full ring still
+// holds depth completions, whatever the slot it stopped at.
+func TestEmptyRestartsAtStart(t *testing.T) {
+	c, err := New(4)
+	require.NoError(t, err)
+	id := uint64(0)
+	var want []uint64
+	for _, step := range []struct{ push, poll int }{{3, 2}, {3, 0}, {0, 4}, {4, 4}, {1, 1}, {4, 0}} {
+		for range step.push {
+			id++
+			push(t, c, WC{WRID: id})
+			want = append(want, id)
+		}
+		out := make([]WC, step.poll)
+		n := c.Poll(out)
+		require.Equal(t, step.poll, n)
+		for i := range n {
+			require.Equal(t, want[i], out[i].WRID)
+		}
+		want = want[n:]
+		require.Equal(t, len(want), c.Len())
+	}
+	require.Equal(t, 4, c.Len(), "full")
+	require.False(t, c.Push(&WC{WRID: 99}), "a fifth overflows")
+}
