@@ -27,9 +27,11 @@ import "sync/atomic"
 // An Inline is safe for concurrent use; the zero value is ready to use.
 type Inline struct {
 	top atomic.Pointer[Task] // newest task pushed by Schedule, linked by Task.next
-	// drainer is nil while no goroutine drains the queue; else drainMark,
-	// or, while a Claim's batch runs, the claimed task (see Claim).
-	drainer atomic.Pointer[Task]
+	// drainer is 0 while no goroutine drains the queue; else drainMark,
+	// or, while a Claim's batch runs, the claimed task's id (see Claim).
+	// Ids, not pointers: an atomic pointer costs a call and a write
+	// barrier check a time.
+	drainer atomic.Uint32
 
 	// The drainer's list, oldest first; only the goroutine that set
 	// drainer touches it.
@@ -37,28 +39,28 @@ type Inline struct {
 }
 
 // drainMark is Inline.drainer while a goroutine drains outside a Claim's
-// batch. It is never run.
-var drainMark = &Task{name: "drainer"}
+// batch: no task's id.
+const drainMark = 1
 
 // NewInline returns an inline executor with an empty run queue.
 func NewInline() *Inline { return &Inline{} }
 
 // Idle reports whether no task is queued and none is being run.
-func (e *Inline) Idle() bool { return e.top.Load() == nil && e.drainer.Load() == nil }
+func (e *Inline) Idle() bool { return e.top.Load() == nil && e.drainer.Load() == 0 }
 
 // becomeIdleDrainer makes the caller the drainer, as who (drainMark, or
-// a task it claims), if nothing is queued and nobody drains: a task it
+// the id of a task it claims), if nothing is queued and nobody drains: a task it
 // then runs at once (instead of queueing it) runs where the queue would
 // have run it, and a push and a swap are saved, each a locked
 // instruction. The loads first: a failed compare-and-swap costs as much
 // as one that succeeds.
-func (e *Inline) becomeIdleDrainer(who *Task) bool {
-	return e.drainer.Load() == nil && e.top.Load() == nil && e.drainer.CompareAndSwap(nil, who)
+func (e *Inline) becomeIdleDrainer(who uint32) bool {
+	return e.drainer.Load() == 0 && e.top.Load() == nil && e.drainer.CompareAndSwap(0, who)
 }
 
 // claimed reports whether a Claim's batch of t may be running on the
 // drainer (Stop waits for it to end).
-func (e *Inline) claimed(t *Task) bool { return e.drainer.Load() == t }
+func (e *Inline) claimed(t *Task) bool { return e.drainer.Load() == t.id }
 
 func (e *Inline) enqueue(t *Task) {
 	// With nothing queued and nobody draining, t would be the whole queue.
@@ -76,7 +78,7 @@ func (e *Inline) enqueue(t *Task) {
 	}
 	// A load first: inside a running task the drainer is us, and a failed
 	// compare-and-swap costs as much as one that succeeds.
-	if e.drainer.Load() != nil || !e.drainer.CompareAndSwap(nil, drainMark) {
+	if e.drainer.Load() != 0 || !e.drainer.CompareAndSwap(0, drainMark) {
 		return // the drainer will take t
 	}
 	e.drain()
@@ -129,9 +131,9 @@ func (e *Inline) drain() {
 			}
 			t.run(nil)
 		}
-		e.drainer.Store(nil)
+		e.drainer.Store(0)
 		// Queued after our last look by a goroutine that saw us draining?
-		if e.top.Load() == nil || !e.drainer.CompareAndSwap(nil, drainMark) {
+		if e.top.Load() == nil || !e.drainer.CompareAndSwap(0, drainMark) {
 			return
 		}
 	}
