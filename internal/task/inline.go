@@ -27,11 +27,9 @@ import "sync/atomic"
 // An Inline is safe for concurrent use; the zero value is ready to use.
 type Inline struct {
 	top atomic.Pointer[Task] // newest task pushed by Schedule, linked by Task.next
-	// drainer is 0 while no goroutine drains the queue; else drainMark,
-	// or, while a Claim's batch runs, the claimed task's id (see Claim).
-	// Ids, not pointers: an atomic pointer costs a call and a write
-	// barrier check a time.
-	drainer atomic.Uint32
+	// drainer is nil while no goroutine drains the queue; else drainMark,
+	// or, while a Claim's batch runs, the claimed task (see Claim).
+	drainer atomic.Pointer[Task]
 
 	// The drainer's list, oldest first; only the goroutine that set
 	// drainer touches it.
@@ -39,28 +37,28 @@ type Inline struct {
 }
 
 // drainMark is Inline.drainer while a goroutine drains outside a Claim's
-// batch: no task's id.
-const drainMark = 1
+// batch. It is never run.
+var drainMark = &Task{name: "drainer"}
 
 // NewInline returns an inline executor with an empty run queue.
 func NewInline() *Inline { return &Inline{} }
 
 // Idle reports whether no task is queued and none is being run.
-func (e *Inline) Idle() bool { return e.top.Load() == nil && e.drainer.Load() == 0 }
+func (e *Inline) Idle() bool { return e.top.Load() == nil && e.drainer.Load() == nil }
 
 // becomeIdleDrainer makes the caller the drainer, as who (drainMark, or
-// the id of a task it claims), if nothing is queued and nobody drains: a task it
+// a task it claims), if nothing is queued and nobody drains: a task it
 // then runs at once (instead of queueing it) runs where the queue would
 // have run it, and a push and a swap are saved, each a locked
 // instruction. The loads first: a failed compare-and-swap costs as much
 // as one that succeeds.
-func (e *Inline) becomeIdleDrainer(who uint32) bool {
-	return e.drainer.Load() == 0 && e.top.Load() == nil && e.drainer.CompareAndSwap(0, who)
+func (e *Inline) becomeIdleDrainer(who *Task) bool {
+	return e.drainer.Load() == nil && e.top.Load() == nil && e.drainer.CompareAndSwap(nil, who)
 }
 
 // claimed reports whether a Claim's batch of t may be running on the
 // drainer (Stop waits for it to end).
-func (e *Inline) claimed(t *Task) bool { return e.drainer.Load() == t.id }
+func (e *Inline) claimed(t *Task) bool { return e.drainer.Load() == t }
 
 func (e *Inline) enqueue(t *Task) {
 	// With nothing queued and nobody draining, t would be the whole queue.
@@ -78,7 +76,7 @@ func (e *Inline) enqueue(t *Task) {
 	}
 	// A load first: inside a running task the drainer is us, and a failed
 	// compare-and-swap costs as much as one that succeeds.
-	if e.drainer.Load() != 0 || !e.drainer.CompareAndSwap(0, drainMark) {
+	if e.drainer.Load() != nil || !e.drainer.CompareAndSwap(nil, drainMark) {
 		return // the drainer will take t
 	}
 	e.drain()
@@ -131,9 +129,9 @@ func (e *Inline) drain() {
 			}
 			t.run(nil)
 		}
-		e.drainer.Store(0)
+		e.drainer.Store(nil)
 		// Queued after our last look by a goroutine that saw us draining?
-		if e.top.Load() == nil || !e.drainer.CompareAndSwap(0, drainMark) {
+		if e.top.Load() == nil || !e.drainer.CompareAndSwap(nil, drainMark) {
 			return
 		}
 	}

@@ -35,7 +35,6 @@ const (
 // safe for concurrent use.
 type Task struct {
 	state atomic.Int32
-	id    uint32 // above drainMark, unique but after 2^32 tasks: what Inline.drainer names
 	ex    Executor
 	fn    Func
 	name  string
@@ -62,16 +61,9 @@ func New(ex Executor, name string, fn Func) *Task {
 // Init makes t, a zero Task, what New returns: for a task that lives
 // inside the object it works for, next to the fields its batches touch.
 func (t *Task) Init(ex Executor, name string, fn Func) {
-	id := taskIDs.Add(1)
-	if id <= drainMark { // wrapped: a shared id only makes a Stop wait longer
-		id = taskIDs.Add(drainMark + 1)
-	}
-	*t = Task{ex: ex, fn: fn, name: name, id: id}
+	*t = Task{ex: ex, fn: fn, name: name}
 	t.stopped = sync.NewCond(&t.stopMu)
 }
-
-// taskIDs numbers the tasks (Task.id).
-var taskIDs atomic.Uint32
 
 // Name returns the name given to New.
 func (t *Task) Name() string { return t.name }
@@ -292,7 +284,7 @@ func (t *Task) Claim() Claim {
 		// Stop of t waits for the batch (claimed): the load of t's
 		// state below comes after the swap that named t, and a Stop
 		// loads the drainer after its swap of t's state.
-		if e.becomeIdleDrainer(t.id) {
+		if e.becomeIdleDrainer(t) {
 			if t.state.Load() == stateIdle {
 				return ClaimRun
 			}
