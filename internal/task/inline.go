@@ -26,43 +26,32 @@ import "sync/atomic"
 //
 // An Inline is safe for concurrent use; the zero value is ready to use.
 type Inline struct {
-	top atomic.Pointer[Task] // newest task pushed by Schedule, linked by Task.next
-	// drainer is nil while no goroutine drains the queue; else drainMark,
-	// or, while a Claim's batch runs, the claimed task (see Claim).
-	drainer atomic.Pointer[Task]
+	top      atomic.Pointer[Task] // newest task pushed by Schedule, linked by Task.next
+	draining atomic.Bool          // a goroutine is running queued tasks
 
 	// The drainer's list, oldest first; only the goroutine that set
-	// drainer touches it.
+	// draining touches it.
 	list list
 }
-
-// drainMark is Inline.drainer while a goroutine drains outside a Claim's
-// batch. It is never run.
-var drainMark = &Task{name: "drainer"}
 
 // NewInline returns an inline executor with an empty run queue.
 func NewInline() *Inline { return &Inline{} }
 
 // Idle reports whether no task is queued and none is being run.
-func (e *Inline) Idle() bool { return e.top.Load() == nil && e.drainer.Load() == nil }
+func (e *Inline) Idle() bool { return e.top.Load() == nil && !e.draining.Load() }
 
-// becomeIdleDrainer makes the caller the drainer, as who (drainMark, or
-// a task it claims), if nothing is queued and nobody drains: a task it
-// then runs at once (instead of queueing it) runs where the queue would
-// have run it, and a push and a swap are saved, each a locked
-// instruction. The loads first: a failed compare-and-swap costs as much
-// as one that succeeds.
-func (e *Inline) becomeIdleDrainer(who *Task) bool {
-	return e.drainer.Load() == nil && e.top.Load() == nil && e.drainer.CompareAndSwap(nil, who)
+// becomeIdleDrainer makes the caller the drainer if nothing is queued and
+// nobody drains: a task it then runs at once (instead of queueing it) runs
+// where the queue would have run it, and a push and a swap are saved,
+// each a locked instruction. The loads first: a failed compare-and-swap
+// costs as much as one that succeeds.
+func (e *Inline) becomeIdleDrainer() bool {
+	return !e.draining.Load() && e.top.Load() == nil && e.draining.CompareAndSwap(false, true)
 }
-
-// claimed reports whether a Claim's batch of t may be running on the
-// drainer (Stop waits for it to end).
-func (e *Inline) claimed(t *Task) bool { return e.drainer.Load() == t }
 
 func (e *Inline) enqueue(t *Task) {
 	// With nothing queued and nobody draining, t would be the whole queue.
-	if e.becomeIdleDrainer(drainMark) {
+	if e.becomeIdleDrainer() {
 		t.run(nil)
 		e.drain()
 		return
@@ -76,7 +65,7 @@ func (e *Inline) enqueue(t *Task) {
 	}
 	// A load first: inside a running task the drainer is us, and a failed
 	// compare-and-swap costs as much as one that succeeds.
-	if e.drainer.Load() != nil || !e.drainer.CompareAndSwap(nil, drainMark) {
+	if e.draining.Load() || !e.draining.CompareAndSwap(false, true) {
 		return // the drainer will take t
 	}
 	e.drain()
@@ -111,8 +100,7 @@ func (e *Inline) takeTop() {
 }
 
 // drain runs queued tasks until both queues are empty; the caller has set
-// drainer, and drain clears it. A Claim's batch is over: before anything
-// else runs, drainer no longer names its task (Stop waits on that).
+// draining, and drain clears it.
 func (e *Inline) drain() {
 	for {
 		for {
@@ -124,14 +112,11 @@ func (e *Inline) drain() {
 			if t == nil {
 				break
 			}
-			if e.drainer.Load() != drainMark {
-				e.drainer.Store(drainMark)
-			}
 			t.run(nil)
 		}
-		e.drainer.Store(nil)
+		e.draining.Store(false)
 		// Queued after our last look by a goroutine that saw us draining?
-		if e.top.Load() == nil || !e.drainer.CompareAndSwap(nil, drainMark) {
+		if e.top.Load() == nil || !e.draining.CompareAndSwap(false, true) {
 			return
 		}
 	}

@@ -2,7 +2,6 @@ package task
 
 import (
 	"fmt"
-	"runtime"
 	"sync"
 	"sync/atomic"
 )
@@ -276,19 +275,12 @@ func (t *Task) Claim() Claim {
 			return ClaimRun
 		}
 	case *Inline:
-		// The drainer names t while its batch runs: t is left idle,
-		// which saves a compare-and-swap here and one in Release. Only
-		// a drainer runs tasks, so t is idle, queued on the stack by
-		// another goroutine, or stopped. Schedule of t meanwhile queues
-		// it, to run after the batch (as an armed task would), and
-		// Stop of t waits for the batch (claimed): the load of t's
-		// state below comes after the swap that named t, and a Stop
-		// loads the drainer after its swap of t's state.
-		if e.becomeIdleDrainer(t) {
-			if t.state.Load() == stateIdle {
+		if e.becomeIdleDrainer() {
+			// Only a drainer runs tasks, so t is not busy: it is idle,
+			// queued on the stack by another goroutine, or stopped.
+			if t.state.CompareAndSwap(stateIdle, stateBusy) {
 				return ClaimRun
 			}
-			e.drainer.Store(drainMark)
 			return claimDrain
 		}
 	}
@@ -306,20 +298,15 @@ func (t *Task) Claim() Claim {
 func (t *Task) Release(c Claim, more bool) {
 	switch c {
 	case ClaimRun:
-		if e, ok := t.ex.(*Inline); ok {
-			// t stayed idle (Claim): more queues it, unless it was
-			// queued meanwhile; drain runs it.
-			if more && t.markQueued() {
-				e.requeue(t)
-			}
-			e.drain()
-			return
-		}
 		c, local := t.takeCarry(), t.local
 		t.local = nil // an idle task holds nothing
 		t.finish(more)
-		runCarried(c, local)
-		t.ex.(*Pool).giveBack(local)
+		if e, ok := t.ex.(*Inline); ok {
+			e.drain()
+		} else {
+			runCarried(c, local)
+			t.ex.(*Pool).giveBack(local)
+		}
 	case claimDrain:
 		// t is queued on the stack (drain runs it) or stopped.
 		t.ex.(*Inline).drain()
@@ -339,13 +326,6 @@ func (t *Task) Stop() {
 			// A queued task stays in its executor's queue; the executor skips
 			// it because it cannot move it from queued to busy.
 			if t.state.CompareAndSwap(s, stateStopped) {
-				if e, ok := t.ex.(*Inline); ok {
-					// A Claim's batch of t, which leaves t idle,
-					// may be running: wait for its end.
-					for e.claimed(t) {
-						runtime.Gosched()
-					}
-				}
 				return
 			}
 		case stateBusy, stateArmed:
