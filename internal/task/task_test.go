@@ -665,10 +665,9 @@ func TestPoolClaim(t *testing.T) {
 	require.EqualValues(t, 1, runs.Load(), "one extra run, no more")
 }
 
-// TestInlineClaimStopWaits: a Claim leaves its task idle while the
-// caller does its batch (no compare-and-swap on the task's state); a Stop
-// from another goroutine meanwhile still waits for the batch to end, and
-// the task never runs after it, even when the batch reports more.
+// TestInlineClaimStopWaits: a Stop from another goroutine while the
+// caller does a claimed batch waits for the batch to end, and the task
+// never runs after it, even when the batch reports more.
 func TestInlineClaimStopWaits(t *testing.T) {
 	ex := task.NewInline()
 	fn, runs := counted(func() bool { return false })
