@@ -144,6 +144,28 @@ func (d Due) Call(c *CQ) {
 // or that pushes to several CQs before it calls any handler.
 func (c *CQ) PushBatchDeferred(wcs []WC) (n int, due Due) {
 	c.mu.Lock()
+	n, due = c.pushBatchLocked(wcs)
+	c.mu.Unlock()
+	return n, due
+}
+
+// PushPairDeferred is PushBatchDeferred of a and then of b under one
+// lock: what the two calls in a row push, with nothing of another
+// producer (and no Poll) between them. The handlers each part made due
+// come back apart, for a producer that pushes the completions of two
+// QPs to one CQ and leaves each QP's handlers to that QP (the
+// transport's loopback hand-off): one lock round trip where two calls
+// take two.
+func (c *CQ) PushPairDeferred(a, b []WC) (dueA, dueB Due) {
+	c.mu.Lock()
+	_, dueA = c.pushBatchLocked(a)
+	_, dueB = c.pushBatchLocked(b)
+	c.mu.Unlock()
+	return dueA, dueB
+}
+
+// pushBatchLocked is PushBatchDeferred's work under c.mu.
+func (c *CQ) pushBatchLocked(wcs []WC) (n int, due Due) {
 	for i := range wcs {
 		h, f, ok := c.pushLocked(&wcs[i])
 		if h != nil {
@@ -155,7 +177,6 @@ func (c *CQ) PushBatchDeferred(wcs []WC) (n int, due Due) {
 		}
 		n++
 	}
-	c.mu.Unlock()
 	return n, due
 }
 
@@ -223,6 +244,15 @@ func (c *CQ) Poll(out []WC) int {
 		c.head -= len(c.buf)
 	}
 	c.count -= n
+	if c.count == 0 {
+		// Empty: the next push goes to the ring's start, where the
+		// last ones went, rather than on round a ring of up to MaxDepth
+		// entries. A poller that keeps up then writes and reads the
+		// same few cache lines, still in this core's cache, instead
+		// of lines a whole ring ago that the producer must fetch
+		// again before its stores leave (at the unlock's fence).
+		c.head = 0
+	}
 	return n
 }
 

@@ -548,3 +548,103 @@ func BenchmarkPushPoll(b *testing.B) {
 		}
 	}
 }
+
+// TestPushPairDeferred: a pair push queues what PushBatchDeferred of each
+// part in a row queues, and reports each part's due handlers apart: the
+// arm goes to the first completion that meets it, the error handler to
+// the part that overflowed.
+func TestPushPairDeferred(t *testing.T) {
+	wcs := func(ids ...uint64) []WC {
+		out := make([]WC, len(ids))
+		for i, id := range ids {
+			out[i] = WC{WRID: id}
+		}
+		return out
+	}
+	ids := func(ws []WC) []uint64 {
+		var out []uint64
+		for _, w := range ws {
+			out = append(out, w.WRID)
+		}
+		return out
+	}
+	tests := []struct {
+		name         string
+		depth        int
+		arm          int // 0 none, 1 next, 2 solicited only
+		a, b         []WC
+		want         []uint64
+		compA, compB bool
+		failA, failB bool
+	}{
+		{name: "unarmed", depth: 8, a: wcs(1, 2), b: wcs(3), want: []uint64{1, 2, 3}},
+		{name: "armed: the first part", depth: 8, arm: 1, a: wcs(1), b: wcs(2), want: []uint64{1, 2}, compA: true},
+		{name: "armed, first part empty", depth: 8, arm: 1, b: wcs(2, 3), want: []uint64{2, 3}, compB: true},
+		{name: "solicited in the second part", depth: 8, arm: 2, a: wcs(1),
+			b: []WC{{WRID: 2}, {WRID: 3, Solicited: true}}, want: []uint64{1, 2, 3}, compB: true},
+		{name: "overflow in the first part", depth: 2, a: wcs(1, 2, 3), b: wcs(4), want: []uint64{1, 2}, failA: true},
+		{name: "overflow in the second part", depth: 2, a: wcs(1), b: wcs(2, 3), want: []uint64{1, 2}, failB: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// The same pushes as two calls, for the reference.
+			var ref []uint64
+			var refA, refB Due
+			for _, pair := range []bool{false, true} {
+				c, err := New(tt.depth)
+				require.NoError(t, err)
+				c.SetHandlers(func(*CQ) {}, func(*CQ) {})
+				if tt.arm != 0 {
+					require.NoError(t, c.Arm(tt.arm == 2))
+				}
+				var da, db Due
+				if pair {
+					da, db = c.PushPairDeferred(tt.a, tt.b)
+				} else {
+					_, da = c.PushBatchDeferred(tt.a)
+					_, db = c.PushBatchDeferred(tt.b)
+				}
+				got := ids(pollAll(c))
+				require.Equal(t, tt.want, got)
+				require.Equal(t, tt.compA, da.comp != nil, "first part's completion handler")
+				require.Equal(t, tt.compB, db.comp != nil, "second part's completion handler")
+				require.Equal(t, tt.failA, da.fail != nil, "first part's error handler")
+				require.Equal(t, tt.failB, db.fail != nil, "second part's error handler")
+				if !pair {
+					ref, refA, refB = got, da, db
+					continue
+				}
+				require.Equal(t, ref, got)
+				require.Equal(t, refA.Any(), da.Any())
+				require.Equal(t, refB.Any(), db.Any())
+			}
+		})
+	}
+}
+
+// TestEmptyRestartsAtStart: a CQ polled empty starts again at its ring's
+// first slot; what is queued comes out in order, and a full ring still
+// holds depth completions, whatever the slot it stopped at.
+func TestEmptyRestartsAtStart(t *testing.T) {
+	c, err := New(4)
+	require.NoError(t, err)
+	id := uint64(0)
+	var want []uint64
+	for _, step := range []struct{ push, poll int }{{3, 2}, {3, 0}, {0, 4}, {4, 4}, {1, 1}, {4, 0}} {
+		for range step.push {
+			id++
+			push(t, c, WC{WRID: id})
+			want = append(want, id)
+		}
+		out := make([]WC, step.poll)
+		n := c.Poll(out)
+		require.Equal(t, step.poll, n)
+		for i := range n {
+			require.Equal(t, want[i], out[i].WRID)
+		}
+		want = want[n:]
+		require.Equal(t, len(want), c.Len())
+	}
+	require.Equal(t, 4, c.Len(), "full")
+	require.False(t, c.Push(&WC{WRID: 99}), "a fifth overflows")
+}

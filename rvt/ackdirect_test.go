@@ -13,16 +13,35 @@ import (
 
 	"github.com/softverbs/softverbs/clock"
 	"github.com/softverbs/softverbs/cq"
+	"github.com/softverbs/softverbs/keys"
 	"github.com/softverbs/softverbs/qp"
 )
 
-// The loopback ACK hand-off (transport/ackdirect.go) must not change what
-// a program sees. Each case below runs twice on a loopback device with
-// the inline executor and a manual clock, which makes a run reproducible:
-// once with the hand-off, once with every ACK a packet
-// (SetLoopbackACKPackets). The completions (all of them, in the order one
-// CQ gives them), the QPs' states and PSNs and the device's counters must
-// be the same, and the first run must have used the hand-off.
+// The loopback ACK hand-off (transport/ackdirect.go) and the loopback
+// requests without a BTH (transport/bare.go) must not change what a
+// program sees. Each case below runs once in each ackMode on a loopback
+// device with the inline executor and a manual clock, which makes a run
+// reproducible: with every ACK a packet and every request a BTH
+// (SetLoopbackACKPackets, SetLoopbackRequestHeaders), the reference, and
+// with the hand-off, bare requests or both. The completions (all of them,
+// in the order one CQ gives them), the QPs' states and PSNs and the
+// device's counters must be the same in every mode, and a mode with the
+// hand-off must have used it.
+
+// ackMode is how a loopback device carries requests and ACKs.
+type ackMode struct {
+	name    string
+	packets bool // every ACK a packet (no hand-off)
+	headers bool // every request with a BTH, parsed
+}
+
+// ackModes: the reference (packets and headers) first.
+var ackModes = []ackMode{
+	{"packets", true, true},
+	{"hand-off", false, true},
+	{"bare requests", true, false},
+	{"hand-off and bare requests", false, false},
+}
 
 // ackWorld is a connected RC pair on one loopback device.
 type ackWorld struct {
@@ -41,10 +60,11 @@ type ackCase struct {
 	run     func(t *testing.T, w *ackWorld)
 }
 
-func newAckWorld(t *testing.T, packets, credits bool, at rcAttrs) *ackWorld {
+func newAckWorld(t *testing.T, m ackMode, credits bool, at rcAttrs) *ackWorld {
 	clk := clock.NewManual()
 	n := newNode(t, Options{Inline: true, Clock: clk, Credits: credits})
-	n.d.eng.SetLoopbackACKPackets(packets)
+	n.d.eng.SetLoopbackACKPackets(m.packets)
+	n.d.eng.SetLoopbackRequestHeaders(m.headers)
 	w := &ackWorld{n: n, clk: clk, a: n.qp(t, qp.RC), b: n.qp(t, qp.RC)}
 	connect(t, w.a, n.d, w.b, n.d, at)
 	w.src, w.dst = n.mr(t, 1<<16), n.mr(t, 1<<16)
@@ -173,6 +193,46 @@ var ackCases = []ackCase{
 			SendWR{WRID: 5, Opcode: qp.OpSend, Flags: qp.Signaled, SGL: sge(w.src, 0, 8)}))
 		w.settle()
 	}},
+	{name: "inline, solicited, multi-packet and gathered SENDs", run: func(t *testing.T, w *ackWorld) {
+		w.recvN(t, 1000, 16, 4096)
+		two := append(sge(w.src, 0, 5), sge(w.src, 4096, 7)...) // not contiguous: gathered
+		wrs := []SendWR{
+			{WRID: 1, Opcode: qp.OpSend, Flags: qp.Signaled | qp.Inline, InlineData: []byte("inline, 13 B")},
+			{WRID: 2, Opcode: qp.OpSend, Flags: qp.Signaled | qp.Solicited, SGL: sge(w.src, 0, 8)},
+			{WRID: 3, Opcode: qp.OpSend, Flags: qp.Signaled, SGL: sge(w.src, 0, 3001)},
+			{WRID: 4, Opcode: qp.OpSendWithImm, Flags: qp.Signaled | qp.Solicited, SGL: sge(w.src, 0, 2048), ImmData: 77},
+			{WRID: 5, Opcode: qp.OpSend, Flags: qp.Signaled, SGL: two},
+			{WRID: 6, Opcode: qp.OpSend, Flags: qp.Signaled},
+			{WRID: 7, Opcode: qp.OpSend, Flags: qp.Signaled | qp.Inline, InlineData: []byte{1, 2, 3}},
+			{WRID: 8, Opcode: qp.OpRDMAWriteWithImm, Flags: qp.Signaled | qp.Solicited, SGL: sge(w.src, 0, 2500), RemoteAddr: w.dst.IOVA + 8192, Rkey: w.dst.Rkey, ImmData: 5},
+			{WRID: 9, Opcode: qp.OpAtomicCmpSwp, Flags: qp.Signaled, SGL: sge(w.src, 32768, 8), RemoteAddr: w.dst.IOVA + 40000, Rkey: w.dst.Rkey, CompareAdd: 0, Swap: 6},
+			{WRID: 10, Opcode: qp.OpRDMARead, Flags: qp.Signaled, SGL: sge(w.src, 16384, 8), RemoteAddr: w.dst.IOVA + 40000, Rkey: w.dst.Rkey},
+		}
+		for _, wr := range wrs {
+			require.NoError(t, w.a.PostSend(wr))
+			w.reap()
+		}
+		require.NoError(t, w.a.PostSend(wrs...))
+		w.settle()
+	}},
+	{name: "send with invalidate", run: func(t *testing.T, w *ackWorld) {
+		// b fast-registers an MR; a's SEND_WITH_INV invalidates it; a
+		// second one names a key no longer valid, a third a key that
+		// never was.
+		fr, err := w.n.pd.AllocMR(1)
+		require.NoError(t, err)
+		require.NoError(t, fr.MapPages([][]byte{make([]byte, 4096)}, 4096, 0x7000000, 4096))
+		require.NoError(t, w.b.PostSend(SendWR{WRID: 1, Opcode: qp.OpRegMR, Flags: qp.Signaled,
+			Reg: &qp.RegWR{MR: fr, Key: 0x42, Access: keys.LocalWrite | keys.RemoteWrite}}))
+		w.reap()
+		w.recv(t, 1000, 8)
+		for i, rkey := range []uint32{fr.Rkey, fr.Rkey, 0x1234500} {
+			require.NoError(t, w.a.PostSend(SendWR{WRID: uint64(10 + i), Opcode: qp.OpSendWithInv,
+				InvalidateRkey: rkey, Flags: qp.Signaled, SGL: sge(w.src, 0, 8)}))
+			w.reap()
+		}
+		w.settle()
+	}},
 	{name: "credits", credits: true, run: func(t *testing.T, w *ackWorld) {
 		w.recv(t, 1000, 3)
 		require.NoError(t, w.a.PostSend(w.sends(1, 8)...))
@@ -193,19 +253,22 @@ func TestLoopbackACKHandOffKeepsSemantics(t *testing.T) {
 			if c.at != nil {
 				c.at(&at)
 			}
-			var traces [2][]string
-			for i, packets := range []bool{false, true} {
-				w := newAckWorld(t, packets, c.credits, at)
+			var ref []string
+			for _, m := range ackModes {
+				w := newAckWorld(t, m, c.credits, at)
 				c.run(t, w)
 				w.final()
-				traces[i] = w.trace
-				if packets {
-					require.Zero(t, w.directACKs())
+				if m.packets {
+					require.Zero(t, w.directACKs(), m.name)
 				} else {
-					require.NotZero(t, w.directACKs(), "the hand-off was never used")
+					require.NotZero(t, w.directACKs(), "%s: the hand-off was never used", m.name)
 				}
+				if ref == nil {
+					ref = w.trace
+					continue
+				}
+				require.Equal(t, ref, w.trace, "packets (first) against %s (second)", m.name)
 			}
-			require.Equal(t, traces[1], traces[0], "hand-off (first) against packets (second)")
 		})
 	}
 }
@@ -363,12 +426,12 @@ func TestLoopbackACKHandOffRandom(t *testing.T) {
 	var used uint64
 	errs := 0
 	for seed := 1; seed <= seeds; seed++ {
-		run := func(packets bool) ([]string, uint64) {
+		run := func(m ackMode) ([]string, uint64) {
 			rng := rand.New(rand.NewPCG(uint64(seed), 7))
 			at := defaultAttrs()
 			at.rnr = []uint8{7, 7, 7, 3, 1, 0}[rng.IntN(6)]
 			credits := rng.IntN(2) == 0
-			w := newAckWorld(t, packets, credits, at)
+			w := newAckWorld(t, m, credits, at)
 			id := uint64(1)
 			for range 40 {
 				switch rng.IntN(4) {
@@ -394,11 +457,13 @@ func TestLoopbackACKHandOffRandom(t *testing.T) {
 			w.final()
 			return w.trace, w.directACKs()
 		}
-		direct, n := run(false)
-		packets, _ := run(true)
-		require.Equal(t, packets, direct, "seed %d: hand-off (first) against packets (second)", seed)
-		used += n
-		if strings.Contains(direct[len(direct)-3], " ERR ") {
+		packets, _ := run(ackModes[0])
+		for _, m := range ackModes[1:] {
+			trace, n := run(m)
+			require.Equal(t, packets, trace, "seed %d: packets (first) against %s (second)", seed, m.name)
+			used += n
+		}
+		if strings.Contains(packets[len(packets)-3], " ERR ") {
 			errs++
 		}
 	}
@@ -416,11 +481,27 @@ func (w *ackWorld) randomWR(rng *rand.Rand, id uint64) SendWR {
 	if rng.IntN(4) != 0 {
 		wr.Flags = qp.Signaled
 	}
+	if rng.IntN(8) == 0 {
+		wr.Flags |= qp.Solicited
+	}
 	if rng.IntN(600) == 0 {
 		wr.Opcode, wr.Rkey = qp.OpRDMAWrite, w.dst.Rkey^0x7700 // a remote access error
 		return wr
 	}
 	switch k := rng.IntN(19); {
+	case k < 7:
+		wr.Opcode = qp.OpSend
+	case k < 8:
+		// Inline, or from two SGEs (gathered, never in place).
+		wr.Opcode = qp.OpSend
+		if n <= 64 {
+			wr.Flags |= qp.Inline
+			wr.SGL, wr.InlineData = nil, make([]byte, n)
+		} else {
+			wr.SGL = append(sge(w.src, 0, n/2), sge(w.src, 8192, n-n/2)...)
+		}
+	case k < 9 && rng.IntN(100) == 0:
+		wr.Opcode, wr.InvalidateRkey = qp.OpSendWithInv, 0x5a5a00 // no such key: an invalid request
 	case k < 9:
 		wr.Opcode = qp.OpSend
 	case k < 11:

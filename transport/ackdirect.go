@@ -153,8 +153,8 @@ func (c *Conn) endRespJoin(p *Conn) {
 	k := min(c.joinMark, len(c.sout.wcs))
 	c.joinMark = 0
 	c.sout.pushSpan(0, k)
-	p.rout.push()
-	c.sout.pushSpan(k, len(c.sout.wcs))
+	pushPair(&p.rout, 0, &c.sout, k)
+	p.rout.clearWCs()
 	c.sout.clearWCs()
 	p.signalRan()
 	p.recvTask.Leave(c.sendTask, p.joinedMore || p.rout.pending())
@@ -199,8 +199,9 @@ func (c *Conn) takeAckLocked(psn PSN, syn Syndrome, msn uint32, src netip.Addr) 
 // and here that is c (TestHandlerDestroysPeer).
 func (c *Conn) endJoin(p *Conn) {
 	c.joined = nil
-	c.rout.push()
-	p.sout.push()
+	pushPair(&c.rout, 0, &p.sout, 0)
+	c.rout.clearWCs()
+	p.sout.clearWCs()
 	p.signalRan()
 	p.sendTask.Leave(c.recvTask, c.joinedMore || p.sout.pending())
 	c.callBack(&c.rout, c.recvTask)

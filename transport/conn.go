@@ -489,6 +489,42 @@ func (o *outbox) pushSpan(from, to int) {
 	}
 }
 
+// pushPair pushes a's completions from af on and then b's from bf on, as
+// a.pushSpan and b.pushSpan in a row would, each part's due handlers
+// kept with its own outbox; when they all go to one CQ (a loopback pair
+// on a shared CQ, one completion each for a one-WR SEND), under one CQ
+// lock instead of two.
+func pushPair(a *outbox, af int, b *outbox, bf int) {
+	q := a.oneCQ(af)
+	if q == nil || b.oneCQ(bf) != q {
+		a.pushSpan(af, len(a.wcs))
+		b.pushSpan(bf, len(b.wcs))
+		return
+	}
+	da, db := q.PushPairDeferred(a.wcs[af:], b.wcs[bf:])
+	if da.Any() {
+		a.due = append(a.due, cqDue{q, da})
+	}
+	if db.Any() {
+		b.due = append(b.due, cqDue{q, db})
+	}
+}
+
+// oneCQ returns the CQ of o's completions from i on if there are any and
+// they all go to that one, else nil.
+func (o *outbox) oneCQ(i int) *cq.CQ {
+	if i >= len(o.cqs) {
+		return nil
+	}
+	q := o.cqs[i]
+	for _, x := range o.cqs[i+1:] {
+		if x != q {
+			return nil
+		}
+	}
+	return q
+}
+
 // clearWCs empties o's completions once pushed.
 func (o *outbox) clearWCs() {
 	clear(o.cqs)

@@ -203,6 +203,8 @@ type Engine struct {
 
 	// ackPackets turns the loopback ACK hand-off off (ackdirect.go).
 	ackPackets atomic.Bool
+	// reqHeaders makes loopback requests carry a BTH (bare.go).
+	reqHeaders atomic.Bool
 }
 
 // SetLoopbackACKPackets makes RC responders send their ACKs to requesters
@@ -794,6 +796,36 @@ type txPkt struct {
 	lend  netdev.FrameLender
 }
 
+// loop hands pb, a packet c built on the loopback fast path and described
+// in pb.pkt, to its destination QP on this device. The caller holds c's
+// QP lock, as for every transmit. A burst counts as the packets it stands
+// for (span), as they would on a wire.
+func (e *Engine) loop(c *Conn, r *route, pb *pktBuf, span uint32) {
+	c.pend[SentPkts] += uint64(span)
+	c.looped += uint64(span) // received by this device: see countLocked
+	pb.src, pb.dst = r.src.IP, r.dst.IP
+	// Our own unicast RC/UC packet (the default P_Key, never a CNP):
+	// straight to the destination QP, which the route caches.
+	peer := e.peerOf(r, pb.pkt.DestQP)
+	if peer == nil {
+		e.drop(nil, DropUnknownQP)
+		e.putBuf(pb, wakeChain)
+		return
+	}
+	// xmit runs in a task of ours: the requester's (c.sendTask) for
+	// a request, the responder's for a response.
+	src := c.sendTask
+	if pb.pkt.Info.Has(FlagResponse) {
+		src = c.recvTask
+	} else if c.joinRespLocked(peer) {
+		// The requester's batch runs the peer's responder at its
+		// end (ackdirect.go).
+		peer.list(&peer.reqLocal, pb)
+		return
+	}
+	peer.enqueue(pb, wakeChain, src)
+}
+
 // startTx returns where to build a packet for route r, and the bytes to
 // write it into from the BTH on: a packet buffer on the fast path, else a
 // frame buffer past the headroom: one the link lends for a unicast packet
@@ -836,36 +868,14 @@ func (e *Engine) xmit(c *Conn, r *route, t txPkt, ib int, ext []byte) {
 // xmitSpan is xmit for a loopback burst that covers span PSNs (span > 1
 // only on the fast path, with ext holding the whole payload).
 func (e *Engine) xmitSpan(c *Conn, r *route, t txPkt, ib int, ext []byte, span uint32) {
-	// Under c's QP lock, as every transmit is. A burst counts as the
-	// packets it stands for, as they would on a wire.
-	c.pend[SentPkts] += uint64(span)
 	if pb := t.pb; pb != nil {
-		c.looped += uint64(span) // received by this device: see countLocked
 		pb.own = pb.own[:ib]
 		fillBuilt(&pb.pkt, pb.own, ext, span)
-		pb.src, pb.dst = r.src.IP, r.dst.IP
-		// Our own unicast RC/UC packet (the default P_Key, never a CNP):
-		// straight to the destination QP, which the route caches.
-		peer := e.peerOf(r, pb.pkt.DestQP)
-		if peer == nil {
-			e.drop(nil, DropUnknownQP)
-			e.putBuf(pb, wakeChain)
-			return
-		}
-		// xmit runs in a task of ours: the requester's (c.sendTask) for
-		// a request, the responder's for a response.
-		src := c.sendTask
-		if pb.pkt.Info.Has(FlagResponse) {
-			src = c.recvTask
-		} else if c.joinRespLocked(peer) {
-			// The requester's batch runs the peer's responder at its
-			// end (ackdirect.go).
-			peer.list(&peer.reqLocal, pb)
-			return
-		}
-		peer.enqueue(pb, wakeChain, src)
+		e.loop(c, r, pb, span)
 		return
 	}
+	// Under c's QP lock, as every transmit is.
+	c.pend[SentPkts] += uint64(span)
 	if r.bad {
 		e.counters.c[SendErr].Add(1)
 		e.abortTx(t, nil)

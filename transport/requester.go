@@ -414,14 +414,32 @@ func (c *Conn) sendPacketLocked(w *qp.SendWQE, a *qp.Attr, pa *path) {
 	}
 	info := o.Info()
 	hl := info.HdrLen
-	t, b := c.e.startTx(r, &c.reqTx, c.sendBufs, hl+int(payload)+3)
-	clear(b[:hl])
+	var t txPkt
+	var b []byte
+	if r.fast {
+		// startTx's fast path, here: its results come back through
+		// memory (they do not fit the registers), and the copy out
+		// reads with wide loads what it wrote with narrow stores, a
+		// stall per packet.
+		t.pb = c.sendBufs.get(c.e)
+		b = t.pb.room()
+		b = b[:cap(b)]
+	} else {
+		t, b = c.e.startTx(r, &c.reqTx, c.sendBufs, hl+int(payload)+3)
+	}
+	// On the loopback fast path the BTH stays unwritten (bare.go).
+	bare := t.pb != nil && !c.e.reqHeaders.Load()
 	destQP := a.DestQPN
 	if typ.Datagram() {
 		destQP = w.WR.RemoteQPN
 	}
 	bth := BTH(b)
-	bth.Init(o, DefaultPKey, destQP, psn)
+	if bare {
+		clear(b[BTHLen:hl])
+	} else {
+		clear(b[:hl])
+		bth.Init(o, DefaultPKey, destQP, psn)
+	}
 	if off := info.Offset(HdrRETH); off != 0 {
 		reth := RETH(b[off:])
 		if op == qp.OpRDMARead {
@@ -475,20 +493,37 @@ func (c *Conn) sendPacketLocked(w *qp.SendWQE, a *qp.Attr, pa *path) {
 		}
 	}
 	pad := (4 - payload%4) % 4
-	bth.SetPadCount(uint8(pad))
-	if last && w.WR.Flags&qp.Solicited != 0 {
-		bth.SetSE(true)
-	}
+	se := last && w.WR.Flags&qp.Solicited != 0
+	ackReq := false
 	if typ == qp.RC {
 		c.req.noAck += int(span)
 		if last || c.req.noAck >= c.e.cfg.AckInterval || c.req.limitOn || c.windowEdgeLocked(psn.Add(span)) {
-			bth.SetAckReq(true)
+			ackReq = true
 			c.req.noAck = 0
 		}
 	}
-	if ext != nil {
+	switch {
+	case bare:
+		// Field by field: a composite literal is built apart and
+		// copied in wide moves that stall on its narrow stores.
+		var h bareBTH
+		h.info, h.psn, h.destQP = info, psn, destQP
+		h.ackReq, h.se, h.pad = ackReq, se, uint8(pad)
+		ib := hl
+		if ext == nil {
+			clear(b[hl+int(payload) : hl+int(payload+pad)])
+			ib += int(payload + pad)
+		}
+		c.e.xmitBare(c, r, t.pb, ib, ext, span, &h)
+	case ext != nil:
+		bth.SetPadCount(uint8(pad))
+		bth.SetSE(se)
+		bth.SetAckReq(ackReq)
 		c.e.xmitSpan(c, r, t, hl, ext, span)
-	} else {
+	default:
+		bth.SetPadCount(uint8(pad))
+		bth.SetSE(se)
+		bth.SetAckReq(ackReq)
 		clear(b[hl+int(payload) : hl+int(payload+pad)])
 		c.e.xmit(c, r, t, hl+int(payload+pad), nil)
 	}

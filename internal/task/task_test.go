@@ -664,3 +664,46 @@ func TestPoolClaim(t *testing.T) {
 	time.Sleep(10 * time.Millisecond)
 	require.EqualValues(t, 1, runs.Load(), "one extra run, no more")
 }
+
+// TestInlineClaimStopWaits: a Stop from another goroutine while the
+// caller does a claimed batch waits for the batch to end, and the task
+// never runs after it, even when the batch reports more.
+func TestInlineClaimStopWaits(t *testing.T) {
+	ex := task.NewInline()
+	fn, runs := counted(func() bool { return false })
+	tk := task.New(ex, "t", fn)
+	c := tk.Claim()
+	require.Equal(t, task.ClaimRun, c)
+	stopped := make(chan struct{})
+	go func() { tk.Stop(); close(stopped) }()
+	require.Never(t, func() bool {
+		select {
+		case <-stopped:
+			return true
+		default:
+			return false
+		}
+	}, 50*time.Millisecond, time.Millisecond, "Stop returned inside the claimed batch")
+	tk.Release(c, true)
+	<-stopped
+	require.Zero(t, runs.Load(), "ran after Stop")
+	require.True(t, ex.Idle())
+}
+
+// TestInlineClaimScheduledElsewhere: a Schedule from another goroutine
+// during a claimed batch runs the task once more after it, on the
+// claimer, as for an armed task.
+func TestInlineClaimScheduledElsewhere(t *testing.T) {
+	ex := task.NewInline()
+	fn, runs := counted(func() bool { return false })
+	tk := task.New(ex, "t", fn)
+	c := tk.Claim()
+	require.Equal(t, task.ClaimRun, c)
+	done := make(chan struct{})
+	go func() { tk.Schedule(); close(done) }()
+	<-done
+	require.Zero(t, runs.Load(), "ran inside the claimed batch")
+	tk.Release(c, false)
+	require.EqualValues(t, 1, runs.Load())
+	require.True(t, ex.Idle())
+}
