@@ -126,6 +126,20 @@ same_addr_format() {
 	[ "$a" = "$b" ] || { log "$3: address lines differ: rvt [$a] perftest [$b]"; return 1; }
 }
 
+# run_case NAME ROLE TOOL FLAGS...: run_one, and once more if the guest's
+# perftest gave up calibrating its clock: its get_cpu_mhz fits cycle
+# counts against gettimeofday and exits ("Correlation coefficient r^2:
+# ... < 0.9", "Can't produce a report") when the guest's vCPU was
+# descheduled meanwhile, about once in a hundred runs here. That is the
+# peer tool's clock, not the exchange; any other failure stands.
+run_case() {
+	run_one "$@"
+	if [ $ok = 0 ] && grep -q 'Correlation coefficient r^2' "$WORK/$1.rxe.txt" "$WORK/$1.rvt.txt" 2>/dev/null; then
+		log "$1: the guest's perftest could not calibrate its clock (r^2 < 0.9): once more"
+		run_one "$@"
+	fi
+}
+
 # run_one NAME ROLE TOOL FLAGS...: one pair of processes; sets ok.
 run_one() {
 	local name=$1 role=$2 tool=$3
@@ -209,12 +223,12 @@ for c in "${cases[@]}"; do
 	if [ -n "$sizes" ]; then
 		all=1
 		for s in ${sizes//,/ }; do
-			run_one "$name-s$s" "$role" "$tool" -m "$mtu" -s "$s" "${fl[@]}"
+			run_case "$name-s$s" "$role" "$tool" -m "$mtu" -s "$s" "${fl[@]}"
 			[ $ok = 1 ] || { all=0; log "$name: size $s failed"; }
 		done
 		ok=$all
 	else
-		run_one "$name" "$role" "$tool" -m "$mtu" "${fl[@]}"
+		run_case "$name" "$role" "$tool" -m "$mtu" "${fl[@]}"
 	fi
 	ms=$((($(date +%s%N) - t0) / 1000000))
 	secs=$((ms / 1000)).$((ms % 1000 / 100))
