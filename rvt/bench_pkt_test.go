@@ -11,7 +11,6 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 	"unsafe"
@@ -442,10 +441,10 @@ func BenchmarkFabricScale(b *testing.B) {
 			window := max(1, 64/qps)
 			base := newScaleSet(b, clock.Real(), 8, depth)
 			baseN := max(20000, 4*qps)
-			cpu0 := cpuTime()
+			cpu0 := processCPU()
 			acks0 := base.nb.d.Counters()["sent_pkts"]
 			baseRate := base.run(b, baseN, 64/8, depth)
-			baseCPU := cpuTime() - cpu0
+			baseCPU := processCPU() - cpu0
 			baseAcks := base.nb.d.Counters()["sent_pkts"] - acks0
 			// The same 8 pairs with this run's window per pair (one at
 			// 10,000): as many ACKs a message as here (one; with 8 in
@@ -453,9 +452,9 @@ func BenchmarkFabricScale(b *testing.B) {
 			sameRate, sameCPU, sameN := baseRate, baseCPU, baseN
 			if window != 64/8 {
 				same := newScaleSet(b, clock.Real(), 8, depth)
-				cpu0 = cpuTime()
+				cpu0 = processCPU()
 				sameRate = same.run(b, sameN, window, depth)
-				sameCPU = cpuTime() - cpu0
+				sameCPU = processCPU() - cpu0
 			}
 
 			clk := &countingClock{Clock: clock.Real()}
@@ -466,10 +465,10 @@ func BenchmarkFabricScale(b *testing.B) {
 			h1, g1 := heapAlloc(), runtime.NumGoroutine()
 			b.ResetTimer()
 			n := max(b.N, 2*qps)
-			cpu0 = cpuTime()
+			cpu0 = processCPU()
 			acks0 = s.nb.d.Counters()["sent_pkts"]
 			rate := s.run(b, n, window, depth)
-			runCPU := cpuTime() - cpu0
+			runCPU := processCPU() - cpu0
 			acks := s.nb.d.Counters()["sent_pkts"] - acks0
 			b.StopTimer()
 			time.Sleep(2*rto14 + 50*time.Millisecond)
@@ -478,15 +477,15 @@ func BenchmarkFabricScale(b *testing.B) {
 			b.ReportMetric(rate/baseRate, "x_8qps")
 			// CPU time (the process's, all goroutines) per message: less
 			// at the mercy of other load on the machine than the rates.
-			b.ReportMetric(float64(runCPU.Nanoseconds())/float64(n), "cpu_ns/msg")
-			b.ReportMetric(float64(baseCPU.Nanoseconds())/float64(baseN), "8qps_cpu_ns/msg")
+			b.ReportMetric(float64(runCPU)/float64(n), "cpu_ns/msg")
+			b.ReportMetric(float64(baseCPU)/float64(baseN), "8qps_cpu_ns/msg")
 			// Packets the receiving side sent (ACKs) a message, here and
 			// in the 8-pair baseline.
 			b.ReportMetric(float64(acks)/float64(n), "acks/msg")
 			b.ReportMetric(float64(baseAcks)/float64(baseN), "8qps_acks/msg")
 			b.ReportMetric(sameRate, "8qps_same_window_msgs/s")
 			b.ReportMetric(rate/sameRate, "x_8qps_same_window")
-			b.ReportMetric(float64(sameCPU.Nanoseconds())/float64(sameN), "8qps_same_window_cpu_ns/msg")
+			b.ReportMetric(float64(sameCPU)/float64(sameN), "8qps_same_window_cpu_ns/msg")
 			b.ReportMetric(float64(setup.Microseconds())/float64(qps), "setup_us/pair")
 			b.ReportMetric(float64(g1-g0)/float64(2*qps), "goroutines/qp")
 			b.ReportMetric(float64(clk.pending.Load()), "idle_timers")
@@ -505,15 +504,6 @@ func BenchmarkFabricScale(b *testing.B) {
 			runtime.KeepAlive(s)
 		})
 	}
-}
-
-// cpuTime returns the user and system CPU time the process has used.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // rto14 is the retransmit timeout of IBTA code 14, the one defaultAttrs
