@@ -11,23 +11,13 @@ package vethperf
 import (
 	"fmt"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/softverbs/softverbs/internal/traffic"
 )
 
-// cpuNow is the process's user+system CPU time so far.
-func cpuNow() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// cpuSince is the CPU time spent since start (a cpuNow value).
-func cpuSince(start time.Duration) time.Duration { return cpuNow() - start }
+// cpuSince is the CPU time spent since start (a traffic.ProcessCPU value).
+func cpuSince(start time.Duration) time.Duration { return traffic.ProcessCPU() - start }
 
 // baselines are the kernel UDP measurements of one path MTU.
 type baselines struct {

@@ -137,7 +137,7 @@ func runPerfLink(ctx context.Context, net *perfNet, kind string, mtu rvt.MTU, si
 	if err := traffic.Connect(ep[0], ep[1], mtu); err != nil {
 		return res, err
 	}
-	t0 := cpuNow()
+	t0 := traffic.ProcessCPU()
 	lat, err := traffic.SendPingpong(ctx, ep[0], ep[1], w[0], w[1], latDur)
 	res.latCPU = cpuSince(t0)
 	if err != nil {
@@ -151,7 +151,7 @@ func runPerfLink(ctx context.Context, net *perfNet, kind string, mtu rvt.MTU, si
 		// The same ping-pong with both sides spinning on their CQ and
 		// draining the AF_XDP ring themselves (rvt.Device.PollLink), as
 		// ib_send_lat polls.
-		t0 := cpuNow()
+		t0 := traffic.ProcessCPU()
 		busy, err := traffic.SendPingpong(ctx, ep[0], ep[1], traffic.BusyWaiter{Dev: peers[0].Dev}, traffic.BusyWaiter{Dev: peers[1].Dev}, latDur)
 		res.busyCPU = cpuSince(t0)
 		if err != nil {
@@ -171,7 +171,7 @@ func runPerfLink(ctx context.Context, net *perfNet, kind string, mtu rvt.MTU, si
 	if err := traffic.Connect(a, b, mtu); err != nil {
 		return res, err
 	}
-	t0 = cpuNow()
+	t0 = traffic.ProcessCPU()
 	wr, err := traffic.WriteRun(a, b, size, dur)
 	res.writeCPU = cpuSince(t0)
 	if err != nil {

@@ -100,16 +100,16 @@ func Run(ctx context.Context, w io.Writer, cfg Config) (err error) {
 			}
 		}
 		var b baselines
-		t0 := cpuNow()
+		t0 := traffic.ProcessCPU()
 		base, err := udpStream(ctx, n, m.Size, dur)
 		if err != nil {
 			return fmt.Errorf("kernel UDP throughput at MTU %d: %w", m.Veth, err)
 		}
-		b.stream, b.streamCPU, t0 = base, cpuSince(t0), cpuNow()
+		b.stream, b.streamCPU, t0 = base, cpuSince(t0), traffic.ProcessCPU()
 		if b.mmsg, err = udpStreamMmsg(ctx, n, m.Size, dur); err != nil {
 			return fmt.Errorf("kernel UDP sendmmsg throughput at MTU %d: %w", m.Veth, err)
 		}
-		b.mmsgCPU, t0 = cpuSince(t0), cpuNow()
+		b.mmsgCPU, t0 = cpuSince(t0), traffic.ProcessCPU()
 		baseLat, err := udpPingpong(ctx, n, latDur, false)
 		if err != nil {
 			return fmt.Errorf("kernel UDP ping-pong: %w", err)
@@ -117,7 +117,7 @@ func Run(ctx context.Context, w io.Writer, cfg Config) (err error) {
 		b.lat, b.latCPU = baseLat, cpuSince(t0)
 		var baseBusy traffic.Latency
 		if slices.Contains(links, "xdp") {
-			t0 = cpuNow()
+			t0 = traffic.ProcessCPU()
 			if baseBusy, err = udpPingpong(ctx, n, latDur, true); err != nil {
 				return fmt.Errorf("kernel UDP busy-polling ping-pong: %w", err)
 			}

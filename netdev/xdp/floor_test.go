@@ -34,7 +34,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"runtime"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -225,7 +224,7 @@ func xdpRawStream(b *testing.B, r *rawPair, mtu int, udp udpResult) {
 	defer lb.SetHandler(nil)
 	b.SetBytes(int64(mtu))
 	b.ResetTimer()
-	start, cpu0 := time.Now(), cpuTime()
+	start, cpu0 := time.Now(), traffic.ProcessCPU()
 	for i := 0; i < b.N; i += 32 {
 		la.Hold()
 		for j := i; j < min(i+32, b.N); j++ {
@@ -244,7 +243,7 @@ func xdpRawStream(b *testing.B, r *rawPair, mtu int, udp udpResult) {
 		}
 		runtime.Gosched()
 	}
-	el, cpu := time.Since(start), cpuTime()-cpu0
+	el, cpu := time.Since(start), traffic.ProcessCPU()-cpu0
 	b.StopTimer()
 	goodput := float64(got.Load()) * float64(mtu) / el.Seconds()
 	b.ReportMetric(goodput/1e6, "goodput_MB/s")
@@ -302,7 +301,7 @@ func kernelUDPPingpong(b *testing.B, p *xdpPair, n int, busy bool) udpResult {
 			rtts = append(rtts, time.Since(t0))
 		}
 	}
-	return udpResult{half: median(rtts) / 2}
+	return udpResult{half: traffic.Latency{RTTs: rtts}.Sorted().Quantile(0.5) / 2}
 }
 
 // rawPingpong bounces minimum-size RoCEv2 frames between r's links n
@@ -375,14 +374,14 @@ func rawPingpong(b *testing.B, r *rawPair, n, frames int, busy bool) (half, cpu 
 			}()
 		}
 	}
-	cpu0 := cpuTime()
+	cpu0 := traffic.ProcessCPU()
 	send() // la's handler sends the rest
 	select {
 	case <-done:
 	case <-time.After(time.Minute):
 		b.Fatalf("ping-pong stalled after %d round trips", sent)
 	}
-	return median(rtts) / 2, (cpuTime() - cpu0) / time.Duration(n+warm)
+	return traffic.Latency{RTTs: rtts}.Sorted().Quantile(0.5) / 2, (traffic.ProcessCPU() - cpu0) / time.Duration(n+warm)
 }
 
 // verbsPingpong runs `rvt perf`'s 8-byte SEND ping-pong for a second
@@ -421,20 +420,4 @@ func verbsPingpong(b *testing.B, r *rawPair, typ rvt.QPType, busy bool) time.Dur
 		b.Fatal(err)
 	}
 	return lat.Quantile(0.5) / 2
-}
-
-func median(d []time.Duration) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	s := append([]time.Duration(nil), d...)
-	slices.Sort(s)
-	return s[len(s)/2]
-}
-
-// cpuTime is the process's CPU time, all threads.
-func cpuTime() time.Duration {
-	var ru unix.Rusage
-	_ = unix.Getrusage(unix.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
