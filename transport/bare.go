@@ -38,12 +38,7 @@ type bareBTH struct {
 // MigReq, FECN and BECN are clear, as BTH.Init leaves them).
 func fillBare(p *Packet, b, ext []byte, span uint32, h *bareBTH) {
 	info := h.info
-	var payload uint32
-	if ext != nil {
-		payload = uint32(len(ext)) // b is the headers only
-	} else {
-		payload = uint32(len(b) - info.HdrLen - int(h.pad))
-	}
+	payload := builtPayload(b, ext, info, h.pad)
 	p.Buf = b
 	p.Info = info
 	p.Opcode = info.Op
@@ -58,11 +53,7 @@ func fillBare(p *Packet, b, ext []byte, span uint32, h *bareBTH) {
 	p.PadCount = h.pad & 3
 	p.HdrLen = uint16(info.HdrLen)
 	p.PayloadLen = payload
-	p.ext = nil
-	if len(ext) != 0 {
-		p.ext = ext
-	}
-	p.span = span
+	p.setBurst(ext, span)
 }
 
 // xmitBare is xmitSpan for a loopback request built in pb without its

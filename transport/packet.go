@@ -268,17 +268,27 @@ func fillBuilt(p *Packet, b, ext []byte, span uint32) {
 	bth := BTH(b)
 	info := &opTable[bth.Opcode()]
 	pad := bth.PadCount()
-	var payload uint32
+	fill(p, b, info, pad, builtPayload(b, ext, info, pad))
+	p.setBurst(ext, span)
+}
+
+// builtPayload is the payload length of a packet built in b by this
+// device's requester or responder: b through the pad, or with ext (a
+// loopback burst's payload, in place) the headers only.
+func builtPayload(b, ext []byte, info *OpInfo, pad uint8) uint32 {
 	if ext != nil {
-		payload = uint32(len(ext)) // b is the headers only
-	} else {
-		payload = uint32(len(b) - info.HdrLen - int(pad))
+		return uint32(len(ext))
 	}
-	fill(p, b, info, pad, payload)
-	if len(ext) != 0 {
-		p.ext = ext
+	return uint32(len(b) - info.HdrLen - int(pad))
+}
+
+// setBurst records a built packet's payload held apart (ext, if any) and
+// the PSNs it stands for (span).
+func (p *Packet) setBurst(ext []byte, span uint32) {
+	if len(ext) == 0 {
+		ext = nil
 	}
-	p.span = span
+	p.ext, p.span = ext, span
 }
 
 // fill writes the descriptor of a validated packet whose headers start b.
