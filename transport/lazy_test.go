@@ -30,16 +30,14 @@ func loopPair(t *testing.T) (e *Engine, a, b *Conn, c *cq.CQ) {
 	c, err = cq.New(256)
 	require.NoError(t, err)
 	pd := keys.NewPD(1)
+	// One PD for both (the requester's MRs are the responder's targets)
+	// and one CQ; sixteen READs and atomics in flight.
 	mk := func(num uint32) *Conn {
-		q, err := qp.New(num, qp.Config{
-			Type: qp.RC, PD: pd, SendCQ: c, RecvCQ: c, Keys: e.keys,
-			Cap:    qp.Cap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1},
-			Limits: &qp.Limits{MaxMTU: qp.MTU4096, MaxRdAtomic: 16, MaxDestRdAtomic: 16, PkeyTableLen: 1, GIDTableLen: 1, Ports: 1},
+		return newTestConnWith(t, e, num, func(cfg *qp.Config) {
+			cfg.PD, cfg.SendCQ, cfg.RecvCQ = pd, c, c
+			cfg.Cap = qp.Cap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}
+			cfg.Limits.MaxRdAtomic, cfg.Limits.MaxDestRdAtomic = 16, 16
 		})
-		require.NoError(t, err)
-		conn, err := e.NewConn(q)
-		require.NoError(t, err)
-		return conn
 	}
 	a, b = mk(0x21), mk(0x22)
 	for _, p := range [][2]*Conn{{a, b}, {b, a}} {

@@ -65,20 +65,7 @@ func newRCHarnessConfig(t *testing.T, cfg Config) *rcHarness {
 
 // newTestConn returns a Conn on e for a new RC QP (QPN 0x11, in RESET)
 // whose CQ, for sends and receives, has 64 entries.
-func newTestConn(t *testing.T, e *Engine) *Conn {
-	t.Helper()
-	scq, err := cq.New(64)
-	require.NoError(t, err)
-	q, err := qp.New(0x11, qp.Config{
-		Type: qp.RC, PD: keys.NewPD(1), SendCQ: scq, RecvCQ: scq, Keys: e.keys,
-		Cap:    qp.Cap{MaxSendWR: 16, MaxRecvWR: 1, MaxSendSGE: 1, MaxInlineData: 64},
-		Limits: &qp.Limits{MaxMTU: qp.MTU4096, MaxRdAtomic: 1, MaxDestRdAtomic: 1, PkeyTableLen: 1, GIDTableLen: 1, Ports: 1},
-	})
-	require.NoError(t, err)
-	c, err := e.NewConn(q)
-	require.NoError(t, err)
-	return c
-}
+func newTestConn(t *testing.T, e *Engine) *Conn { return newTestConnNum(t, e, 0x11) }
 
 // send posts signaled inline SENDs of one packet each.
 func (h *rcHarness) send(t *testing.T, wrids ...uint64) {

@@ -97,14 +97,24 @@ func TestTimerHeapOrder(t *testing.T) {
 
 // newTestConnNum is newTestConn for QP number num.
 func newTestConnNum(t *testing.T, e *Engine, num uint32) *Conn {
+	return newTestConnWith(t, e, num, nil)
+}
+
+// newTestConnWith is newTestConnNum with the QP's config changed by set
+// (nil: as it is) before the QP is made.
+func newTestConnWith(t *testing.T, e *Engine, num uint32, set func(*qp.Config)) *Conn {
 	t.Helper()
 	scq, err := cq.New(64)
 	require.NoError(t, err)
-	q, err := qp.New(num, qp.Config{
+	cfg := qp.Config{
 		Type: qp.RC, PD: keys.NewPD(1), SendCQ: scq, RecvCQ: scq, Keys: e.keys,
 		Cap:    qp.Cap{MaxSendWR: 16, MaxRecvWR: 1, MaxSendSGE: 1, MaxInlineData: 64},
 		Limits: &qp.Limits{MaxMTU: qp.MTU4096, MaxRdAtomic: 1, MaxDestRdAtomic: 1, PkeyTableLen: 1, GIDTableLen: 1, Ports: 1},
-	})
+	}
+	if set != nil {
+		set(&cfg)
+	}
+	q, err := qp.New(num, cfg)
 	require.NoError(t, err)
 	c, err := e.NewConn(q)
 	require.NoError(t, err)
