@@ -61,6 +61,19 @@ func (r *Receiver) Deliver(frame []byte, n int, rel Releaser) {
 	(*h)(frame)
 }
 
+// DeliverWith is Deliver with h, not the handler set, for a frame that
+// arrives by another way than the link's usual one (HereReceiver); a nil
+// h is Deliver.
+func (r *Receiver) DeliverWith(h *Handler, frame []byte, n int, rel Releaser) {
+	if h == nil {
+		r.Deliver(frame, n, rel)
+		return
+	}
+	r.rxFrames.Add(1)
+	r.rxBytes.Add(uint64(n))
+	(*h)(frame)
+}
+
 // CountDropped counts a received frame the link dropped itself, before
 // Deliver (too long, closed).
 func (r *Receiver) CountDropped() { r.rxDropped.Add(1) }
@@ -149,6 +162,23 @@ const LazyFlushDelay = 20 * time.Microsecond
 // Send and does not implement it.
 type OwnReceiver interface {
 	ReceivesOnOwnGoroutine() bool
+}
+
+// HereReceiver is implemented by the in-memory fabric, whose Send delivers
+// a frame inside the sender's call, where the sender may hold its locks;
+// so the transport hands such a frame's work to a worker. A frame sent
+// between Hold and Flush (Holder) to a port with a handler set here is
+// kept instead, and a Flush that carries it alone delivers it to that
+// handler on the flushing goroutine, which holds no lock of its caller (a
+// holder flushes when its run is over): the receiver may do the frame's
+// work right there, as on an OwnReceiver link, with no hand-off to
+// another goroutine. That is rxe's way between two devices of one host,
+// where the receive softirq runs in the sender's context. (A burst goes to
+// the ordinary handler at Flush.) Ask for it with a type assertion on the
+// link itself, and only on a FrameLender that is its own lender: a
+// wrapper that embeds a port must see its frames through its handler.
+type HereReceiver interface {
+	SetHandlerHere(h Handler)
 }
 
 // NeighbourQueuer is implemented by links that resolve neighbours

@@ -45,8 +45,10 @@ func TestAsThroughWrappers(t *testing.T) {
 	require.True(t, ok, "concrete types too")
 	require.Same(t, hst, hh)
 
-	_, ok = netdev.As[netdev.Holder](wrapAll(t, fab.NewPort(netdev.MAC{}, 1500)))
-	require.False(t, ok, "a fabric port does not batch, wrapped or not")
+	port := fab.NewPort(netdev.MAC{}, 1500)
+	h, ok = netdev.As[netdev.Holder](wrapAll(t, port))
+	require.True(t, ok, "a fabric port holds frames for Flush (netdev.HereReceiver), wrapped or not")
+	require.Same(t, port, h)
 	_, ok = netdev.As[netdev.Holder](nil)
 	require.False(t, ok)
 }

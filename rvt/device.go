@@ -113,6 +113,14 @@ type Options struct {
 	RetransmitProbeMin, RetransmitProbeMax time.Duration
 	// KeyBits sizes the lkey/rkey table (2^KeyBits entries, default 16).
 	KeyBits int
+	// ReceiveHere (in-memory fabric, with workers): a packet from another
+	// device's run that sent only that packet is handled on that run's
+	// goroutine when it ends, not handed to a worker of this device
+	// (transport.Config.ReceiveHere). It shortens a request-response
+	// exchange by a worker's wake-up; it slows one goroutine posting on
+	// many QPs, which then does their receivers' work as well
+	// (docs/performance.md, "Delivery at Flush").
+	ReceiveHere bool
 }
 
 // Device limits (ibv_query_device). Queue sizes are limits, not
@@ -204,6 +212,7 @@ func Open(o Options) (*Device, error) {
 		Clock: d.clk, Exec: d.exec, Logger: d.log, Keys: d.keys, Mcast: d.mc,
 		Events: d.dispatch, Credits: o.Credits, Probe: o.RetransmitProbe,
 		ProbeRTT: o.RetransmitProbeRTT, ProbeMin: o.RetransmitProbeMin, ProbeMax: o.RetransmitProbeMax,
+		ReceiveHere: o.ReceiveHere,
 	})
 	if err != nil {
 		d.closePool()

@@ -117,6 +117,14 @@ type Config struct {
 	// with Probe.
 	ProbeRTT           bool
 	ProbeMin, ProbeMax time.Duration
+	// ReceiveHere: a frame the in-memory fabric brings from a run that
+	// sent only that one (netdev.HereReceiver) is handled at the end of
+	// that run, on its goroutine, rather than handed to a worker. A
+	// request-response exchange then waits for no worker's wake-up
+	// (microseconds in a VM); but when one goroutine posts on many QPs,
+	// it also does their receivers' work, which workers did beside it.
+	// Ignored with the Inline executor, which hands nothing over.
+	ReceiveHere bool
 }
 
 // PortConfig describes the engine's port.
@@ -308,6 +316,14 @@ func (e *Engine) SetPort(pc PortConfig) error {
 	e.mu.Unlock()
 	if pc.Link != nil {
 		pc.Link.SetHandler(e.ReceiveFrame)
+		// Config.ReceiveHere: the fabric's frames sent inside a hold
+		// come at its Flush, where the sender holds no lock, and their
+		// work is done there. (The Inline executor hands nothing to
+		// another goroutine: there they keep coming inside Send, and a
+		// frame's work is done while its bytes are in the cache.)
+		if h, ok := pc.Link.(netdev.HereReceiver); ok && ps.lend != nil && e.cfg.ReceiveHere && !e.serial {
+			h.SetHandlerHere(e.receiveHere)
+		}
 	}
 	return nil
 }
@@ -560,7 +576,7 @@ func (e *Engine) drop(c *Conn, r DropReason) {
 // the receive softirq: a hand-off to a worker costs a goroutine wake-up
 // per packet, most of a small message's latency. Elsewhere (the fabric
 // delivers inside the sender's Send, under the sender's QP lock) the task
-// is scheduled.
+// is scheduled; but see receiveHere.
 func (e *Engine) ReceiveFrame(frame []byte) {
 	ps := e.port.Load()
 	w := wakeSchedule
@@ -568,6 +584,12 @@ func (e *Engine) ReceiveFrame(frame []byte) {
 		w = wakeHere
 	}
 	e.receiveFrame(frame, ps.rel, w, false)
+}
+
+// receiveHere is ReceiveFrame for frames a link delivers where the task
+// may run at once (netdev.HereReceiver).
+func (e *Engine) receiveHere(frame []byte) {
+	e.receiveFrame(frame, e.port.Load().rel, wakeHere, false)
 }
 
 // wake says where the caller runs, and so how a packet it queues for a QP

@@ -31,7 +31,9 @@ import (
 // receiving port without a copy (netdev.FrameLender). A
 // handler only queues work, so a simulation on one goroutine is
 // deterministic. Put a faults.Link (faults.Wrap, NewFaultyPort) in front of a
-// port for loss, delay and the rest.
+// port for loss, delay and the rest. One exception: a frame sent between
+// Hold and Flush to a port with a here handler waits for the Flush
+// (netdev.HereReceiver; hold.go).
 //
 // The fabric also keeps an IP-to-MAC table (AddAddr, Resolve) so devices
 // find each other without ARP or neighbour discovery.
@@ -259,13 +261,25 @@ type Port struct {
 	fwd    atomic.Pointer[fwdEntry] // the last lookup's answer
 
 	txFrames, txBytes, txDropped atomic.Uint64
+
+	// Frames sent inside a hold to ports with a here handler wait in
+	// kept for a Flush (netdev.HereReceiver; hold.go).
+	holders atomic.Int32
+	here    atomic.Pointer[netdev.Handler]
+	held    atomic.Int32 // len(kept), read without keptMu
+	keptMu  sync.Mutex   // guards the fields below
+	kept    []keptFrame
+	spare   []keptFrame // kept's other backing array
+	drainer bool        // a goroutine is delivering kept frames
 }
 
 var (
 	_ netdev.Link     = (*Port)(nil)
 	_ netdev.Releaser = (*Port)(nil)
 
-	_ netdev.FrameLender = (*Port)(nil)
+	_ netdev.FrameLender  = (*Port)(nil)
+	_ netdev.Holder       = (*Port)(nil)
+	_ netdev.HereReceiver = (*Port)(nil)
 )
 
 // Send forwards frame through the fabric, delivering it to the receiving
@@ -279,7 +293,13 @@ func (p *Port) Send(frame []byte) error {
 	eth := netdev.Ethernet(frame)
 	f := p.fabric
 	if to := f.lookup(p, eth.Src(), eth.Dst()); to != nil {
-		if to != p {
+		switch {
+		case to == p:
+		case p.keeps(to):
+			if b := to.copyIn(frame); b != nil {
+				p.keep(to, b)
+			}
+		default:
 			to.arrive(frame)
 		}
 		return nil
@@ -344,10 +364,13 @@ func (p *Port) SendOwned(frame []byte) error {
 	}
 	eth := netdev.Ethernet(frame)
 	if to := p.fabric.lookup(p, eth.Src(), eth.Dst()); to != nil {
-		if to != p {
-			to.take(frame)
-		} else {
+		switch {
+		case to == p:
 			p.Release(frame)
+		case p.keeps(to):
+			p.keep(to, frame)
+		default:
+			to.take(frame)
 		}
 		return nil
 	}
@@ -359,9 +382,17 @@ func (p *Port) SendOwned(frame []byte) error {
 // arrive delivers a frame the fabric forwards to p. With no handler set,
 // deliver counts the frame as dropped and puts its buffer back.
 func (p *Port) arrive(frame []byte) {
+	if b := p.copyIn(frame); b != nil {
+		p.Deliver(b, len(b), p)
+	}
+}
+
+// copyIn returns a copy of frame in a buffer of p's, or nil if p drops
+// it (closed, or too long for p: counted).
+func (p *Port) copyIn(frame []byte) []byte {
 	if p.closed.Load() || netdev.FrameTooLong(frame, p.mtu) {
 		p.CountDropped()
-		return
+		return nil
 	}
 	pool := p.pool
 	if len(frame) <= smallFrame {
@@ -369,7 +400,7 @@ func (p *Port) arrive(frame []byte) {
 	}
 	b := pool.Get()[:len(frame)]
 	copy(b, frame)
-	p.Deliver(b, len(b), p)
+	return b
 }
 
 // take delivers a frame the fabric forwards to p in the sender's buffer.
