@@ -643,6 +643,12 @@ func (c *Conn) PostSend(wrs []qp.SendWR) error {
 		// stack. The workers run it. (A callback on another goroutine
 		// makes this needlessly cautious, never wrong.)
 		c.sendTask.Spill()
+	} else if c.e.cfg.ReceiveHere {
+		// The answer to what this batch sent (an ACK, a READ
+		// response) may have come at its flush and found the task
+		// busy: take it here too, rather than wake a worker for it.
+		c.sendTask.ReleaseAgain(cl, more)
+		return nil
 	}
 	c.sendTask.Release(cl, more)
 	return nil

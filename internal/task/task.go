@@ -315,6 +315,20 @@ func (t *Task) Release(c Claim, more bool) {
 	}
 }
 
+// ReleaseAgain is Release for a Claim on a Pool that runs one more batch
+// on the calling goroutine if the task was scheduled again during the
+// caller's (work came for it meanwhile, such as an answer delivered at
+// the caller's own flush), instead of handing that batch to a worker.
+// Like RunHere, the caller must hold no lock fn takes.
+func (t *Task) ReleaseAgain(c Claim, more bool) {
+	if c == ClaimRun && !more {
+		if _, ok := t.ex.(*Pool); ok && t.state.CompareAndSwap(stateArmed, stateBusy) {
+			more = t.fn()
+		}
+	}
+	t.Release(c, more)
+}
+
 // Stop waits until fn is not running and makes sure it never runs again;
 // later calls to Schedule do nothing. Stop may be called more than once and
 // from several goroutines. It must not be called from the task's own fn,

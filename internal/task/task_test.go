@@ -707,3 +707,54 @@ func TestInlineClaimScheduledElsewhere(t *testing.T) {
 	require.EqualValues(t, 1, runs.Load())
 	require.True(t, ex.Idle())
 }
+
+// TestPoolReleaseAgain: a claimed task scheduled again during the
+// caller's batch runs its next batch on the caller, inside ReleaseAgain;
+// one not scheduled again does not run; and a batch reporting more goes
+// to the pool as with Release.
+func TestPoolReleaseAgain(t *testing.T) {
+	p := task.NewPool(1)
+	defer p.Close()
+	var onCaller atomic.Int32
+	inCall := false // set only by this goroutine around ReleaseAgain
+	fn, runs := counted(func() bool {
+		if inCall {
+			onCaller.Add(1)
+		}
+		return false
+	})
+	tk := task.New(p, "t", fn)
+
+	c := tk.Claim()
+	require.Equal(t, task.ClaimRun, c)
+	inCall = true
+	tk.ReleaseAgain(c, false) // not scheduled again: nothing runs
+	inCall = false
+	require.Zero(t, runs.Load())
+
+	c = tk.Claim()
+	tk.Schedule() // work came during the caller's batch: armed
+	inCall = true
+	tk.ReleaseAgain(c, false)
+	inCall = false
+	require.EqualValues(t, 1, runs.Load(), "the armed batch ran before ReleaseAgain returned")
+	require.EqualValues(t, 1, onCaller.Load())
+	time.Sleep(10 * time.Millisecond)
+	require.EqualValues(t, 1, runs.Load(), "one extra run, no more")
+
+	c = tk.Claim()
+	tk.ReleaseAgain(c, true) // more: to the pool
+	require.Eventually(t, func() bool { return runs.Load() == 2 }, waitFor, time.Millisecond)
+	require.EqualValues(t, 1, onCaller.Load())
+}
+
+func TestInlineReleaseAgainIsRelease(t *testing.T) {
+	ex := task.NewInline()
+	fn, runs := counted(func() bool { return false })
+	tk := task.New(ex, "t", fn)
+	c := tk.Claim()
+	require.Equal(t, task.ClaimRun, c)
+	tk.Schedule() // armed: the drain runs it at Release
+	tk.ReleaseAgain(c, false)
+	require.EqualValues(t, 1, runs.Load())
+}
