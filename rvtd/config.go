@@ -55,6 +55,11 @@ type DeviceConfig struct {
 	// MTU is the link's Ethernet MTU (0: the interface's; a fabric port
 	// 9000, a TAP enough for a 4096-byte path MTU).
 	MTU int `yaml:"mtu"`
+	// ReceiveHere (fabric devices): a packet from another device of
+	// rvtd's whose run sent only that one is handled by the goroutine
+	// that sent it, not handed to a worker (rvt.Options.ReceiveHere):
+	// shorter round trips, lower message rates with many QPs.
+	ReceiveHere bool `yaml:"receive_here"`
 }
 
 // Defaults of Limits: room for programs that work at scale (cmtime's
@@ -171,6 +176,9 @@ func (c *Config) Check() error {
 		}
 		if n != 1 {
 			return fmt.Errorf("device %q: give exactly one of fabric, tap, xdp and udp", d.Name)
+		}
+		if d.ReceiveHere && d.Fabric == "" {
+			return fmt.Errorf("device %q: receive_here is for fabric devices", d.Name)
 		}
 		if (d.Fabric != "" || d.TAP != "") && d.IP == "" {
 			return fmt.Errorf("device %q: a fabric or TAP link needs ip", d.Name)

@@ -323,23 +323,33 @@ func pairUp(t *testing.T, sock, roleA, roleB string) (a, b *child) {
 	return a, b
 }
 
+// TestSendAndWriteBetweenProcesses, on the default devices and on devices
+// with receive_here.
 func TestSendAndWriteBetweenProcesses(t *testing.T) {
-	srv, sock := startDaemon(t)
-	a, b := pairUp(t, sock, "recv", "send")
-	b.send("GO")
-	a.expect("RECVOK")
-	b.expect("SENDOK")
-	a.send("CHECK")
-	a.expect("WRITEOK")
-	a.in.Close()
-	b.in.Close()
-	if err := a.cmd.Wait(); err != nil {
-		t.Errorf("recv: %v", err)
+	for _, here := range []bool{false, true} {
+		t.Run(map[bool]string{false: "workers", true: "receive_here"}[here], func(t *testing.T) {
+			cfg := rvtd.DefaultConfig()
+			for i := range cfg.Devices {
+				cfg.Devices[i].ReceiveHere = here
+			}
+			srv, sock := startDaemonConfig(t, cfg)
+			a, b := pairUp(t, sock, "recv", "send")
+			b.send("GO")
+			a.expect("RECVOK")
+			b.expect("SENDOK")
+			a.send("CHECK")
+			a.expect("WRITEOK")
+			a.in.Close()
+			b.in.Close()
+			if err := a.cmd.Wait(); err != nil {
+				t.Errorf("recv: %v", err)
+			}
+			if err := b.cmd.Wait(); err != nil {
+				t.Errorf("send: %v", err)
+			}
+			waitFor(t, "sessions to end", func() bool { st := srv.Stats(); return st.Sessions == 0 && st.QPs == 0 && st.CQs == 0 })
+		})
 	}
-	if err := b.cmd.Wait(); err != nil {
-		t.Errorf("send: %v", err)
-	}
-	waitFor(t, "sessions to end", func() bool { st := srv.Stats(); return st.Sessions == 0 && st.QPs == 0 && st.CQs == 0 })
 }
 
 func TestKilledClient(t *testing.T) {

@@ -129,6 +129,7 @@ func New(cfg *Config, o Options) (_ *Server, err error) {
 		}
 		opts := l.Options(dc.Name)
 		opts.Logger = log.With("device", dc.Name)
+		opts.ReceiveHere = dc.ReceiveHere
 		dev, err := rvt.Open(opts)
 		if err != nil {
 			l.Close()
