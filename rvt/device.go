@@ -114,8 +114,8 @@ type Options struct {
 	// KeyBits sizes the lkey/rkey table (2^KeyBits entries, default 16).
 	KeyBits int
 	// ReceiveHere (in-memory fabric, with workers): a packet from another
-	// device's run that sent only that packet is handled on that run's
-	// goroutine when it ends, not handed to a worker of this device
+	// device with it, whose run sent only that packet, is handled on that
+	// run's goroutine when it ends, not handed to a worker of this device
 	// (transport.Config.ReceiveHere). It shortens a request-response
 	// exchange by a worker's wake-up; it slows one goroutine posting on
 	// many QPs, which then does their receivers' work as well

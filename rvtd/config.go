@@ -55,10 +55,11 @@ type DeviceConfig struct {
 	// MTU is the link's Ethernet MTU (0: the interface's; a fabric port
 	// 9000, a TAP enough for a 4096-byte path MTU).
 	MTU int `yaml:"mtu"`
-	// ReceiveHere (fabric devices): a packet from another device of
-	// rvtd's whose run sent only that one is handled by the goroutine
-	// that sent it, not handed to a worker (rvt.Options.ReceiveHere):
-	// shorter round trips, lower message rates with many QPs.
+	// ReceiveHere (fabric devices): between two devices that both have
+	// it, a packet whose run sent only that one is handled by the
+	// goroutine that sent it, not handed to a worker
+	// (rvt.Options.ReceiveHere): shorter round trips, lower message rates
+	// with many QPs.
 	ReceiveHere bool `yaml:"receive_here"`
 }
 

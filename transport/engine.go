@@ -119,7 +119,8 @@ type Config struct {
 	ProbeMin, ProbeMax time.Duration
 	// ReceiveHere: a frame the in-memory fabric brings from a run that
 	// sent only that one (netdev.HereReceiver) is handled at the end of
-	// that run, on its goroutine, rather than handed to a worker. A
+	// that run, on its goroutine, rather than handed to a worker, between
+	// two engines that both have it. A
 	// request-response exchange then waits for no worker's wake-up
 	// (microseconds in a VM); but when one goroutine posts on many QPs,
 	// it also does their receivers' work, which workers did beside it.
@@ -305,6 +306,19 @@ func (e *Engine) SetPort(pc PortConfig) error {
 		ps.lend = l
 	}
 	ps.hold, _ = netdev.As[netdev.Holder](pc.Link)
+	// Config.ReceiveHere: the fabric's frames sent inside a hold come at
+	// its Flush, where the sender holds no lock, and their work is done
+	// there. The fabric's holds do nothing else, so a device without
+	// the option does not take them (it saves two atomic operations a
+	// run): the option works between devices that both have it. (The
+	// Inline executor hands nothing to another goroutine: there frames
+	// keep coming inside Send, and a frame's work is done while its bytes
+	// are in the cache.)
+	hr, _ := pc.Link.(netdev.HereReceiver)
+	here := hr != nil && ps.lend != nil && e.cfg.ReceiveHere && !e.serial
+	if hr != nil && ps.lend != nil && !here {
+		ps.hold = nil
+	}
 	ps.poll, _ = netdev.As[netdev.Poller](pc.Link)
 	if o, ok := netdev.As[netdev.OwnReceiver](pc.Link); ok {
 		ps.here = o.ReceivesOnOwnGoroutine()
@@ -316,13 +330,8 @@ func (e *Engine) SetPort(pc PortConfig) error {
 	e.mu.Unlock()
 	if pc.Link != nil {
 		pc.Link.SetHandler(e.ReceiveFrame)
-		// Config.ReceiveHere: the fabric's frames sent inside a hold
-		// come at its Flush, where the sender holds no lock, and their
-		// work is done there. (The Inline executor hands nothing to
-		// another goroutine: there they keep coming inside Send, and a
-		// frame's work is done while its bytes are in the cache.)
-		if h, ok := pc.Link.(netdev.HereReceiver); ok && ps.lend != nil && e.cfg.ReceiveHere && !e.serial {
-			h.SetHandlerHere(e.receiveHere)
+		if here {
+			hr.SetHandlerHere(e.receiveHere)
 		}
 	}
 	return nil
