@@ -41,6 +41,8 @@ type perftestConfig struct {
 
 	// Link selection, as rvt pingpong takes it (none: the in-memory pair).
 	link devopen.Config
+	// receiveHere: the in-memory pair's devices get rvt.Options.ReceiveHere.
+	receiveHere bool
 }
 
 // perftestCommands returns the seven tools' commands.
@@ -195,6 +197,8 @@ func perftestFlags(fs *pflag.FlagSet, cfg *perftestConfig) {
 			f.NoOptDefVal = "true"
 		}
 	}
+	fs.BoolVar(&cfg.receiveHere, "receive-here", false, "the in-memory pair: a packet alone in its sender's run is handled by "+
+		"the sending goroutine, not a worker (rvt.Options.ReceiveHere: shorter round trips, lower message rates with many QPs)")
 	fs.DurationVar(&c.Timeout, "timeout", 0, "give up when the run takes longer than `duration` (0: never, as perftest; the in-memory pair: 1 minute plus -D)")
 	l := &cfg.link
 	rvtdFlag(fs, &l.RVTD)
@@ -236,6 +240,9 @@ func runPerftest(w io.Writer, fs *pflag.FlagSet, cfg *perftestConfig) error {
 	if l.TAP == "" && l.XDP == "" && l.UDP == "" && l.IP == "" && l.RVTD == "" {
 		return runPerftestPair(w, fs, cfg)
 	}
+	if cfg.receiveHere {
+		return usagef("--receive-here is for the in-memory pair (for rvtd's devices it is the configuration's receive_here)")
+	}
 	if cfg.Device != ppDevice && l.RVTD == "" {
 		return usagef("-d %s: IB device %s not found (rvt opens one device, %s)", cfg.Device, cfg.Device, ppDevice)
 	}
@@ -268,7 +275,7 @@ func runPerftestPair(w io.Writer, fs *pflag.FlagSet, cfg *perftestConfig) error 
 	if cfg.Device != "rvt0" {
 		return usagef("-d %s: IB device %s not found (the in-memory pair's client is rvt0)", cfg.Device, cfg.Device)
 	}
-	p, err := devopen.OpenPair(devopen.PairConfig{})
+	p, err := devopen.OpenPair(devopen.PairConfig{ReceiveHere: cfg.receiveHere})
 	if err != nil {
 		return err
 	}

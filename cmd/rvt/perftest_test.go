@@ -47,6 +47,8 @@ func TestPerftestEmbedded(t *testing.T) {
 		{[]string{"ib_read_lat", "-n", "50"}, "2", "50", 9},
 		{[]string{"-n", "50", "ib_send_lat"}, "", "", 0}, // flags before the command: not a command
 		{[]string{"ib_send_lat", "-n", "50", "-cUC", "--timeout=20s"}, "2", "50", 9},
+		{[]string{"ib_send_lat", "-n", "50", "--receive-here"}, "2", "50", 9},
+		{[]string{"ib_write_bw", "-s", "64K", "-n", "50", "--receive-here"}, "65536", "50", 5},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			var out, errOut bytes.Buffer
@@ -86,6 +88,7 @@ func TestPerftestRefusals(t *testing.T) {
 		{[]string{"ib_write_bw", "10.0.0.1"}, 2, "a server argument needs a link"},
 		{[]string{"ib_write_bw", "-d", "mlx5_0"}, 2, "IB device mlx5_0 not found"},
 		{[]string{"ib_send_bw", "-A", "CMP_AND_SWAP"}, 2, "unknown shorthand flag: 'A'"},
+		{[]string{"ib_send_lat", "--receive-here", "--udp", "127.0.0.1"}, 2, "--receive-here is for the in-memory pair"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			var out, errOut bytes.Buffer
