@@ -50,15 +50,7 @@ func (r *Receiver) SetHandler(h Handler) {
 // link counts payload bytes) as received. With no handler set it counts
 // the frame as dropped and gives it back to rel, the link's pool.
 func (r *Receiver) Deliver(frame []byte, n int, rel Releaser) {
-	h := r.handler.Load()
-	if h == nil {
-		r.rxDropped.Add(1)
-		rel.Release(frame)
-		return
-	}
-	r.rxFrames.Add(1)
-	r.rxBytes.Add(uint64(n))
-	(*h)(frame)
+	r.DeliverWith(nil, frame, n, rel)
 }
 
 // DeliverWith is Deliver with h, not the handler set, for a frame that
@@ -66,7 +58,11 @@ func (r *Receiver) Deliver(frame []byte, n int, rel Releaser) {
 // h is Deliver.
 func (r *Receiver) DeliverWith(h *Handler, frame []byte, n int, rel Releaser) {
 	if h == nil {
-		r.Deliver(frame, n, rel)
+		h = r.handler.Load()
+	}
+	if h == nil {
+		r.rxDropped.Add(1)
+		rel.Release(frame)
 		return
 	}
 	r.rxFrames.Add(1)

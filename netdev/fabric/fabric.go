@@ -404,13 +404,17 @@ func (p *Port) copyIn(frame []byte) []byte {
 }
 
 // take delivers a frame the fabric forwards to p in the sender's buffer.
-func (p *Port) take(frame []byte) {
+func (p *Port) take(frame []byte) { p.takeWith(nil, frame) }
+
+// takeWith is take with handler h (nil: the one set; see
+// netdev.Receiver.DeliverWith).
+func (p *Port) takeWith(h *netdev.Handler, frame []byte) {
 	if p.closed.Load() || netdev.FrameTooLong(frame, p.mtu) {
 		p.CountDropped()
 		p.Release(frame)
 		return
 	}
-	p.Deliver(frame, len(frame), p)
+	p.DeliverWith(h, frame, len(frame), p)
 }
 
 // HardwareAddr returns the port's MAC.

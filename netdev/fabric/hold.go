@@ -93,7 +93,11 @@ func (p *Port) drain(here bool) {
 		p.keptMu.Unlock()
 		one := here && len(batch) == 1
 		for i, k := range batch {
-			k.to.takeKept(k.frame, one)
+			var h *netdev.Handler // the ordinary one
+			if one {
+				h = k.to.here.Load()
+			}
+			k.to.takeWith(h, k.frame)
 			batch[i] = keptFrame{}
 		}
 		p.keptMu.Lock()
@@ -101,18 +105,4 @@ func (p *Port) drain(here bool) {
 	}
 	p.drainer = false
 	p.keptMu.Unlock()
-}
-
-// takeKept delivers a kept frame to p: to the here handler if here.
-func (p *Port) takeKept(frame []byte, here bool) {
-	if !here {
-		p.take(frame)
-		return
-	}
-	if p.closed.Load() || netdev.FrameTooLong(frame, p.mtu) {
-		p.CountDropped()
-		p.Release(frame)
-		return
-	}
-	p.DeliverWith(p.here.Load(), frame, len(frame), p)
 }
