@@ -3,12 +3,13 @@ package rvt
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"runtime"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -90,7 +91,7 @@ func TestReceiveHereTraffic(t *testing.T) {
 		t.Run(map[bool]string{false: "workers", true: "here"}[here], func(t *testing.T) {
 			na, nb := hereNodes(t, here)
 			const qps, rounds, size = 4, 50, 64 << 10
-			var wg sync.WaitGroup
+			errs := make(chan error, qps)
 			for k := range qps {
 				// Each pair has CQs of its own, so that each goroutine
 				// polls only its completions.
@@ -109,66 +110,102 @@ func TestReceiveHereTraffic(t *testing.T) {
 				at.mtu = qp.MTU4096
 				connect(t, a, na.d, b, nb.d, at)
 				la, lb := na.mr(t, 2*size), nb.mr(t, 2*size)
-				wg.Add(1)
 				go func() {
-					defer wg.Done()
-					pingWriteRead(t, k, a, b, ca, cb, la, lb, rounds, size)
+					if err := pingWriteRead(a, b, ca, cb, la, lb, rounds, size); err != nil {
+						errs <- fmt.Errorf("qp pair %d: %w", k, err)
+						return
+					}
+					errs <- nil
 				}()
 			}
-			wg.Wait()
+			for range qps {
+				if err := <-errs; err != nil {
+					t.Error(err)
+				}
+			}
 		})
 	}
 }
 
 // pingWriteRead runs rounds of: an 8-byte SEND from a answered by one from
 // b, a WRITE of size bytes from a to b, a READ of them back, and a
-// fetch-and-add on b's memory; checking every completion and byte.
-func pingWriteRead(t *testing.T, k int, a, b *QP, ca, cb *CQ, la, lb *MR, rounds, size int) {
+// fetch-and-add on b's memory; checking every completion and byte. It
+// runs on a goroutine of its own: it returns what went wrong.
+func pingWriteRead(a, b *QP, ca, cb *CQ, la, lb *MR, rounds, size int) error {
 	pat := make([]byte, size)
 	got := make([]byte, size)
-	wait := func(c *CQ, n int) {
-		for _, w := range poll(t, c, n, nil) {
-			if w.Status != 0 {
-				t.Errorf("qp pair %d: %+v", k, w)
+	var buf [4]WC
+	wait := func(c *CQ, n int) error {
+		deadline := time.Now().Add(10 * time.Second)
+		for n > 0 {
+			k := c.Poll(buf[:min(n, len(buf))])
+			for _, w := range buf[:k] {
+				if w.Status != 0 {
+					return fmt.Errorf("completion %+v", w)
+				}
+			}
+			n -= k
+			if k == 0 {
+				if time.Now().After(deadline) {
+					return fmt.Errorf("%d completions missing after 10 s", n)
+				}
+				runtime.Gosched()
 			}
 		}
+		return nil
 	}
 	for r := range rounds {
-		require.NoError(t, b.PostRecv(RecvWR{WRID: 1, SGL: []SGE{{Addr: lb.IOVA, Length: 8, Lkey: lb.Lkey}}}))
-		require.NoError(t, a.PostRecv(RecvWR{WRID: 2, SGL: []SGE{{Addr: la.IOVA, Length: 8, Lkey: la.Lkey}}}))
-		require.NoError(t, a.PostSend(SendWR{WRID: 3, Opcode: qp.OpSend, Flags: qp.Signaled,
-			SGL: []SGE{{Addr: la.IOVA + 8, Length: 8, Lkey: la.Lkey}}}))
-		wait(cb, 1)
-		require.NoError(t, b.PostSend(SendWR{WRID: 4, Opcode: qp.OpSend, Flags: qp.Signaled,
-			SGL: []SGE{{Addr: lb.IOVA + 8, Length: 8, Lkey: lb.Lkey}}}))
-		wait(ca, 2) // a's SEND and b's reply
-		wait(cb, 1)
+		err := errors.Join(
+			b.PostRecv(RecvWR{WRID: 1, SGL: []SGE{{Addr: lb.IOVA, Length: 8, Lkey: lb.Lkey}}}),
+			a.PostRecv(RecvWR{WRID: 2, SGL: []SGE{{Addr: la.IOVA, Length: 8, Lkey: la.Lkey}}}),
+			a.PostSend(SendWR{WRID: 3, Opcode: qp.OpSend, Flags: qp.Signaled,
+				SGL: []SGE{{Addr: la.IOVA + 8, Length: 8, Lkey: la.Lkey}}}))
+		if err == nil {
+			err = wait(cb, 1)
+		}
+		if err == nil {
+			err = b.PostSend(SendWR{WRID: 4, Opcode: qp.OpSend, Flags: qp.Signaled,
+				SGL: []SGE{{Addr: lb.IOVA + 8, Length: 8, Lkey: lb.Lkey}}})
+		}
+		if err == nil {
+			err = errors.Join(wait(ca, 2), wait(cb, 1)) // a's SEND and b's reply; b's reply
+		}
+		if err != nil {
+			return fmt.Errorf("round %d, SENDs: %w", r, err)
+		}
 
 		for i := range pat {
-			pat[i] = byte(i*7 + r + k)
+			pat[i] = byte(i*7 + r)
 		}
 		la.WriteAt(pat, la.IOVA)
-		require.NoError(t, a.PostSend(SendWR{WRID: 5, Opcode: qp.OpRDMAWrite, Flags: qp.Signaled,
-			SGL: []SGE{{Addr: la.IOVA, Length: uint32(size), Lkey: la.Lkey}}, RemoteAddr: lb.IOVA, Rkey: lb.Rkey}))
-		require.NoError(t, a.PostSend(SendWR{WRID: 6, Opcode: qp.OpRDMARead, Flags: qp.Signaled,
-			SGL:        []SGE{{Addr: la.IOVA + uint64(size), Length: uint32(size), Lkey: la.Lkey}},
-			RemoteAddr: lb.IOVA, Rkey: lb.Rkey}))
-		require.NoError(t, a.PostSend(SendWR{WRID: 7, Opcode: qp.OpAtomicFetchAdd, Flags: qp.Signaled,
-			SGL:        []SGE{{Addr: la.IOVA + uint64(size), Length: 8, Lkey: la.Lkey}},
-			RemoteAddr: lb.IOVA + uint64(size), Rkey: lb.Rkey, CompareAdd: 1}))
-		wait(ca, 3)
+		err = errors.Join(
+			a.PostSend(SendWR{WRID: 5, Opcode: qp.OpRDMAWrite, Flags: qp.Signaled,
+				SGL: []SGE{{Addr: la.IOVA, Length: uint32(size), Lkey: la.Lkey}}, RemoteAddr: lb.IOVA, Rkey: lb.Rkey}),
+			a.PostSend(SendWR{WRID: 6, Opcode: qp.OpRDMARead, Flags: qp.Signaled,
+				SGL:        []SGE{{Addr: la.IOVA + uint64(size), Length: uint32(size), Lkey: la.Lkey}},
+				RemoteAddr: lb.IOVA, Rkey: lb.Rkey}),
+			a.PostSend(SendWR{WRID: 7, Opcode: qp.OpAtomicFetchAdd, Flags: qp.Signaled,
+				SGL:        []SGE{{Addr: la.IOVA + uint64(size), Length: 8, Lkey: la.Lkey}},
+				RemoteAddr: lb.IOVA + uint64(size), Rkey: lb.Rkey, CompareAdd: 1}))
+		if err == nil {
+			err = wait(ca, 3)
+		}
+		if err != nil {
+			return fmt.Errorf("round %d, WRITE, READ and fetch-and-add: %w", r, err)
+		}
 		la.ReadAt(got, la.IOVA+uint64(size))
 		// The READ came back before the atomic wrote its 8 bytes over
 		// its start (completions in order): all but those must match.
 		if !bytes.Equal(pat[8:], got[8:]) {
-			t.Fatalf("qp pair %d round %d: READ differs from what was written", k, r)
+			return fmt.Errorf("round %d: READ differs from what was written", r)
 		}
 		var counter [8]byte
 		lb.ReadAt(counter[:], lb.IOVA+uint64(size))
 		if v := binary.LittleEndian.Uint64(counter[:]); v != uint64(r+1) {
-			t.Fatalf("qp pair %d round %d: counter %d", k, r, v)
+			return fmt.Errorf("round %d: counter %d, want %d", r, v, r+1)
 		}
 	}
+	return nil
 }
 
 // BenchmarkFabricSendPingPong: an 8-byte RC SEND ping-pong between two
