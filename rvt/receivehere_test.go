@@ -221,29 +221,12 @@ func BenchmarkFabricSendPingPong(b *testing.B) {
 			fab := fabric.New(clock.Real(), 1)
 			open := func(i byte) *node {
 				o := fabricOptions(fab, i)
-				o.Workers, o.ReceiveHere = 2, here
-				d, err := Open(o)
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.Cleanup(func() { d.Close() })
-				pd, _ := d.AllocPD()
-				c, _ := d.CreateCQ(256, nil)
-				return &node{d: d, pd: pd, cq: c}
+				o.ReceiveHere = here
+				return benchNode(b, o, false)
 			}
 			na, nb := open(1), open(2)
-			mk := func(n *node) *QP {
-				q, err := n.pd.CreateQP(QPInitAttr{Type: qp.RC, SendCQ: n.cq, RecvCQ: n.cq,
-					Cap: QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}})
-				if err != nil {
-					b.Fatal(err)
-				}
-				return q
-			}
-			a, z := mk(na), mk(nb)
-			connect(b, a, na.d, z, nb.d, defaultAttrs())
-			ma, _ := na.pd.Reg(make([]byte, 64), keysWriteAccess)
-			mz, _ := nb.pd.Reg(make([]byte, 64), keysWriteAccess)
+			p := newPair(b, na, nb, 64, false)
+			a, z, ma, mz := p.a, p.b, p.src, p.dst
 			recv := func(q *QP, m *MR) error {
 				return q.PostRecv(RecvWR{SGL: []SGE{{Addr: m.IOVA, Length: 64, Lkey: m.Lkey}}})
 			}
@@ -252,9 +235,9 @@ func BenchmarkFabricSendPingPong(b *testing.B) {
 					b.Fatal("post recv")
 				}
 			}
-			msg := []byte("8 bytes!")
-			send := func(q *QP) error {
-				return q.PostSend(SendWR{Opcode: qp.OpSend, Flags: qp.Signaled | qp.Inline, InlineData: msg})
+			send := func(q *QP, m *MR) error {
+				return q.PostSend(SendWR{Opcode: qp.OpSend, Flags: qp.Signaled,
+					SGL: []SGE{{Addr: m.IOVA, Length: 8, Lkey: m.Lkey}}})
 			}
 			// spin polls c until it has a receive completion and a send
 			// completion, reposting the receive on q.
@@ -300,7 +283,7 @@ func BenchmarkFabricSendPingPong(b *testing.B) {
 								done <- err
 								return
 							}
-							if err := send(z); err != nil {
+							if err := send(z, mz); err != nil {
 								done <- err
 								return
 							}
@@ -313,7 +296,7 @@ func BenchmarkFabricSendPingPong(b *testing.B) {
 				done <- nil
 			}()
 			round := func() {
-				if err := send(a); err != nil {
+				if err := send(a, ma); err != nil {
 					b.Fatal(err)
 				}
 				if err := spin(na.cq, a, ma); err != nil {
