@@ -314,10 +314,13 @@ func (e *Engine) SetPort(pc PortConfig) error {
 	// Inline executor hands nothing to another goroutine: there frames
 	// keep coming inside Send, and a frame's work is done while its bytes
 	// are in the cache.)
-	hr, _ := pc.Link.(netdev.HereReceiver)
-	here := hr != nil && ps.lend != nil && e.cfg.ReceiveHere && !e.serial
-	if hr != nil && ps.lend != nil && !here {
-		ps.hold = nil
+	var here netdev.HereReceiver
+	if hr, ok := pc.Link.(netdev.HereReceiver); ok && ps.lend != nil { // the port itself
+		if e.cfg.ReceiveHere && !e.serial {
+			here = hr
+		} else {
+			ps.hold = nil
+		}
 	}
 	ps.poll, _ = netdev.As[netdev.Poller](pc.Link)
 	if o, ok := netdev.As[netdev.OwnReceiver](pc.Link); ok {
@@ -330,8 +333,8 @@ func (e *Engine) SetPort(pc PortConfig) error {
 	e.mu.Unlock()
 	if pc.Link != nil {
 		pc.Link.SetHandler(e.ReceiveFrame)
-		if here {
-			hr.SetHandlerHere(e.receiveHere)
+		if here != nil {
+			here.SetHandlerHere(e.receiveHere)
 		}
 	}
 	return nil

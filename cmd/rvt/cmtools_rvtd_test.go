@@ -14,7 +14,7 @@ import (
 // client that ran before the server listened was rejected (the daemon's
 // CM agent answers a REQ to a port nobody holds with REJ 8) and prints
 // rejected; it is run again for up to 20 s. It returns the last run's
-// error and output.
+// output and error.
 //
 // Polling with a bind of the server's port from a session of the test
 // would be cheaper, but the probe holds the port while it looks: a server
