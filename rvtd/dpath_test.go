@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/softverbs/softverbs/netdev"
 	"github.com/softverbs/softverbs/rvtd/client"
 	"github.com/softverbs/softverbs/rvtd/proto"
@@ -694,4 +696,46 @@ func TestSessionWithTwoDevices(t *testing.T) {
 	}
 	sendOne(t, n[0], n[1], 1000, 9)
 	sendOne(t, n[1], n[0], 1000, 10)
+}
+
+// TestPostedBeforeDestroy: datagrams posted before the client destroys
+// their AH, or their QP, go out, as over rxe (whose post_send transmits
+// them before it returns) and as mckey's sender expects: it posts its
+// sends unsignaled, then destroys the AH and the QP at once. Here the
+// doorbell is never rung (NEED_WAKEUP cleared), so the loop has not
+// taken the WQEs when the destroy arrives: the destroy must take them.
+func TestPostedBeforeDestroy(t *testing.T) {
+	_, sock := startDaemon(t)
+	for _, tc := range []struct {
+		name      string
+		destroyAH bool
+	}{{"AH then QP", true}, {"QP", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := udNode(t, sock, "rvt0")
+			b := udNode(t, sock, "rvt1")
+			eb, err := b.endpoint()
+			require.NoError(t, err)
+			ah, err := a.dev.CreateAH(2, proto.AV{DGID: eb.GID, SGIDIndex: 1, HopLimit: 64, Port: 1})
+			require.NoError(t, err)
+			const n = 10
+			for i := 0; i < n; i++ {
+				require.NoError(t, b.qp.PostRecv(uint64(100+i), client.SGE{Addr: b.mr.Addr, Length: 4096, LKey: b.mr.LKey}))
+			}
+			binary.LittleEndian.PutUint32(a.qp.SendRingHeader()[128:], 0) // the client will not ring
+			for i := 0; i < n; i++ {
+				require.NoError(t, a.qp.PostSend(client.SendWR{WRID: uint64(i), Opcode: 2, AH: ah, RemoteQPN: b.qp.QPN,
+					RemoteQKey: udQKey, SGL: []client.SGE{{Addr: a.mr.Addr, Length: 100, LKey: a.mr.LKey}}}))
+			}
+			if tc.destroyAH {
+				require.NoError(t, a.dev.DestroyAH(ah))
+			}
+			require.NoError(t, a.qp.Destroy())
+			wcs, err := b.poll(n)
+			require.NoError(t, err, "the receiver got %d of %d datagrams", len(wcs), n)
+			for i, wc := range wcs {
+				require.Zero(t, wc.Status, "receive %d: %+v", i, wc)
+				require.Equal(t, uint32(100+40), wc.ByteLen, "receive %d", i)
+			}
+		})
+	}
 }

@@ -1,7 +1,9 @@
 package rvtd
 
 import (
+	"context"
 	"errors"
+	"time"
 
 	"github.com/softverbs/softverbs/cq"
 	"github.com/softverbs/softverbs/internal/qpconv"
@@ -203,8 +205,35 @@ func (ss *session) destroyQP(h uint32) (proto.Body, []int, error) {
 	if q == nil {
 		return nil, nil, proto.EINVAL
 	}
+	q.sendPosted()
 	q.destroy(false)
 	return &proto.EventsReply{AsyncEvents: q.asyncEvents.Load()}, nil, nil
+}
+
+// Requests that follow posts. The client rings a QP's doorbell on its
+// eventfd and sends destroy_qp or destroy_ah on the session's socket:
+// the loop may not have served the doorbell when the request comes. A
+// device reads its doorbells in order, and rxe's post_send has even sent
+// a datagram by the time it returns; mckey's sender posts its datagrams
+// unsignaled and destroys their AH and QP at once. So these requests
+// first take what the client posted.
+
+// sendPostedWait bounds sendPosted's wait for datagrams to go out.
+const sendPostedWait = time.Second
+
+// sendPosted, before the client's destroy_qp, takes what it posted; and
+// for a UD QP it waits until those datagrams are on the link (RC and UC
+// WRs not sent yet go with the QP, as on a device).
+func (q *qpObj) sendPosted() {
+	q.service(false)
+	if qp.Type(q.typ) != qp.UD {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), sendPostedWait)
+	defer cancel()
+	if err := q.qp.Conn().WaitSent(ctx); err != nil {
+		q.sess.log.Warn("destroy QP: datagrams posted before it not sent", "qpn", q.qpn, "err", err)
+	}
 }
 
 // destroy takes the QP down: out of the loop, the engine QP (to ERR first

@@ -14,6 +14,7 @@ import (
 
 	"github.com/softverbs/softverbs/internal/qpconv"
 	"github.com/softverbs/softverbs/keys"
+	"github.com/softverbs/softverbs/qp"
 	"github.com/softverbs/softverbs/rvt"
 	"github.com/softverbs/softverbs/rvtd/proto"
 	"github.com/softverbs/softverbs/rvtd/ring"
@@ -787,10 +788,27 @@ func (ss *session) createAH(h uint32, m *proto.CreateAH) (proto.Body, []int, err
 }
 
 func (ss *session) destroyAH(h uint32) error {
+	// Posted WQEs may name the AH (qp.go, "Requests that follow posts"):
+	// the UD QPs of its PD take theirs first, which resolves it.
 	ss.mu.Lock()
-	defer ss.mu.Unlock()
 	o := lookupLocked[ahObj](ss, h)
 	if o == nil {
+		ss.mu.Unlock()
+		return proto.EINVAL
+	}
+	var uds []*qpObj
+	for _, x := range ss.objs {
+		if q, ok := x.(*qpObj); ok && q.pd == o.pd && qp.Type(q.typ) == qp.UD {
+			uds = append(uds, q)
+		}
+	}
+	ss.mu.Unlock()
+	for _, q := range uds {
+		q.service(false)
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if lookupLocked[ahObj](ss, h) != o {
 		return proto.EINVAL
 	}
 	return ss.destroyAHLocked(o)

@@ -34,7 +34,7 @@ type Conn struct {
 	nakQueued  atomic.Bool
 	timerFired atomic.Bool
 	rnrFired   atomic.Bool
-	waiters    atomic.Int32 // goroutines in WaitFlushed
+	waiters    atomic.Int32 // goroutines in WaitFlushed or WaitSent
 	srcPort    uint16
 
 	reqQ  pktQueue // requests, for the responder
@@ -743,7 +743,7 @@ func (c *Conn) signalRan() {
 	if c.waiters.Load() == 0 {
 		return
 	}
-	ran := c.ran.Load() // stored before waiters was raised (WaitFlushed)
+	ran := c.ran.Load() // stored before waiters was raised (waitUntil)
 	select {
 	case *ran <- struct{}{}:
 	default:
@@ -762,6 +762,29 @@ func (c *Conn) flushed() bool {
 // WaitFlushed waits until the QP is in ERR and every posted WR has been
 // completed (the drain of ib_drain_qp).
 func (c *Conn) WaitFlushed(ctx context.Context) error {
+	return c.waitUntil(ctx, c.flushed, "drain")
+}
+
+// WaitSent waits until every posted send WR has completed, or the QP is
+// in a state that starts none (RESET, INIT, RTR, SQD; in ERR and SQE they
+// complete flushed). For a UD QP that is soon: each datagram completes
+// once it is on the link. An RC QP's WRs wait for the peer's ACKs.
+func (c *Conn) WaitSent(ctx context.Context) error {
+	return c.waitUntil(ctx, c.sent, "send what was posted on")
+}
+
+// sent is WaitSent's condition.
+func (c *Conn) sent() bool {
+	c.qp.Lock()
+	st := c.qp.AttrLocked().State
+	done := c.qp.SQ.Len() == 0 || !st.Allows(qp.ProcessNextSendOK) && !st.Allows(qp.FlushSend)
+	c.qp.Unlock()
+	return done
+}
+
+// waitUntil waits until done reports true, looking again each time a
+// task of the QP has run a batch; what names the wait in its error.
+func (c *Conn) waitUntil(ctx context.Context, done func() bool, what string) error {
 	ran := c.ran.Load()
 	if ran == nil {
 		ch := make(chan struct{}, 1)
@@ -772,12 +795,12 @@ func (c *Conn) WaitFlushed(ctx context.Context) error {
 	}
 	c.waiters.Add(1)
 	defer c.waiters.Add(-1)
-	for !c.flushed() {
+	for !done() {
 		c.Kick()
 		select {
 		case <-*ran:
 		case <-ctx.Done():
-			return fmt.Errorf("drain QP %#x: %w", c.qp.Num(), ctx.Err())
+			return fmt.Errorf("%s QP %#x: %w", what, c.qp.Num(), ctx.Err())
 		}
 	}
 	return nil
