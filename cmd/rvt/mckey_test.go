@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -41,14 +42,20 @@ func TestMckeyPair(t *testing.T) {
 // cm_join_multicast.
 func TestMckeyThroughRVTD(t *testing.T) {
 	sock := startDaemon(t)
-	rx, rxOut := rvtProcess("mckey", "-m", "239.1.2.7", "-b", "198.18.0.1", "--rvtd", sock, "--ib-dev", "rvt0", "--timeout", "60s")
+	rx, _ := rvtProcess("mckey", "-m", "239.1.2.7", "-b", "198.18.0.1", "--rvtd", sock, "--ib-dev", "rvt0", "--timeout", "60s")
+	rxOut := &syncBuffer{}
+	rx.Stdout, rx.Stderr = rxOut, rxOut
 	if err := rx.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer rx.Process.Kill() // by PID, if it is still running
-	// The receiver attaches as it joins; the sender sends 3 s after its
-	// own join (mckey's pause).
-	time.Sleep(time.Second)
+	// The sender starts once the receiver has joined (it attaches as it
+	// joins); a fixed head start may not be enough under load.
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(rxOut.String(), "mckey: joined"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the receiver did not join in 30 s:\n%s", rxOut)
+		}
+	}
 	tx, txOut := rvtProcess("mckey", "-m", "239.1.2.7", "-b", "198.18.0.2", "-s", "--rvtd", sock, "--ib-dev", "rvt1", "--timeout", "60s")
 	if err := tx.Run(); err != nil {
 		t.Fatalf("sender: %v\n%s\nreceiver:\n%s", err, txOut, rxOut)
@@ -63,4 +70,23 @@ func TestMckeyThroughRVTD(t *testing.T) {
 			}
 		}
 	}
+}
+
+// syncBuffer is an output buffer a process's copying goroutine writes
+// while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

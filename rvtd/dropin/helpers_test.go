@@ -99,6 +99,20 @@ func startDaemon(t testing.TB) string {
 	return sock
 }
 
+// daemons maps the sockets of serveDaemon's daemons to them, for tests
+// that ask an in-process daemon what its CM agents hold (cmPairEnv).
+var daemons sync.Map
+
+// listeners returns how many rdma_cm IDs listen on the devices of the
+// daemon at sock, and false for a daemon not of this process.
+func listeners(sock string) (int, bool) {
+	v, ok := daemons.Load(sock)
+	if !ok {
+		return 0, false
+	}
+	return v.(*rvtd.Server).CMStats().Agent.Listeners, true
+}
+
 // serveDaemon runs an in-process rvtd with the devices of cfg (nil: the
 // defaults) on a socket in a temporary directory, shut down at cleanup;
 // it returns the server and the socket.
@@ -118,7 +132,9 @@ func serveDaemon(t testing.TB, cfg *rvtd.Config) (*rvtd.Server, string) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve() }()
+	daemons.Store(sock, srv)
 	t.Cleanup(func() {
+		daemons.Delete(sock)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if err := srv.Shutdown(ctx); err != nil {

@@ -38,26 +38,33 @@ func rdmacmLib(t testing.TB) string {
 	return build
 }
 
-// cmPair runs a server, then the client until it connects: a client that
-// fails while the server is still starting (REJECTED: nobody listens yet;
-// the CM has no port to poll like TCP) is run again, up to 40 times. It
+// cmPair runs a server, then the client until it connects. The client
+// starts once the server listens, when the daemon is this process's (it
+// is asked: the CM has no port to poll like TCP); otherwise after a head
+// start. A client that fails while the server is still starting
+// (REJECTED: nobody listens yet) is run again, up to 40 times. It
 // returns both ends' outputs after both exited; both must exit 0.
 func cmPair(t *testing.T, build, sock string, srvBin string, srvArgs []string, cliBin string, cliArgs []string) (string, string) {
 	t.Helper()
 	return cmPairEnv(t, build, sock, nil, 100*time.Millisecond, srvBin, srvArgs, cliBin, cliArgs)
 }
 
-// cmPairEnv is cmPair with an environment and the wait before the first
-// client (perftest's client, rejected, sometimes crashes or hangs in its
-// own error path: its server gets a second to listen).
+// cmPairEnv is cmPair with an environment and the head start of the
+// server when the daemon is not this process's (perftest's client,
+// rejected, sometimes crashes or hangs in its own error path: its server
+// gets a second to listen).
 func cmPairEnv(t *testing.T, build, sock string, env []string, first time.Duration, srvBin string, srvArgs []string, cliBin string, cliArgs []string) (string, string) {
 	t.Helper()
+	// The previous pair's server may still be going away.
+	waitListeners(sock, func(n int) bool { return n == 0 })
 	srv := start(t, build, sock, 90*time.Second, env, srvBin, srvArgs...)
 	var cerr error
 	var cout string
 	for try := 0; ; try++ {
 		if try == 0 {
-			time.Sleep(first)
+			if !waitListeners(sock, func(n int) bool { return n > 0 }) {
+				time.Sleep(first)
+			}
 		} else {
 			time.Sleep(200 * time.Millisecond)
 		}
@@ -80,6 +87,22 @@ func cmPairEnv(t *testing.T, build, sock string, env []string, first time.Durati
 		t.Fatalf("client %v, server %v\nclient:\n%s\nserver:\n%s", cerr, serr, cout, sout)
 	}
 	return cout, sout
+}
+
+// waitListeners waits up to 30 s until the number of rdma_cm IDs that
+// listen on the daemon at sock meets ok. It reports false at once for a
+// daemon not of this process, and after 30 s.
+func waitListeners(sock string, ok func(int) bool) bool {
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		n, mine := listeners(sock)
+		if !mine {
+			return false
+		}
+		if ok(n) {
+			return true
+		}
+	}
+	return false
 }
 
 // notListening: what the tools print when the server's ID does not listen
