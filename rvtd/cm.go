@@ -151,8 +151,16 @@ func (ss *session) cmDispatch(m proto.Msg) (proto.Body, []int, error) {
 		if id == nil {
 			return nil, nil, proto.EINVAL
 		}
+		ss.mu.Lock()
+		q := o.q
+		ss.mu.Unlock()
+		if q != nil {
+			q.service(false) // qp.go, "Requests that follow posts"
+		}
 		err := id.Disconnect()
-		ss.cmKickQP(o)
+		if q != nil {
+			q.loop.kickQP(q) // its state changed
+		}
 		return nil, nil, cmErrno(err)
 	case proto.OpCMInitQPAttr:
 		return ss.cmInitQPAttr(o, qp.State(m.Body.(*proto.CMInitQPAttr).State))
@@ -644,16 +652,6 @@ func (ss *session) cmConnect(o *cmIDObj, p *proto.CMConnParam, accept bool) erro
 		q.loop.kickQP(q)
 	}
 	return nil
-}
-
-// cmKickQP has the data path look at the ID's QP (its state changed).
-func (ss *session) cmKickQP(o *cmIDObj) {
-	ss.mu.Lock()
-	q := o.q
-	ss.mu.Unlock()
-	if q != nil {
-		q.loop.kickQP(q)
-	}
 }
 
 func (ss *session) cmInitQPAttr(o *cmIDObj, st qp.State) (proto.Body, []int, error) {

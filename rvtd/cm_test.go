@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/softverbs/softverbs/rvtd"
 	"github.com/softverbs/softverbs/rvtd/client"
 	"github.com/softverbs/softverbs/rvtd/proto"
@@ -1182,4 +1184,49 @@ func TestCMForeignHandles(t *testing.T) {
 	}
 	a.c.Close()
 	b.c.Close()
+}
+
+// TestCMPostedBeforeDisconnect: a SEND posted (not rung) just before
+// rdma_disconnect is sent before the QP goes to ERR, as over rxe: the
+// peer gets the message, then DISCONNECTED.
+func TestCMPostedBeforeDisconnect(t *testing.T) {
+	srv, sock := startDaemon(t)
+	s, err := newCMNode(sock, "rvt0", 2)
+	require.NoError(t, err)
+	c, err := newCMNode(sock, "rvt1", 2)
+	require.NoError(t, err)
+	_, port, err := listen(s.ch, 1, proto.PSTCP, 2, netip.AddrPortFrom(ip0, 0))
+	require.NoError(t, err)
+	id, err := c.ch.CreateID(7, proto.PSTCP, 2)
+	require.NoError(t, err)
+	require.NoError(t, id.ResolveAddr(ip1, netip.AddrPortFrom(ip0, port), 1000))
+	_, err = waitEvent(c.ch, evAddrResolved)
+	require.NoError(t, err)
+	require.NoError(t, id.Connect(proto.CMConnParam{QP: c.qp.Handle, ResponderResources: 1, InitiatorDepth: 1, RetryCount: 7, RNRRetryCount: 7}))
+	ev, err := waitEvent(s.ch, evConnectRequest)
+	require.NoError(t, err)
+	require.NoError(t, s.qp.PostRecv(77, client.SGE{Addr: s.mr.Addr, Length: 4096, LKey: s.mr.LKey}))
+	require.NoError(t, s.c.EventID(ev).Accept(proto.CMConnParam{QP: s.qp.Handle, ResponderResources: 1, InitiatorDepth: 1, RNRRetryCount: 7}))
+	_, err = waitEvent(c.ch, evEstablished)
+	require.NoError(t, err)
+
+	binary.LittleEndian.PutUint32(c.qp.SendRingHeader()[128:], 0) // the client will not ring
+	copy(c.shm.Mem, "the last word")
+	require.NoError(t, c.qp.PostSend(client.SendWR{WRID: 5, Opcode: 2, Flags: 2,
+		SGL: []client.SGE{{Addr: c.mr.Addr, Length: 13, LKey: c.mr.LKey}}}))
+	require.NoError(t, id.Disconnect())
+	wcs, err := s.poll(1)
+	require.NoError(t, err, "the server got nothing")
+	require.Zero(t, wcs[0].Status, "%+v", wcs[0])
+	require.Equal(t, "the last word", string(s.shm.Mem[:wcs[0].ByteLen]))
+	for {
+		ev, err := s.ch.GetEvent(10 * time.Second)
+		require.NoError(t, err)
+		if ev.Event == evDisconnected {
+			break
+		}
+	}
+	s.c.Close()
+	c.c.Close()
+	waitFor(t, "sessions to end", func() bool { return srv.Stats().Sessions == 0 })
 }

@@ -698,6 +698,12 @@ func TestSessionWithTwoDevices(t *testing.T) {
 	sendOne(t, n[1], n[0], 1000, 10)
 }
 
+// clearSendNeedWakeup makes a send ring look busy to the client: its
+// next posts do not ring the doorbell, so the loop does not take them.
+func clearSendNeedWakeup(q *client.QP) {
+	binary.LittleEndian.PutUint32(q.SendRingHeader()[128:], 0)
+}
+
 // TestPostedBeforeDestroy: datagrams posted before the client destroys
 // their AH, or their QP, go out, as over rxe (whose post_send transmits
 // them before it returns) and as mckey's sender expects: it posts its
@@ -721,7 +727,7 @@ func TestPostedBeforeDestroy(t *testing.T) {
 			for i := 0; i < n; i++ {
 				require.NoError(t, b.qp.PostRecv(uint64(100+i), client.SGE{Addr: b.mr.Addr, Length: 4096, LKey: b.mr.LKey}))
 			}
-			binary.LittleEndian.PutUint32(a.qp.SendRingHeader()[128:], 0) // the client will not ring
+			clearSendNeedWakeup(a.qp)
 			for i := 0; i < n; i++ {
 				require.NoError(t, a.qp.PostSend(client.SendWR{WRID: uint64(i), Opcode: 2, AH: ah, RemoteQPN: b.qp.QPN,
 					RemoteQKey: udQKey, SGL: []client.SGE{{Addr: a.mr.Addr, Length: 100, LKey: a.mr.LKey}}}))
@@ -738,4 +744,29 @@ func TestPostedBeforeDestroy(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPostedBeforeModifyToErr: a SEND posted (not rung) just before
+// modify_qp to ERR is sent first, as over rxe, whose post_send has sent
+// it by then; it completes, successfully or flushed, and the peer has
+// it. (A client that posts a last message and tears down at once.)
+func TestPostedBeforeModifyToErr(t *testing.T) {
+	_, sock := startDaemon(t)
+	a, b := pair(t, sock, false, false)
+	require.NoError(t, b.qp.PostRecv(77, client.SGE{Addr: b.mr.Addr, Length: 8192, LKey: b.mr.LKey}))
+	clearSendNeedWakeup(a.qp)
+	postSend(t, a, a.qp, 5, 0, 1000, 9)
+	require.NoError(t, a.qp.Modify(proto.QPAttr{State: 6}, maskState)) // IBV_QPS_ERR
+	wcs, err := b.poll(1)
+	require.NoError(t, err, "the receiver got nothing")
+	require.Zero(t, wcs[0].Status, "%+v", wcs[0])
+	require.Equal(t, uint64(77), wcs[0].WRID)
+	require.Equal(t, uint32(1000), wcs[0].ByteLen)
+	for j := 2; j < 1000; j++ {
+		require.Equal(t, pattern(9, j), b.shm.Mem[j], "byte %d", j)
+	}
+	wcs, err = a.poll(1)
+	require.NoError(t, err)
+	require.Equal(t, uint64(5), wcs[0].WRID)
+	require.True(t, wcs[0].Status == 0 || wcs[0].Status == 5, "want success or IBV_WC_WR_FLUSH_ERR: %+v", wcs[0])
 }

@@ -163,6 +163,7 @@ func (ss *session) modifyQP(h uint32, m *proto.ModifyQP) error {
 	}
 	// The rings' capacities are fixed at creation.
 	a.Cap = qp.Cap{}
+	q.service(false) // what was posted before the modify (below)
 	q.mu.Lock()
 	if q.dead {
 		q.mu.Unlock()
@@ -211,12 +212,15 @@ func (ss *session) destroyQP(h uint32) (proto.Body, []int, error) {
 }
 
 // Requests that follow posts. The client rings a QP's doorbell on its
-// eventfd and sends destroy_qp or destroy_ah on the session's socket:
-// the loop may not have served the doorbell when the request comes. A
-// device reads its doorbells in order, and rxe's post_send has even sent
-// a datagram by the time it returns; mckey's sender posts its datagrams
-// unsignaled and destroys their AH and QP at once. So these requests
-// first take what the client posted.
+// eventfd and sends modify_qp, destroy_qp, destroy_ah or cm_disconnect on
+// the session's socket: the loop may not have served the doorbell when
+// the request comes. A device reads its doorbells in order, and rxe's
+// post_send has even sent the packets (what the send window allows) by
+// the time it returns. mckey's sender posts its datagrams unsignaled and
+// destroys their AH and QP at once; a client may post a last SEND and
+// disconnect. So these requests first take what the client posted (the
+// engine sends it at once when it can, as at a doorbell), and then move
+// the QP to ERR or RESET, or destroy it.
 
 // sendPostedWait bounds sendPosted's wait for datagrams to go out.
 const sendPostedWait = time.Second
