@@ -120,7 +120,7 @@ for c in "${cases[@]}"; do
 	else
 		guest_job=$("$PEERSH" spawn "$G" "timeout $T $rxe_srv")
 		sleep "$DELAY"
-		"${pre[@]}" timeout "$((T + 30))" "$RVT" "${sv_cli[@]}" "${link[@]}" >"$sout" 2>&1 || ok=0
+		until_listening "$sout" "${pre[@]}" timeout "$((T + 30))" "$RVT" "${sv_cli[@]}" "${link[@]}" || ok=0
 		[ $ok = 1 ] || "$PEERSH" stop "$G" "$guest_job" >/dev/null 2>&1 || true
 		"$PEERSH" wait "$G" "$guest_job" "$((T + 30))" >"$gout" 2>&1 || ok=0
 		guest_job=

@@ -40,6 +40,23 @@ nsx() { inns "$NS" "$@"; }
 nsip() { if [ -n "$NS" ]; then ip -n "$NS" "$@"; else ip "$@"; fi; }
 log() { printf '%s: %s\n' "$IOP" "$*" >&2; }
 
+# until_listening OUT CMD...: runs the client CMD (output to OUT) again,
+# up to 10 times a second apart, while it fails because it came before the
+# guest's server listened (the guest is slow when the host is busy): REJ
+# reason 8 (rping: "error 8", the others "error: 8"), or for udaddy's SIDR
+# UNREACHABLE. Its status is the last run's.
+until_listening() {
+	local out=$1 try
+	shift
+	for try in 1 2 3 4 5 6 7 8 9 10; do
+		"$@" >"$out" 2>&1 && return 0
+		grep -qE 'RDMA_CM_EVENT_(REJECTED, error:? 8|UNREACHABLE)' "$out" || return 1
+		log "client rejected (try $try): the guest's server does not listen yet"
+		sleep 1
+	done
+	return 1
+}
+
 # check_host: root, and the peer's peer.sh.
 check_host() {
 	[ "$(id -u)" = 0 ] || { echo "$IOP: needs root (netns, TAP, QEMU guests)" >&2; exit 1; }

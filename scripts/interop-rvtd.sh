@@ -359,7 +359,7 @@ run_cm() {
 	else
 		guest_job=$("$PEERSH" spawn "$G" "timeout $T $rxe_srv")
 		sleep "$DELAY"
-		nsx timeout "$((T + 30))" "$RVT" "${sv_cli[@]}" "${via[@]}" >"$sout" 2>&1 || ok=0
+		until_listening "$sout" nsx timeout "$((T + 30))" "$RVT" "${sv_cli[@]}" "${via[@]}" || ok=0
 		[ $ok = 1 ] || "$PEERSH" stop "$G" "$guest_job" >/dev/null 2>&1 || true
 		"$PEERSH" wait "$G" "$guest_job" "$((T + 30))" >"$gout" 2>&1 || ok=0
 		guest_job=
@@ -460,7 +460,7 @@ run_dropincm() {
 		guest_job=$("$PEERSH" spawn "$G" "timeout --foreground $T $rxe_srv")
 		sleep "$DELAY"
 		# shellcheck disable=SC2086
-		nsx timeout "$((T + 30))" "${env[@]}" $sv_cli >"$hout" 2>&1 || ok=0
+		until_listening "$hout" nsx timeout "$((T + 30))" "${env[@]}" $sv_cli || ok=0
 		if [ -n "$forever" ]; then
 			"$PEERSH" stop "$G" "$guest_job" >/dev/null 2>&1 || true
 			"$PEERSH" wait "$G" "$guest_job" "$((T + 30))" >"$gout" 2>&1 || true
