@@ -219,8 +219,8 @@ func (ss *session) destroyQP(h uint32) (proto.Body, []int, error) {
 // the time it returns. mckey's sender posts its datagrams unsignaled and
 // destroys their AH and QP at once; a client may post a last SEND and
 // disconnect. So these requests first take what the client posted (the
-// engine sends it at once when it can, as at a doorbell), and then move
-// the QP to ERR or RESET, or destroy it.
+// engine sends it at once when it can, as at a doorbell), then do their
+// part.
 
 // sendPostedWait bounds sendPosted's wait for datagrams to go out.
 const sendPostedWait = time.Second

@@ -95,7 +95,7 @@ type Conn struct {
 	resp respState
 
 	// Seldom touched, and made on first use: the counters when there are
-	// counts to keep (countLocked, drop), ran at the first WaitFlushed.
+	// counts to keep (countLocked, drop), ran at the first waitUntil.
 	// With 10,000 QPs every byte here is 10,000 (the Conn was 1624 bytes,
 	// in the allocator's 1792-byte class; 1320 now, in the 1408 class).
 	counters atomic.Pointer[Counters]
