@@ -3,11 +3,12 @@ package main
 import (
 	"bytes"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/softverbs/softverbs/internal/syncbuf"
 )
 
 // TestMckeyPair: with no link flag rvt mckey runs a receiver on rvt1 and
@@ -43,7 +44,7 @@ func TestMckeyPair(t *testing.T) {
 func TestMckeyThroughRVTD(t *testing.T) {
 	sock := startDaemon(t)
 	rx, _ := rvtProcess("mckey", "-m", "239.1.2.7", "-b", "198.18.0.1", "--rvtd", sock, "--ib-dev", "rvt0", "--timeout", "60s")
-	rxOut := &syncBuffer{}
+	rxOut := &syncbuf.Buffer{}
 	rx.Stdout, rx.Stderr = rxOut, rxOut
 	if err := rx.Start(); err != nil {
 		t.Fatal(err)
@@ -70,23 +71,4 @@ func TestMckeyThroughRVTD(t *testing.T) {
 			}
 		}
 	}
-}
-
-// syncBuffer is an output buffer a process's copying goroutine writes
-// while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

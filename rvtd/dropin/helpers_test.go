@@ -4,7 +4,6 @@
 package dropin_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -19,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softverbs/softverbs/internal/syncbuf"
 	"github.com/softverbs/softverbs/rvtd"
 )
 
@@ -147,30 +147,11 @@ func serveDaemon(t testing.TB, cfg *rvtd.Config) (*rvtd.Server, string) {
 	return srv, sock
 }
 
-// syncBuffer is a bytes.Buffer a running process writes while the test
-// reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // proc is one program run with the drop-in library.
 type proc struct {
 	name           string
 	cmd            *exec.Cmd
-	stdout, stderr syncBuffer
+	stdout, stderr syncbuf.Buffer
 	done           chan struct{}
 	err            error
 	cancel         context.CancelFunc
