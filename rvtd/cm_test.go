@@ -1210,7 +1210,7 @@ func TestCMPostedBeforeDisconnect(t *testing.T) {
 	_, err = waitEvent(c.ch, evEstablished)
 	require.NoError(t, err)
 
-	binary.LittleEndian.PutUint32(c.qp.SendRingHeader()[128:], 0) // the client will not ring
+	clearNeedWakeup(c.qp.SendRingHeader()) // the client will not ring
 	copy(c.shm.Mem, "the last word")
 	require.NoError(t, c.qp.PostSend(client.SendWR{WRID: 5, Opcode: 2, Flags: 2,
 		SGL: []client.SGE{{Addr: c.mr.Addr, Length: 13, LKey: c.mr.LKey}}}))

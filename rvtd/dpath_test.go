@@ -374,12 +374,12 @@ func TestUDMulticast(t *testing.T) {
 	}
 }
 
-// clearNeedWakeup makes a receive ring look busy to the client, so that
-// its next post does not ring the doorbell: only the engine's pull can
-// then take the receive.
-func clearNeedWakeup(q *client.QP) {
-	h := q.RecvRingHeader()
-	binary.LittleEndian.PutUint32(h[128:], 0)
+// clearNeedWakeup makes the ring of header hdr (a QP's send or receive
+// ring) look busy to the client, so that its next post does not ring the
+// doorbell: the loop does not take it. (A receive is then taken by the
+// engine's pull, a send by a request that follows it.)
+func clearNeedWakeup(hdr []byte) {
+	binary.LittleEndian.PutUint32(hdr[128:], 0)
 }
 
 // TestRecvPulledOnArrival: a receive the loop has not taken (the client
@@ -390,7 +390,7 @@ func TestRecvPulledOnArrival(t *testing.T) {
 	t.Run("RC", func(t *testing.T) {
 		a, b := pair(t, sock, false, false)
 		for i := 0; i < 20; i++ {
-			clearNeedWakeup(b.qp)
+			clearNeedWakeup(b.qp.RecvRingHeader())
 			if err := b.qp.PostRecv(uint64(100+i), client.SGE{Addr: b.mr.Addr, Length: 4096, LKey: b.mr.LKey}); err != nil {
 				t.Fatal(err)
 			}
@@ -421,7 +421,7 @@ func TestRecvPulledOnArrival(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i := 0; i < 20; i++ {
-			clearNeedWakeup(b.qp)
+			clearNeedWakeup(b.qp.RecvRingHeader())
 			if err := b.qp.PostRecv(uint64(100+i), client.SGE{Addr: b.mr.Addr, Length: 4096, LKey: b.mr.LKey}); err != nil {
 				t.Fatal(err)
 			}
@@ -504,12 +504,12 @@ func TestResetReconnect(t *testing.T) {
 func TestBadRecvPulled(t *testing.T) {
 	_, sock := startDaemon(t)
 	a, b := pair(t, sock, false, false)
-	clearNeedWakeup(b.qp)
+	clearNeedWakeup(b.qp.RecvRingHeader())
 	// An SGE past the end of the MR, then a good one.
 	if err := b.qp.PostRecv(7, client.SGE{Addr: b.mr.Addr + shmSize - 8, Length: 64, LKey: b.mr.LKey}); err != nil {
 		t.Fatal(err)
 	}
-	clearNeedWakeup(b.qp)
+	clearNeedWakeup(b.qp.RecvRingHeader())
 	if err := b.qp.PostRecv(8, client.SGE{Addr: b.mr.Addr, Length: 64, LKey: b.mr.LKey}); err != nil {
 		t.Fatal(err)
 	}
@@ -698,12 +698,6 @@ func TestSessionWithTwoDevices(t *testing.T) {
 	sendOne(t, n[1], n[0], 1000, 10)
 }
 
-// clearSendNeedWakeup makes a send ring look busy to the client: its
-// next posts do not ring the doorbell, so the loop does not take them.
-func clearSendNeedWakeup(q *client.QP) {
-	binary.LittleEndian.PutUint32(q.SendRingHeader()[128:], 0)
-}
-
 // TestPostedBeforeDestroy: datagrams posted before the client destroys
 // their AH, or their QP, go out, as over rxe (whose post_send transmits
 // them before it returns) and as mckey's sender expects: it posts its
@@ -727,7 +721,7 @@ func TestPostedBeforeDestroy(t *testing.T) {
 			for i := 0; i < n; i++ {
 				require.NoError(t, b.qp.PostRecv(uint64(100+i), client.SGE{Addr: b.mr.Addr, Length: 4096, LKey: b.mr.LKey}))
 			}
-			clearSendNeedWakeup(a.qp)
+			clearNeedWakeup(a.qp.SendRingHeader())
 			for i := 0; i < n; i++ {
 				require.NoError(t, a.qp.PostSend(client.SendWR{WRID: uint64(i), Opcode: 2, AH: ah, RemoteQPN: b.qp.QPN,
 					RemoteQKey: udQKey, SGL: []client.SGE{{Addr: a.mr.Addr, Length: 100, LKey: a.mr.LKey}}}))
@@ -754,7 +748,7 @@ func TestPostedBeforeModifyToErr(t *testing.T) {
 	_, sock := startDaemon(t)
 	a, b := pair(t, sock, false, false)
 	require.NoError(t, b.qp.PostRecv(77, client.SGE{Addr: b.mr.Addr, Length: 8192, LKey: b.mr.LKey}))
-	clearSendNeedWakeup(a.qp)
+	clearNeedWakeup(a.qp.SendRingHeader())
 	postSend(t, a, a.qp, 5, 0, 1000, 9)
 	require.NoError(t, a.qp.Modify(proto.QPAttr{State: 6}, maskState)) // IBV_QPS_ERR
 	wcs, err := b.poll(1)

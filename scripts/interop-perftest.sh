@@ -127,14 +127,11 @@ same_addr_format() {
 }
 
 # run_case NAME ROLE TOOL FLAGS...: run_one, and once more if the guest's
-# perftest gave up calibrating its clock: its get_cpu_mhz fits cycle
-# counts against gettimeofday and exits ("Correlation coefficient r^2:
-# ... < 0.9", "Can't produce a report") when the guest's vCPU was
-# descheduled meanwhile, about once in a hundred runs here. That is the
-# peer tool's clock, not the exchange; any other failure stands.
+# perftest gave up calibrating its clock (perftest_clock_failed); any
+# other failure stands.
 run_case() {
 	run_one "$@"
-	if [ $ok = 0 ] && grep -q 'Correlation coefficient r^2' "$WORK/$1.rxe.txt" "$WORK/$1.rvt.txt" 2>/dev/null; then
+	if [ $ok = 0 ] && perftest_clock_failed "$WORK/$1.rxe.txt" "$WORK/$1.rvt.txt"; then
 		log "$1: the guest's perftest could not calibrate its clock (r^2 < 0.9): once more"
 		run_one "$@"
 	fi

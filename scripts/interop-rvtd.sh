@@ -515,7 +515,16 @@ for c in "${cases[@]}"; do
 	pp | dropin) run_pp "$name" "$role" "$a1" "$a2" "$a3" "$kind" || ok=0 ;;
 	multi) run_pp "$name" "$role" "$a1" "$a2" "$a3" pp pp || ok=0 ;;
 	mixed) run_pp "$name" "$role" "$a1" "$a2" "$a3" pp dropin || ok=0 ;;
-	perf) run_pp "$name" "$role" "$a2" "$a3" 200 "perf-$a1" || ok=0 ;;
+	perf)
+		if ! run_pp "$name" "$role" "$a2" "$a3" 200 "perf-$a1"; then
+			ok=0
+			if perftest_clock_failed "$WORK/$name".[hg]*.txt; then
+				log "$name: the guest's perftest could not calibrate its clock (r^2 < 0.9): once more"
+				ok=1
+				run_pp "$name" "$role" "$a2" "$a3" 200 "perf-$a1" || ok=0
+			fi
+		fi
+		;;
 	cm) run_cm "$name" "$role" "$a1" "$a2" || ok=0 ;;
 	dropincm) run_dropincm "$name" "$role" "$a1" "$a2" "$a3" || ok=0 ;;
 	*) log "$name: unknown kind $kind"; ok=0 ;;
