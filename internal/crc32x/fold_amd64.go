@@ -12,3 +12,9 @@ var haveFold = cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512VPC
 //
 //go:noescape
 func fold(reg uint32, p *byte, n int, or *[64]byte) uint32
+
+// foldShort is fold for n a multiple of 16, at least 16 (below fold's
+// 256): one 128-bit accumulator, 16 bytes a step.
+//
+//go:noescape
+func foldShort(reg uint32, p *byte, n int, or *[64]byte) uint32

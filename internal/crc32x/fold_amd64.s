@@ -59,6 +59,29 @@ GLOBL kmask32<>(SB), RODATA, $16
 	VPCLMULQDQ $0x11, k, acc, acc; \
 	VPTERNLOGD $0x96, src, tmp, acc
 
+// REDUCE reduces X4, the 128-bit remainder R (lane 0 low), to the 32-bit
+// register, in AX; X5-X9 are clobbered. 128 to 96 bits: A = R.lo * x^96 ^
+// R.hi. 96 to 64: B = (A mod x^32) * x^64 ^ A >> 32. Then the Barrett
+// reduction of B by P: the register is the second 32 bits of
+// B ^ ((((B mod x^32) * mu) mod x^32) * P).
+#define REDUCE \
+	VMOVDQU64  kred<>(SB), X8; \
+	VMOVDQU64  kmask32<>(SB), X9; \
+	VPCLMULQDQ $0x00, X8, X4, X5; \
+	VPSRLDQ    $8, X4, X4; \
+	VPXORQ     X4, X5, X5; \
+	VPANDQ     X9, X5, X6; \
+	VPSRLDQ    $4, X5, X5; \
+	VPCLMULQDQ $0x10, X8, X6, X6; \
+	VPXORQ     X5, X6, X6; \
+	VMOVDQU64  kbar<>(SB), X8; \
+	VPANDQ     X9, X6, X7; \
+	VPCLMULQDQ $0x00, X8, X7, X7; \
+	VPANDQ     X9, X7, X7; \
+	VPCLMULQDQ $0x10, X8, X7, X7; \
+	VPXORQ     X6, X7, X7; \
+	VPEXTRD    $1, X7, AX
+
 // func fold(reg uint32, p *byte, n int, or *[64]byte) uint32
 TEXT ·fold(SB), NOSPLIT, $0-36
 	MOVL reg+0(FP), AX
@@ -165,27 +188,54 @@ loop16:
 	JMP  loop16
 
 done:
-	// X4 holds R, the 128-bit remainder (lane 0 low). 128 to 96 bits:
-	// A = R.lo * x^96 ^ R.hi.
-	VMOVDQU64  kred<>(SB), X8
-	VMOVDQU64  kmask32<>(SB), X9
-	VPCLMULQDQ $0x00, X8, X4, X5
-	VPSRLDQ    $8, X4, X4
-	VPXORQ     X4, X5, X5
-	// 96 to 64: B = (A mod x^32) * x^64 ^ A >> 32.
-	VPANDQ     X9, X5, X6
-	VPSRLDQ    $4, X5, X5
-	VPCLMULQDQ $0x10, X8, X6, X6
-	VPXORQ     X5, X6, X6
-	// Barrett reduction of B by P: the register is the second 32 bits of
-	// B ^ ((((B mod x^32) * mu) mod x^32) * P).
-	VMOVDQU64  kbar<>(SB), X8
-	VPANDQ     X9, X6, X7
-	VPCLMULQDQ $0x00, X8, X7, X7
-	VPANDQ     X9, X7, X7
-	VPCLMULQDQ $0x10, X8, X7, X7
-	VPXORQ     X6, X7, X7
-	VPEXTRD    $1, X7, AX
+	REDUCE
 	MOVL       AX, ret+32(FP)
+	VZEROUPPER
+	RET
+
+// func foldShort(reg uint32, p *byte, n int, or *[64]byte) uint32
+//
+// For input too short to fill fold's accumulators: one 128-bit
+// accumulator, 16 bytes a step, the mask ORed into the first 64.
+TEXT ·foldShort(SB), NOSPLIT, $0-36
+	MOVL      reg+0(FP), AX
+	MOVQ      p+8(FP), SI
+	MOVQ      n+16(FP), CX
+	MOVQ      or+24(FP), DX
+	VMOVD     AX, X5
+	VMOVDQU64 0(SI), X4
+	VPORQ     0(DX), X4, X4
+	VPXORQ    X5, X4, X4
+	VMOVDQU64 k128<>(SB), X8
+	ADDQ      $16, SI
+	ADDQ      $16, DX
+	SUBQ      $16, CX
+	MOVQ      $3, BX // the mask's 16-byte blocks left
+
+masked16:
+	CMPQ      CX, $16
+	JB        short
+	TESTQ     BX, BX
+	JZ        plain16
+	VMOVDQU64 0(SI), X6
+	VPORQ     0(DX), X6, X6
+	FOLD(X8, X4, X5, X6)
+	ADDQ      $16, SI
+	ADDQ      $16, DX
+	SUBQ      $16, CX
+	DECQ      BX
+	JMP       masked16
+
+plain16:
+	CMPQ CX, $16
+	JB   short
+	FOLD(X8, X4, X5, 0(SI))
+	ADDQ $16, SI
+	SUBQ $16, CX
+	JMP  plain16
+
+short:
+	REDUCE
+	MOVL AX, ret+32(FP)
 	VZEROUPPER
 	RET
