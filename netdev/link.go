@@ -131,6 +131,18 @@ type FrameLender interface {
 	SendOwned(frame []byte) error
 }
 
+// FrameRecycler is implemented by FrameLenders whose received frames are
+// buffers they lend (the in-memory fabric). When RecyclesFrames is true, a
+// handler done with a frame the link delivered may keep its buffer, whole
+// from its start, and later build a frame to send in it with SendOwned, as
+// if TxFrame had returned it (if it is long enough), instead of a Release
+// and a TxFrame, which each take the link's pool. A wrapper that lends an
+// inner link's buffers recycles if that link does.
+type FrameRecycler interface {
+	FrameLender
+	RecyclesFrames() bool
+}
+
 // Holder is implemented by links that can hand frames to the device in
 // batches (one system call for many). Between Hold and its Flush, Send may
 // queue a frame instead of transmitting it; Flush transmits what is

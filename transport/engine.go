@@ -226,6 +226,7 @@ type portState struct {
 	link    netdev.Link
 	rel     netdev.Releaser    // the link takes frames back, if it can
 	lend    netdev.FrameLender // the link lends buffers to build frames in, if it can
+	recycle bool               // frames rel takes back may be sent again (bufCache.keep)
 	hold    netdev.Holder      // the link batches transmits, if it can
 	poll    netdev.Poller      // the link's receive ring can be polled, if it can
 	here    bool               // the link's handler runs on its own goroutine
@@ -304,6 +305,8 @@ func (e *Engine) SetPort(pc PortConfig) error {
 	// Not As: a wrapper that does not lend buffers sees every frame.
 	if l, ok := pc.Link.(netdev.FrameLender); ok && l.Lender() == pc.Link {
 		ps.lend = l
+		r, ok := l.(netdev.FrameRecycler)
+		ps.recycle = ok && r.RecyclesFrames() && netdev.Releaser(l) == ps.rel
 	}
 	ps.hold, _ = netdev.As[netdev.Holder](pc.Link)
 	// Config.ReceiveHere: the fabric's frames sent inside a hold come at
@@ -880,6 +883,9 @@ func (e *Engine) startTx(r *route, own *[]byte, bc *bufCache, ib int) (txPkt, []
 			// Only as long as the packet: a short one (an ACK, a
 			// small SEND) in a short buffer (see fabric.smallFrame).
 			n := min(ib, maxFrame-netHeadroom-ICRCLen)
+			if buf := bc.takeKept(l, head+n+ICRCLen); buf != nil {
+				return txPkt{frame: buf, head: head, lend: l}, buf[head:]
+			}
 			if buf := l.TxFrame(head + n + ICRCLen); buf != nil {
 				return txPkt{frame: buf, head: head, lend: l}, buf[head:]
 			}

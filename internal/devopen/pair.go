@@ -187,6 +187,13 @@ func (l *rcFaults) TxFrame(n int) []byte {
 	return l.lend.TxFrame(n)
 }
 
+// RecyclesFrames reports whether the link below recycles frames
+// (netdev.FrameRecycler) and l lends its buffers.
+func (l *rcFaults) RecyclesFrames() bool {
+	r, ok := l.lend.(netdev.FrameRecycler)
+	return ok && r.RecyclesFrames()
+}
+
 // SendOwned is Send for a frame in a buffer from TxFrame.
 func (l *rcFaults) SendOwned(frame []byte) error {
 	switch {

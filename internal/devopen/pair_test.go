@@ -17,8 +17,9 @@ import (
 
 // TestRCFaultsLends: over a fabric port and a loss-only fault link the
 // pair's RC fault layer lends the port's buffers, loses RC frames only
-// (and only through the fault link), and takes received frames back; over
-// a link that does not lend (a capture) it does not lend either.
+// (and only through the fault link), and takes received frames back, and
+// recycles them as the port does; over a link that does not lend (a
+// capture) it does not lend or recycle either.
 func TestRCFaultsLends(t *testing.T) {
 	clk := clock.NewManual()
 	fab := fabric.New(clk, 1)
@@ -39,6 +40,7 @@ func TestRCFaultsLends(t *testing.T) {
 	require.NoError(t, err)
 	r := newRCFaults(pa, fl)
 	require.Equal(t, netdev.Link(r), r.Lender(), "a port and a loss-only fault link lend: so does the layer")
+	require.True(t, r.RecyclesFrames(), "and recycles, as the port does")
 
 	src := netdev.Endpoint{MAC: macA, IP: ipA, Port: 0xC000}
 	dst := netdev.Endpoint{MAC: macB, IP: ipB, Port: netdev.RoCEv2Port}
@@ -68,4 +70,5 @@ func TestRCFaultsLends(t *testing.T) {
 	fl2, err := faults.New(c, clk, 7, faults.Profile{Loss: 0.5})
 	require.NoError(t, err)
 	require.Nil(t, newRCFaults(c, fl2).Lender())
+	require.False(t, newRCFaults(c, fl2).RecyclesFrames())
 }

@@ -353,6 +353,10 @@ func (p *Port) TxFrame(n int) []byte {
 	return p.fabric.poolFor((n + 1023) &^ 1023).Get()
 }
 
+// RecyclesFrames reports true: a frame delivered to p is in a buffer of
+// the fabric's pools, which p's user may send again (netdev.FrameRecycler).
+func (p *Port) RecyclesFrames() bool { return true }
+
 // SendOwned is Send for a frame built in a buffer from TxFrame
 // (netdev.FrameLender): a frame to one port is delivered in that buffer,
 // without a copy; one flooded is copied to each port as Send does. The

@@ -43,6 +43,14 @@ func (f *Link) Lender() netdev.Link {
 	return f
 }
 
+// RecyclesFrames reports whether f lends the buffers of an inner link that
+// recycles frames (netdev.FrameRecycler): a frame f delivers is then one
+// of them, and SendOwned takes it.
+func (f *Link) RecyclesFrames() bool {
+	r, ok := f.lend.(netdev.FrameRecycler)
+	return ok && r.RecyclesFrames()
+}
+
 // TxFrame returns a buffer of the inner link's, or nil when f does not lend.
 func (f *Link) TxFrame(n int) []byte {
 	if f.lend == nil {

@@ -20,6 +20,9 @@ func TestLendLossOnly(t *testing.T) {
 	fl, ok := l.(netdev.FrameLender)
 	require.True(t, ok)
 	require.Equal(t, l, fl.Lender(), "lends for itself")
+	fr, ok := l.(netdev.FrameRecycler)
+	require.True(t, ok)
+	require.True(t, fr.RecyclesFrames(), "the fabric port below recycles")
 	for i := range n {
 		f := seqFrame(uint32(i), 200)
 		require.NoError(t, sent.a.Send(f))
@@ -57,6 +60,7 @@ func TestNoLendOtherwise(t *testing.T) {
 		b := newFaultBench(t, 1, fl)
 		require.Nil(t, b.a.Lender(), "%+v", fl)
 		require.Nil(t, b.a.TxFrame(100), "%+v", fl)
+		require.False(t, b.a.RecyclesFrames(), "%+v", fl)
 	}
 	inner := newFaultBench(t, 1, faults.Profile{Delay: time.Microsecond}) // does not lend
 	outer, err := faults.New(inner.a, inner.clk, 2, faults.Profile{Loss: 0.1})
