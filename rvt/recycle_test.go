@@ -35,20 +35,24 @@ func (p *countingPort) TxFrame(n int) []byte {
 func (p *countingPort) RecyclesFrames() bool { return p.recycles }
 
 // TestFabricRecycledFrames sends RC SENDs and READs between two devices
-// with worker pools on the fabric, with and without recycling received
-// frames: every message arrives intact and completes either way, and
-// with recycling the receiver builds its ACKs in the requests' buffers
+// on the fabric, inline or with worker pools, with and without recycling
+// received frames: every message arrives intact and completes either way,
+// and with recycling the receiver builds its ACKs in the requests' buffers
 // (fewer TxFrame calls than frames sent), without it in TxFrame's.
 func TestFabricRecycledFrames(t *testing.T) {
-	for _, recycles := range []bool{false, true} {
-		t.Run(fmt.Sprintf("recycles=%v", recycles), func(t *testing.T) {
+	for _, tc := range []struct {
+		workers  int
+		recycles bool
+	}{{0, false}, {0, true}, {2, false}, {2, true}} {
+		recycles := tc.recycles
+		t.Run(fmt.Sprintf("workers=%d/recycles=%v", tc.workers, recycles), func(t *testing.T) {
 			fab := fabric.New(clock.Real(), 1)
 			var ports []*countingPort
 			open := func(i byte) *node {
 				o := fabricOptions(fab, i)
 				p := &countingPort{Port: o.Link.(*fabric.Port), recycles: recycles}
 				ports = append(ports, p)
-				o.Link, o.Workers = p, 2
+				o.Link, o.Workers = p, tc.workers
 				return newNode(t, o)
 			}
 			na, nb := open(1), open(2)

@@ -29,21 +29,25 @@ const maxStock = 64
 // while missed the cache writing its headers (BenchmarkFabricScale).
 //
 // And it keeps a few frames the goroutine received from a link that
-// recycles them (netdev.FrameRecycler: the fabric), for its next frames to
-// be built in: a responder's batch takes requests and sends an ACK, and
+// recycles them (keptFrames; the fabric), for its next frames to be built
+// in: a responder's batch takes requests and sends an ACK, and
 // the request's buffer carries the ACK, with no trip through the link's
 // pool (a lock taken by every sending and receiving goroutine: 10% of an
 // 8-byte SEND's CPU time between two devices, BenchmarkFabricScale).
 type bufCache struct {
-	b  []*pktBuf
-	tx []byte
-
-	kept   [][]byte           // buffers whole, from their start
-	keptBy netdev.FrameLender // the link they are from
+	b    []*pktBuf
+	tx   []byte
+	kept keptFrames
 }
 
-// maxKept bounds the frames a bufCache keeps.
-const maxKept = 8
+// keptFor returns the kept frames of the running batch: the goroutine's,
+// or for a nil bufCache (an Inline engine) the engine's.
+func (bc *bufCache) keptFor(e *Engine) *keptFrames {
+	if bc == nil {
+		return &e.kept
+	}
+	return &bc.kept
+}
 
 // frame returns the buffer to build a frame in: the goroutine's, or for a
 // nil bufCache (an Inline engine, whose tasks run one at a time) *own,
@@ -93,7 +97,7 @@ func (bc *bufCache) put(e *Engine, pb *pktBuf) {
 		e.putBuf(pb, wakeChain)
 		return
 	}
-	bc.keep(e, pb)
+	bc.kept.keep(e, pb)
 	if len(bc.b) == maxStock {
 		e.putBuf(pb, wakeChain)
 		return
@@ -102,44 +106,56 @@ func (bc *bufCache) put(e *Engine, pb *pktBuf) {
 	bc.b = append(bc.b, pb)
 }
 
-// keep takes pb's frame, if its link recycles frames and there is room.
-func (bc *bufCache) keep(e *Engine, pb *pktBuf) {
-	if pb.rel == nil || len(bc.kept) == maxKept {
+// keptFrames is a stack of frames received from a link that recycles
+// them (netdev.FrameRecycler), for frames to that link to be built in. A
+// goroutine's stock has one (bufCache), and so has an Inline engine, for
+// its tasks (Engine.kept), which run one at a time.
+type keptFrames struct {
+	frames [][]byte           // buffers whole, from their start
+	by     netdev.FrameLender // the link they are from
+}
+
+// maxKept bounds the frames a keptFrames holds.
+const maxKept = 8
+
+// keep takes pb's frame, if its link is the port's, recycles frames, and
+// there is room.
+func (k *keptFrames) keep(e *Engine, pb *pktBuf) {
+	if pb.rel == nil || len(k.frames) == maxKept {
 		return
 	}
 	ps := e.port.Load()
 	if !ps.recycle || pb.rel != ps.rel {
 		return
 	}
-	if bc.keptBy != ps.lend {
-		bc.drop()
-		bc.keptBy = ps.lend
+	if k.by != ps.lend {
+		k.drop()
+		k.by = ps.lend
 	}
-	bc.kept = append(bc.kept, pb.frame[:cap(pb.frame)])
+	k.frames = append(k.frames, pb.frame[:cap(pb.frame)])
 	pb.frame, pb.rel = nil, nil
 }
 
-// takeKept returns a frame buffer of at least n bytes that bc keeps from l
-// (see keep), or nil.
-func (bc *bufCache) takeKept(l netdev.FrameLender, n int) []byte {
-	if bc == nil || bc.keptBy != l {
+// take returns a frame buffer of at least n bytes kept from l, or nil.
+func (k *keptFrames) take(l netdev.FrameLender, n int) []byte {
+	if k.by != l {
 		return nil
 	}
-	k := len(bc.kept) - 1
-	if k < 0 || cap(bc.kept[k]) < n {
+	i := len(k.frames) - 1
+	if i < 0 || cap(k.frames[i]) < n {
 		return nil
 	}
-	buf := bc.kept[k]
-	bc.kept[k] = nil
-	bc.kept = bc.kept[:k]
+	buf := k.frames[i]
+	k.frames[i] = nil
+	k.frames = k.frames[:i]
 	return buf
 }
 
 // drop gives the kept frames back to their link.
-func (bc *bufCache) drop() {
-	for i, buf := range bc.kept {
-		bc.keptBy.Release(buf)
-		bc.kept[i] = nil
+func (k *keptFrames) drop() {
+	for i, buf := range k.frames {
+		k.by.Release(buf)
+		k.frames[i] = nil
 	}
-	bc.kept = bc.kept[:0]
+	k.frames = k.frames[:0]
 }

@@ -36,7 +36,7 @@ func TestBufCacheKeepsRecycledFrames(t *testing.T) {
 	setPort(l1, false)
 	bc.put(e, frame(l1, 60, 256))
 	require.Len(t, l1.released, 1, "a link that does not recycle gets its frame back")
-	require.Nil(t, bc.takeKept(l1, 10))
+	require.Nil(t, bc.kept.take(l1, 10))
 
 	setPort(l1, true)
 	for range maxKept + 1 {
@@ -46,15 +46,26 @@ func TestBufCacheKeepsRecycledFrames(t *testing.T) {
 	bc.put(e, frame(l2, 60, 256))
 	require.Len(t, l2.released, 1, "a frame from another link than the port's goes back to it")
 
-	require.Nil(t, bc.takeKept(l2, 10), "only for the link the frames are from")
-	require.Nil(t, bc.takeKept(l1, 257), "only if long enough")
-	buf := bc.takeKept(l1, 256)
+	require.Nil(t, bc.kept.take(l2, 10), "only for the link the frames are from")
+	require.Nil(t, bc.kept.take(l1, 257), "only if long enough")
+	buf := bc.kept.take(l1, 256)
 	require.Len(t, buf, 256, "the buffer whole")
-	require.Len(t, bc.kept, maxKept-1)
+	require.Len(t, bc.kept.frames, maxKept-1)
 
 	setPort(l2, true)
 	bc.put(e, frame(l2, 60, 9000))
 	require.Len(t, l1.released, 2+maxKept-1, "a new link: the old one's frames go back to it")
-	require.Len(t, bc.takeKept(l2, 4096), 9000)
-	require.Nil(t, bc.takeKept(l2, 1))
+	require.Len(t, bc.kept.take(l2, 4096), 9000)
+	require.Nil(t, bc.kept.take(l2, 1))
+
+	// An Inline engine's tasks keep frames in the engine (putBuf on the
+	// drainer); elsewhere putBuf gives them back.
+	e.serial = true
+	released := len(l2.released)
+	e.putBuf(frame(l2, 60, 256), wakeSchedule)
+	require.Len(t, l2.released, released+1, "off the drainer: given back")
+	e.putBuf(frame(l2, 60, 256), wakeChain)
+	require.Len(t, l2.released, released+1, "on the drainer: kept")
+	var none *bufCache
+	require.Len(t, none.keptFor(e).take(l2, 100), 256, "an Inline engine's batch takes the engine's")
 }

@@ -209,6 +209,7 @@ type Engine struct {
 	// (bufCache).
 	serial bool
 	free   []*pktBuf
+	kept   keptFrames // on a serial engine: the tasks' own (bufCache.keptFor)
 
 	// ackPackets turns the loopback ACK hand-off off (ackdirect.go).
 	ackPackets atomic.Bool
@@ -546,6 +547,9 @@ const maxFree = 256
 // putBuf gives the packet's frame back to its link and keeps the buffer
 // for reuse; w is as for getBuf.
 func (e *Engine) putBuf(pb *pktBuf, w wake) {
+	if e.onDrainer(w) {
+		e.kept.keep(e, pb)
+	}
 	pb.reset()
 	if e.onDrainer(w) && len(e.free) < maxFree {
 		e.free = append(e.free, pb)
@@ -883,7 +887,7 @@ func (e *Engine) startTx(r *route, own *[]byte, bc *bufCache, ib int) (txPkt, []
 			// Only as long as the packet: a short one (an ACK, a
 			// small SEND) in a short buffer (see fabric.smallFrame).
 			n := min(ib, maxFrame-netHeadroom-ICRCLen)
-			if buf := bc.takeKept(l, head+n+ICRCLen); buf != nil {
+			if buf := bc.keptFor(e).take(l, head+n+ICRCLen); buf != nil {
 				return txPkt{frame: buf, head: head, lend: l}, buf[head:]
 			}
 			if buf := l.TxFrame(head + n + ICRCLen); buf != nil {
