@@ -17,7 +17,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -167,16 +166,14 @@ type Engine struct {
 	keys *keys.Table
 	mc   *mcast.Table
 
-	// mu serialises the writers of byQPN and port. Both are replaced whole
-	// and never modified: every packet reads them, so the hot paths take
-	// no lock. QPs cache their route and MTU with the port they were
-	// computed for, and compute them again when port moves. The QP table
-	// is split by QPN into qpnShards maps, so that adding or removing a
-	// QP copies one shard: with one map, making n QPs copied n²/2 entries
-	// (10,000 QPs: seconds, and most of the garbage).
-	mu    sync.Mutex
-	byQPN [qpnShards]atomic.Pointer[map[uint32]*Conn]
-	port  atomic.Pointer[portState]
+	// mu serialises the writers of qps and port. Every packet reads them,
+	// so the hot paths take no lock: port is replaced whole and never
+	// modified, and qps (qptable.go) is made for readers without locks.
+	// QPs cache their route and MTU with the port they were computed for,
+	// and compute them again when port moves.
+	mu   sync.Mutex
+	qps  qpTable
+	port atomic.Pointer[portState]
 
 	atomicMu sync.Mutex // serialises atomics on memory
 
@@ -273,9 +270,6 @@ func NewEngine(cfg Config) (*Engine, error) {
 	e.pool.New = func() any { return new(pktBuf) }
 	_, e.serial = cfg.Exec.(*task.Inline)
 	e.port.Store(&portState{mtu: qp.MTU4096})
-	for i := range e.byQPN {
-		e.byQPN[i].Store(&map[uint32]*Conn{})
-	}
 	return e, nil
 }
 
@@ -414,14 +408,11 @@ func (e *Engine) Snapshot() map[string]uint64 {
 	e.countMu.Lock()
 	defer e.countMu.Unlock()
 	var total Counters
-	for i := range e.byQPN {
-		for _, c := range *e.byQPN[i].Load() {
-			// Counters also moves the QP's looped packets into the
-			// device's count, so the device's own counters are added
-			// after the loop.
-			total.add(c.Counters(), false)
-		}
-	}
+	e.qps.each(func(c *Conn) {
+		// Counters also moves the QP's looped packets into the device's
+		// count, so the device's own counters are added after the loop.
+		total.add(c.Counters(), false)
+	})
 	total.add(&e.counters, true)
 	return total.Snapshot()
 }
@@ -437,14 +428,10 @@ func (e *Engine) NewConn(q *qp.QP) (*Conn, error) {
 	c := newConn(e, q)
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	shard := &e.byQPN[q.Num()%qpnShards]
-	old := *shard.Load()
-	if _, dup := old[q.Num()]; dup {
+	if e.qps.get(q.Num()) != nil {
 		return nil, fmt.Errorf("new QP %#x: %w", q.Num(), ErrExists)
 	}
-	m := maps.Clone(old)
-	m[q.Num()] = c
-	shard.Store(&m)
+	e.qps.set(q.Num(), c)
 	return c, nil
 }
 
@@ -461,18 +448,12 @@ func (e *Engine) RemoveConn(c *Conn) {
 	e.countMu.Lock()
 	defer e.countMu.Unlock()
 	e.mu.Lock()
-	shard := &e.byQPN[c.qp.Num()%qpnShards]
-	m := maps.Clone(*shard.Load())
-	delete(m, c.qp.Num())
-	shard.Store(&m)
+	e.qps.set(c.qp.Num(), nil)
 	e.mu.Unlock()
 	e.counters.add(c.Counters(), false)
 }
 
-func (e *Engine) lookup(qpn uint32) *Conn { return (*e.byQPN[qpn%qpnShards].Load())[qpn] }
-
-// qpnShards is how many maps the QP table is split into (Engine.byQPN).
-const qpnShards = 64
+func (e *Engine) lookup(qpn uint32) *Conn { return e.qps.get(qpn) }
 
 // peerOf is lookup for a route's packets, cached in r until the QP found
 // is destroyed (a modify computes the route again, which clears it). The

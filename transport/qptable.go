@@ -1,0 +1,77 @@
+package transport
+
+import "sync/atomic"
+
+// qpTable finds a QP's Conn by number for every packet. A lookup is two
+// loads, the page and then the slot, and takes no lock; the writers hold
+// Engine.mu. QP numbers have 24 bits, and a device gives them out in
+// sequence (rvt: from 0x11), so the pages in use are few and full: 10,000
+// QPs take ten pages of 8 KiB. A page, once made, stays (numbers come
+// round again); the list of pages is replaced whole when one is added, so
+// a reader never sees it change under it.
+//
+// It replaced maps (sharded by number, each copied on write): at 10,000
+// QPs their lookups missed the cache on the hash groups, 8% of a message's
+// CPU time on the fabric (BenchmarkFabricScale on the Inline executor).
+type qpTable struct {
+	pages atomic.Pointer[[]*qpPage]
+}
+
+const qpPageBits = 10
+
+type qpPage [1 << qpPageBits]atomic.Pointer[Conn]
+
+// get returns the Conn of QP qpn, or nil.
+func (t *qpTable) get(qpn uint32) *Conn {
+	ps := t.pages.Load()
+	if ps == nil {
+		return nil
+	}
+	i := qpn >> qpPageBits
+	if i >= uint32(len(*ps)) {
+		return nil
+	}
+	p := (*ps)[i]
+	if p == nil {
+		return nil
+	}
+	return p[qpn&(1<<qpPageBits-1)].Load()
+}
+
+// set makes c (nil: none) the Conn of QP qpn. The caller holds Engine.mu.
+func (t *qpTable) set(qpn uint32, c *Conn) {
+	var ps []*qpPage
+	if old := t.pages.Load(); old != nil {
+		ps = *old
+	}
+	i := int(qpn >> qpPageBits)
+	if i >= len(ps) || ps[i] == nil {
+		if c == nil {
+			return
+		}
+		grown := make([]*qpPage, max(len(ps), i+1))
+		copy(grown, ps)
+		grown[i] = new(qpPage)
+		ps = grown
+		t.pages.Store(&ps)
+	}
+	ps[i][qpn&(1<<qpPageBits-1)].Store(c)
+}
+
+// each calls f with every Conn in the table.
+func (t *qpTable) each(f func(*Conn)) {
+	ps := t.pages.Load()
+	if ps == nil {
+		return
+	}
+	for _, p := range *ps {
+		if p == nil {
+			continue
+		}
+		for i := range p {
+			if c := p[i].Load(); c != nil {
+				f(c)
+			}
+		}
+	}
+}
