@@ -30,9 +30,9 @@ const maxStock = 64
 //
 // And it keeps a few frames the goroutine received from a link that
 // recycles them (keptFrames; the fabric), for its next frames to be built
-// in: a responder's batch takes requests and sends an ACK, and
-// the request's buffer carries the ACK, with no trip through the link's
-// pool (a lock taken by every sending and receiving goroutine: 10% of an
+// in: a responder's batch takes requests and sends an ACK, and the
+// request's buffer carries the ACK, with no trip through the link's pool
+// (a lock taken by every sending and receiving goroutine: 10% of an
 // 8-byte SEND's CPU time between two devices, BenchmarkFabricScale).
 type bufCache struct {
 	b    []*pktBuf

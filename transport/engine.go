@@ -224,7 +224,7 @@ type portState struct {
 	link    netdev.Link
 	rel     netdev.Releaser    // the link takes frames back, if it can
 	lend    netdev.FrameLender // the link lends buffers to build frames in, if it can
-	recycle bool               // frames rel takes back may be sent again (bufCache.keep)
+	recycle bool               // frames rel takes back may be sent again (keptFrames)
 	hold    netdev.Holder      // the link batches transmits, if it can
 	poll    netdev.Poller      // the link's receive ring can be polled, if it can
 	here    bool               // the link's handler runs on its own goroutine
@@ -525,14 +525,16 @@ func (e *Engine) getBuf(w wake) *pktBuf {
 // rest from the pool).
 const maxFree = 256
 
-// putBuf gives the packet's frame back to its link and keeps the buffer
-// for reuse; w is as for getBuf.
+// putBuf gives the packet's frame back to its link (or, on the drainer,
+// keeps it: keptFrames) and keeps the buffer for reuse; w is as for
+// getBuf.
 func (e *Engine) putBuf(pb *pktBuf, w wake) {
-	if e.onDrainer(w) {
+	drainer := e.onDrainer(w)
+	if drainer {
 		e.kept.keep(e, pb)
 	}
 	pb.reset()
-	if e.onDrainer(w) && len(e.free) < maxFree {
+	if drainer && len(e.free) < maxFree {
 		e.free = append(e.free, pb)
 		return
 	}
