@@ -137,7 +137,9 @@ type FrameLender interface {
 // from its start, and later build a frame to send in it with SendOwned, as
 // if TxFrame had returned it (if it is long enough), instead of a Release
 // and a TxFrame, which each take the link's pool. A wrapper that lends an
-// inner link's buffers recycles if that link does.
+// inner link's buffers recycles if that link does; one that embeds a
+// recycling link and lends for itself inherits RecyclesFrames, and must
+// override it if the frames it delivers are not that link's buffers.
 type FrameRecycler interface {
 	FrameLender
 	RecyclesFrames() bool

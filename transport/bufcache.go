@@ -119,24 +119,27 @@ type keptFrames struct {
 const maxKept = 8
 
 // keep takes pb's frame, if its link is the port's, recycles frames, and
-// there is room.
+// there is room. Frames kept from a link the port has left go back to it.
 func (k *keptFrames) keep(e *Engine, pb *pktBuf) {
-	if pb.rel == nil || len(k.frames) == maxKept {
+	if pb.rel == nil {
 		return
 	}
 	ps := e.port.Load()
-	if !ps.recycle || pb.rel != ps.rel {
+	if k.by != nil && k.by != ps.lend {
+		k.drop()
+		k.by = nil
+	}
+	if !ps.recycle || pb.rel != ps.rel || len(k.frames) == maxKept {
 		return
 	}
-	if k.by != ps.lend {
-		k.drop()
-		k.by = ps.lend
-	}
+	k.by = ps.lend
 	k.frames = append(k.frames, pb.frame[:cap(pb.frame)])
 	pb.frame, pb.rel = nil, nil
 }
 
-// take returns a frame buffer of at least n bytes kept from l, or nil.
+// take returns a frame buffer of at least n bytes kept from l, or nil. It
+// looks at the last one kept only: a short one there (an ACK's) hides
+// longer ones below, which costs a TxFrame, never a wrong frame.
 func (k *keptFrames) take(l netdev.FrameLender, n int) []byte {
 	if k.by != l {
 		return nil

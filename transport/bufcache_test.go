@@ -68,4 +68,24 @@ func TestBufCacheKeepsRecycledFrames(t *testing.T) {
 	require.Len(t, l2.released, released+1, "on the drainer: kept")
 	var none *bufCache
 	require.Len(t, none.keptFor(e).take(l2, 100), 256, "an Inline engine's batch takes the engine's")
+
+	// A full stack, then a new link: the old link's frames go back and
+	// the new one's are kept.
+	e.serial = false
+	for range maxKept {
+		bc.put(e, frame(l2, 60, 256))
+	}
+	l3 := &lenderStub{}
+	setPort(l3, true)
+	released2 := len(l2.released)
+	bc.put(e, frame(l3, 60, 512))
+	require.Len(t, l2.released, released2+maxKept, "the full stack went back")
+	require.Len(t, bc.kept.take(l3, 300), 512)
+	// A link that does not recycle: what is kept goes back at once.
+	bc.put(e, frame(l3, 60, 512))
+	setPort(l1, false)
+	released3 := len(l3.released)
+	bc.put(e, frame(l1, 60, 256))
+	require.Len(t, l3.released, released3+1)
+	require.Nil(t, bc.kept.take(l3, 1))
 }

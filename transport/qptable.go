@@ -6,9 +6,11 @@ import "sync/atomic"
 // loads, the page and then the slot, and takes no lock; the writers hold
 // Engine.mu. QP numbers have 24 bits, and a device gives them out in
 // sequence (rvt: from 0x11), so the pages in use are few and full: 10,000
-// QPs take ten pages of 8 KiB. A page, once made, stays (numbers come
-// round again); the list of pages is replaced whole when one is added, so
-// a reader never sees it change under it.
+// QPs take ten pages of 8 KiB. A page is made at its first QP and dropped
+// at its last, so QPs made and destroyed over time, whose numbers move on,
+// leave no pages behind. The list of pages is replaced whole when one is
+// added or dropped, so a reader never sees it change under it (a reader
+// holding a dropped page finds its slots empty).
 //
 // It replaced maps (sharded by number, each copied on write): at 10,000
 // QPs their lookups missed the cache on the hash groups, 8% of a message's
@@ -17,9 +19,15 @@ type qpTable struct {
 	pages atomic.Pointer[[]*qpPage]
 }
 
-const qpPageBits = 10
+const (
+	qpPageBits = 10
+	maxQPN     = 1<<24 - 1
+)
 
-type qpPage [1 << qpPageBits]atomic.Pointer[Conn]
+type qpPage struct {
+	slots [1 << qpPageBits]atomic.Pointer[Conn]
+	live  int // QPs in slots; the writers', under Engine.mu
+}
 
 // get returns the Conn of QP qpn, or nil.
 func (t *qpTable) get(qpn uint32) *Conn {
@@ -35,10 +43,11 @@ func (t *qpTable) get(qpn uint32) *Conn {
 	if p == nil {
 		return nil
 	}
-	return p[qpn&(1<<qpPageBits-1)].Load()
+	return p.slots[qpn&(1<<qpPageBits-1)].Load()
 }
 
-// set makes c (nil: none) the Conn of QP qpn. The caller holds Engine.mu.
+// set makes c (nil: none) the Conn of QP qpn, at most maxQPN. The caller
+// holds Engine.mu.
 func (t *qpTable) set(qpn uint32, c *Conn) {
 	var ps []*qpPage
 	if old := t.pages.Load(); old != nil {
@@ -55,7 +64,30 @@ func (t *qpTable) set(qpn uint32, c *Conn) {
 		ps = grown
 		t.pages.Store(&ps)
 	}
-	ps[i][qpn&(1<<qpPageBits-1)].Store(c)
+	p := ps[i]
+	slot := &p.slots[qpn&(1<<qpPageBits-1)]
+	switch old := slot.Load(); {
+	case old == nil && c != nil:
+		p.live++
+	case old != nil && c == nil:
+		p.live--
+	}
+	slot.Store(c)
+	if p.live == 0 {
+		// The page's last QP: a new list without it (and without the
+		// empty pages at the end).
+		n := len(ps)
+		if i == n-1 {
+			for n = i; n > 0 && ps[n-1] == nil; n-- {
+			}
+		}
+		shrunk := make([]*qpPage, n)
+		copy(shrunk, ps)
+		if i < n {
+			shrunk[i] = nil
+		}
+		t.pages.Store(&shrunk)
+	}
 }
 
 // each calls f with every Conn in the table.
@@ -68,8 +100,8 @@ func (t *qpTable) each(f func(*Conn)) {
 		if p == nil {
 			continue
 		}
-		for i := range p {
-			if c := p[i].Load(); c != nil {
+		for i := range p.slots {
+			if c := p.slots[i].Load(); c != nil {
 				f(c)
 			}
 		}

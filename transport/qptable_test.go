@@ -6,6 +6,10 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/softverbs/softverbs/cq"
+	"github.com/softverbs/softverbs/keys"
+	"github.com/softverbs/softverbs/qp"
 )
 
 func TestQPTable(t *testing.T) {
@@ -36,6 +40,40 @@ func TestQPTable(t *testing.T) {
 	for _, c := range conns {
 		require.True(t, got[c])
 	}
+
+	// The last QP of a page takes the page with it, and the last page
+	// the empty ones before it.
+	tab.set(0xFFFFFF, nil)
+	require.Len(t, *tab.pages.Load(), 1024>>qpPageBits+1, "trimmed to the last page in use")
+	for qpn := range conns {
+		tab.set(qpn, nil)
+	}
+	require.Empty(t, *tab.pages.Load())
+	tab.each(func(*Conn) { t.Fatal("an empty table has a QP") })
+}
+
+// QPs made and destroyed over time, a few alive at once, their numbers
+// moving on as a device gives them out: the table keeps a page or two, not
+// one for every 1,024 numbers ever used.
+func TestQPTableChurn(t *testing.T) {
+	var tab qpTable
+	const alive = 10
+	for qpn := uint32(0x11); qpn < 0x11+200_000; qpn++ {
+		tab.set(qpn, new(Conn))
+		if qpn >= 0x11+alive {
+			tab.set(qpn-alive, nil)
+		}
+		pages := 0
+		for _, p := range *tab.pages.Load() {
+			if p != nil {
+				pages++
+			}
+		}
+		require.LessOrEqual(t, pages, 2, "qpn %#x", qpn)
+	}
+	n := 0
+	tab.each(func(*Conn) { n++ })
+	require.Equal(t, alive, n)
 }
 
 // Readers take no lock while a writer adds QPs on new pages and removes
@@ -70,4 +108,24 @@ func TestQPTableConcurrentReaders(t *testing.T) {
 	}
 	stop.Store(true)
 	wg.Wait()
+}
+
+// An engine takes QP numbers of 24 bits only (a BTH's destination QP), and
+// each number once.
+func TestNewConnNumbers(t *testing.T) {
+	e, _, _, _ := loopPair(t) // QPs 0x21 and 0x22
+	scq, err := cq.New(4)
+	require.NoError(t, err)
+	mk := func(num uint32) error {
+		q, err := qp.New(num, qp.Config{Type: qp.RC, PD: keys.NewPD(1), SendCQ: scq, RecvCQ: scq, Keys: e.keys,
+			Cap:    qp.Cap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1},
+			Limits: &qp.Limits{MaxMTU: qp.MTU4096, MaxRdAtomic: 1, MaxDestRdAtomic: 1, PkeyTableLen: 1, GIDTableLen: 1, Ports: 1}})
+		require.NoError(t, err)
+		_, err = e.NewConn(q)
+		return err
+	}
+	require.ErrorIs(t, mk(0x21), ErrExists)
+	require.ErrorIs(t, mk(0x1000000), ErrInvalidArgument)
+	require.NoError(t, mk(0xFFFFFF))
+	require.NotNil(t, e.lookup(0xFFFFFF))
 }

@@ -9,9 +9,10 @@
 // per step. The four fold into one, which takes 64 bytes per step, its four
 // 128-bit lanes fold into one, which takes 16 bytes per step. UpdateOr's
 // input from 16 to 511 bytes (a packet's headers, most often) starts and
-// ends in that one 128-bit accumulator. The resulting 128-bit remainder is reduced to the 32-bit register by two
-// more multiplies (by x^96 and x^64 mod P) and a Barrett reduction, and
-// the last len mod 16 bytes go to the table code. The folding constants
+// ends in that one 128-bit accumulator (foldShort). The resulting 128-bit
+// remainder is reduced to the 32-bit register by two more multiplies (by
+// x^96 and x^64 mod P) and a Barrett reduction, and the last len mod 16
+// bytes go to the table code. The folding constants
 // are x^(D±32) mod P, bit-reflected, for each fold distance D, and the
 // Barrett ones floor(x^64 / P) and P; TestFoldConstants derives them all
 // from the polynomial and checks those in fold_amd64.s.
@@ -22,9 +23,9 @@ import (
 	"hash/crc32"
 )
 
-// minFast is the shortest input worth the vector path: below it the
-// 128-bit code in hash/crc32 wins, and the fast path needs 256 bytes to
-// fill its accumulators.
+// minFast is the shortest input worth the wide fold: below it Update uses
+// the 128-bit code in hash/crc32, and UpdateOr foldShort (from 16 bytes);
+// the wide fold needs 256 bytes to fill its accumulators.
 const minFast = 512
 
 // Update returns the CRC-32 of p appended to data whose CRC-32 is crc, like

@@ -4,7 +4,7 @@ import "golang.org/x/sys/cpu"
 
 var haveFold = cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512VPCLMULQDQ
 
-// fold folds n bytes at p (n a multiple of 16, at least 256), starting
+// fold folds n bytes at p (n a multiple of 16, at least minFast), starting
 // from the raw CRC register value reg (the complement of a finished CRC),
 // and returns the raw register after them. The first 64 bytes are ORed
 // with or as they are read (to mask fields to ones); the input is not
