@@ -933,18 +933,25 @@ RVM_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma
 {
 	if (!channel || !event)
 		return rvm_err(EINVAL);
+	struct rvm_channel *c = rvm_container_of(channel, struct rvm_channel, ch);
 	uint8_t buf[RVM_EVENT_SIZE + 1];
 	for (;;) {
+		/* A thread that comes here after the channel's destroy (rping's
+		 * CM thread, between two events when its program tears down)
+		 * blocks as one that was reading during the destroy does (see
+		 * rdma_destroy_event_channel): its descriptor is closed, and
+		 * its number may be another file's by now. */
+		while (c->destroyed)
+			pause(); /* a cancellation point, as the kernel's read */
 		ssize_t n = read(channel->fd, buf, sizeof(buf));
 		if (n < 0) {
-			if (errno == EINTR)
+			if (errno == EINTR || c->destroyed)
 				continue;
 			return -1;
 		}
 		if (n == 0) {
-			struct rvm_channel *c = rvm_container_of(channel, struct rvm_channel, ch);
-			while (c->destroyed)
-				pause(); /* a cancellation point, as the kernel's read */
+			if (c->destroyed)
+				continue;
 			return rvm_err(ENODEV); /* the daemon ended the channel */
 		}
 		struct rvm_event w;
