@@ -63,6 +63,8 @@ func TestNew(t *testing.T) {
 			require.ErrorIs(t, err, c.err)
 		})
 	}
+	_, err = New(MaxQPN+1, f.cfg(RC, defaultCap()))
+	require.ErrorIs(t, err, ErrInvalidArgument, "a number past a BTH's 24 bits")
 	require.Equal(t, pdRefs, f.pd.Refs(), "failed creations take no references")
 	require.NoError(t, srq.Destroy(), "failed creations do not hold the SRQ")
 	pdRefs = f.pd.Refs()

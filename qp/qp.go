@@ -38,6 +38,9 @@ type QP struct {
 	pull func()    // guarded by mu; see SetRecvPull
 }
 
+// MaxQPN is the largest QP number: a BTH carries 24 bits of it.
+const MaxQPN = 1<<24 - 1
+
 // New creates a QP in the RESET state. The caller (the device) owns the QP
 // number space. Errors: ErrInvalidArgument (also for a freed PD),
 // ErrNotSupported, cq.ErrDestroyed (naming which CQ) when either CQ has been
@@ -50,6 +53,9 @@ func New(num uint32, cfg Config) (*QP, error) {
 	case RC, UC, UD, GSI:
 	default:
 		return nil, fmt.Errorf("create QP: %w: type %v", ErrNotSupported, cfg.Type)
+	}
+	if num > MaxQPN {
+		return nil, fmt.Errorf("create QP %#x: %w: QP numbers have 24 bits", num, ErrInvalidArgument)
 	}
 	c := cfg.Cap
 	if c.MaxSendWR == 0 && c.MaxRecvWR == 0 && cfg.SRQ == nil {

@@ -428,9 +428,6 @@ func (e *Engine) NewConn(q *qp.QP) (*Conn, error) {
 	c := newConn(e, q)
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if q.Num() > maxQPN {
-		return nil, fmt.Errorf("new QP %#x: %w: QP numbers have 24 bits", q.Num(), ErrInvalidArgument)
-	}
 	if e.qps.get(q.Num()) != nil {
 		return nil, fmt.Errorf("new QP %#x: %w", q.Num(), ErrExists)
 	}

@@ -56,8 +56,9 @@ func UpdateOr(crc uint32, p []byte, or *[64]byte) uint32 {
 	if n >= minFast {
 		reg = fold(^crc, &p[0], n, or)
 	} else {
-		// A packet's headers, most often: 2.5 times faster than the
-		// tables on 44 bytes (an ACK over IPv4).
+		// A packet's headers, most often: an ACK's 44 bytes (IPv4) in
+		// 30-33 ns, against 81 ns by the tables before
+		// (BenchmarkUpdateOrShort).
 		reg = foldShort(^crc, &p[0], n, or)
 	}
 	// The last len(p) mod 16 bytes go to the tables (Slice8, not
