@@ -171,9 +171,17 @@ func (s *side) bwLoop(size int, recv bool) (BWReport, error) {
 	tot := n * uint64(nq)
 	stopAt := s.stopTime()
 	timed := !stopAt.IsZero()
+	// Without a peak (-N, or past 20,000 iterations, as perftest) only
+	// the first post and the end of the run are stamped, each in entry 0
+	// (perftest's tarr_size of 1): Bandwidth reads nothing else then.
+	noPeak := p.NoPeak || p.Iters > 20000
 	var tposted, tcompleted []Cycles
 	if !timed {
-		tposted, tcompleted = make([]Cycles, tot), make([]Cycles, tot)
+		stamps := tot
+		if noPeak {
+			stamps = 1
+		}
+		tposted, tcompleted = make([]Cycles, stamps), make([]Cycles, stamps)
 	}
 	wrs := make([]rvt.SendWR, nq)
 	for q := range wrs {
@@ -207,7 +215,7 @@ func (s *side) bwLoop(size int, recv bool) (BWReport, error) {
 					}
 					list[k] = wr
 				}
-				if !timed {
+				if totS < uint64(len(tposted)) {
 					tposted[totS] = s.now()
 				}
 				if err := s.qps[q].PostSend(list...); err != nil {
@@ -230,7 +238,7 @@ func (s *side) bwLoop(size int, recv bool) (BWReport, error) {
 				}
 				totC += idx - ccnt[q]
 				ccnt[q] = idx
-				if !timed && totC > 0 {
+				if !noPeak && !timed && totC > 0 {
 					tcompleted[totC-1] = s.now()
 				}
 			}
@@ -268,8 +276,11 @@ func (s *side) bwLoop(size int, recv bool) (BWReport, error) {
 		}
 		idle++
 	}
+	if noPeak && !timed {
+		tcompleted[0] = s.now()
+	}
 	run := BWRun{TPosted: tposted, TCompleted: tcompleted, Size: uint64(size), Iters: n, QPs: nq,
-		CQMod: p.CQMod, PostList: p.PostList, NoPeak: p.NoPeak || p.Iters > 20000, Gbits: p.Gbits, CyclesPerSec: CyclesPerSec}
+		CQMod: p.CQMod, PostList: p.PostList, NoPeak: noPeak, Gbits: p.Gbits, CyclesPerSec: CyclesPerSec}
 	if timed {
 		run = BWRun{TPosted: []Cycles{start}, TCompleted: []Cycles{s.now()}, Size: uint64(size), Iters: totC, Timed: true,
 			QPs: nq, NoPeak: true, Gbits: p.Gbits, CyclesPerSec: CyclesPerSec}

@@ -82,6 +82,12 @@ func TestToolsEndToEnd(t *testing.T) {
 		{"ib_send_bw", func(c *Config) { c.Test = SendBW }, 1},
 		{"ib_send_bw -c UD", func(c *Config) { c.Test, c.Conn = SendBW, "UD" }, 1},
 		{"ib_send_bw -b", func(c *Config) { c.Test, c.Duplex = SendBW, true }, 1},
+		// No peak: asked for (-N), or past 20,000 iterations, where
+		// perftest turns it on itself. The average is from the first
+		// post to the end of the run.
+		{"ib_write_bw -N", func(c *Config) { c.Test, c.NoPeak = WriteBW, true }, 1},
+		{"ib_write_bw -n 20001", func(c *Config) { c.Test, c.Iters = WriteBW, 20001 }, 1},
+		{"ib_send_bw -b -n 20001", func(c *Config) { c.Test, c.Duplex, c.Iters = SendBW, true, 20001 }, 1},
 		{"ib_atomic_bw", func(c *Config) { c.Test = AtomicBW }, 1},
 		{"ib_atomic_bw -A CMP_AND_SWAP", func(c *Config) { c.Test, c.Atomic = AtomicBW, CmpAndSwap }, 1},
 		{"ib_write_lat", func(c *Config) { c.Test = WriteLat }, 1},
@@ -124,6 +130,11 @@ func TestToolsEndToEnd(t *testing.T) {
 					require.Len(t, row, 5, who)
 					avg, _ := strconv.ParseFloat(row[3], 64)
 					require.Positive(t, avg, "%s: BW average", who)
+					rate, _ := strconv.ParseFloat(row[4], 64)
+					require.Positive(t, rate, "%s: MsgRate", who)
+					if cfg.NoPeak || cfg.Iters > 20000 {
+						require.Equal(t, "0.00", row[2], "%s: BW peak, not measured", who)
+					}
 				}
 				require.Contains(t, out, " GID index       : 1\n", who)
 				require.Contains(t, out, " Mtu             : 4096[B]\n", who)
