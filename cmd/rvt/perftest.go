@@ -170,6 +170,8 @@ func perftestFlags(fs *pflag.FlagSet, cfg *perftestConfig) {
 	fs.BoolVarP(&c.NoPeak, "noPeak", "N", c.NoPeak, "do not compute the peak bandwidth")
 	fs.BoolVarP(&c.Events, "events", "e", c.Events, "sleep on CQ events (default poll)")
 	fs.IntVarP(&c.SL, "sl", "S", c.SL, "service `level`")
+	fs.IntVarP(&c.Inline, "inline_size", "I", c.Inline, "max `bytes` of inline data: accepted as perftest accepts it on a device it does not "+
+		"know (rxe, softverbs): with a warning, and nothing inline (default -1)")
 	fs.BoolP("CPU-freq", "F", false, "accepted for compatibility (softverbs times in nanoseconds)")
 	if v == perftest.Atomic {
 		fs.StringVarP(&c.Atomic, "atomic_type", "A", c.Atomic, "atomic `type`: CMP_AND_SWAP or FETCH_AND_ADD")
@@ -220,6 +222,15 @@ func runPerftest(w io.Writer, fs *pflag.FlagSet, cfg *perftestConfig) error {
 	if len(cfg.unsupported) > 0 {
 		n := cfg.unsupported[0]
 		return fmt.Errorf("--%s: %w: %s", n, perftest.ErrNotSupported, refusedWhy[n])
+	}
+	// The Config says "the default" with 0; an explicit 0 is out of
+	// range (perftest: " Iteration num should be between 5 and ..."),
+	// and -1 makes the check say so.
+	for name, v := range map[string]*int{"iters": &cfg.Iters, "tx-depth": &cfg.TxDepth, "rx-depth": &cfg.RxDepth,
+		"cq-mod": &cfg.CQMod, "size": &cfg.Size, "duration": &cfg.Duration, "post_list": &cfg.PostList} {
+		if fs.Changed(name) && *v == 0 {
+			*v = -1
+		}
 	}
 	if cfg.output != "" {
 		o, err := perftest.ParseOutput(cfg.output)

@@ -49,6 +49,7 @@ func TestPerftestEmbedded(t *testing.T) {
 		{[]string{"ib_send_lat", "-n", "50", "-cUC", "--timeout=20s"}, "2", "50", 9},
 		{[]string{"ib_send_lat", "-n", "50", "--receive-here"}, "2", "50", 9},
 		{[]string{"ib_write_bw", "-s", "64K", "-n", "50", "--receive-here"}, "65536", "50", 5},
+		{[]string{"ib_send_bw", "-s", "64", "-n", "50", "-I", "64"}, "64", "50", 5},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			var out, errOut bytes.Buffer
@@ -84,6 +85,15 @@ func TestPerftestRefusals(t *testing.T) {
 		{[]string{"ib_write_bw", "-O"}, 1, "--dualport: not supported: a softverbs device has one port"},
 		{[]string{"ib_write_bw", "-c", "UD"}, 2, "UD connection only possible in SEND Verb"},
 		{[]string{"ib_write_bw", "-n", "3"}, 2, "Iteration num should be between 5"},
+		// An explicit 0 is out of range, as in perftest, not the default.
+		{[]string{"ib_write_bw", "-n", "0"}, 2, "Iteration num should be between 5"},
+		{[]string{"ib_write_bw", "-s", "0"}, 2, "Message Size should be between 1 and 2147483647"},
+		{[]string{"ib_write_bw", "-t", "0"}, 2, "Tx depth should be between 1"},
+		{[]string{"ib_send_bw", "-r", "0"}, 2, "Rx depth should be between 1"},
+		{[]string{"ib_write_bw", "-Q", "0"}, 2, "CQ moderation should be between 1"},
+		{[]string{"ib_write_bw", "-D", "0"}, 2, "Duration period must be positive"},
+		{[]string{"ib_write_bw", "-l", "3"}, 2, "Number of iterations must be a multiple of post list size"},
+		{[]string{"ib_read_bw", "-I", "16"}, 2, "Inline feature not available on READ/Atomic verbs"},
 		{[]string{"ib_send_lat", "--output=fast"}, 2, "Invalid output type"},
 		{[]string{"ib_write_bw", "10.0.0.1"}, 2, "a server argument needs a link"},
 		{[]string{"ib_write_bw", "-d", "mlx5_0"}, 2, "IB device mlx5_0 not found"},

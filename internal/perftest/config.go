@@ -69,7 +69,9 @@ const (
 	defCQMod      = 100
 	defQKey       = 0x11111111
 	defHopLimit   = 64
-	maxSize       = 1 << 23
+	maxSize       = 1<<31 - 1 // UINT_MAX/2
+	maxAllSize    = 1 << 23   // MAX_SIZE: -a's largest
+	maxInline     = 1024
 	minIters      = 5
 	maxIters      = 100000000
 	maxTx         = 15000
@@ -112,7 +114,8 @@ type Config struct {
 	Output   Output // --output
 	Events   bool   // -e
 	Atomic   string // -A CMP_AND_SWAP or FETCH_AND_ADD
-	OutReads int    // -o; 0: the device's maximum
+	OutReads int    // -o; 0 or less: the device's maximum
+	Inline   int    // -I bytes; -1 (DefaultConfig): not given
 	SL       int    // -S
 	// RDMACM (-R) connects the test's QPs through rdma_cm; it implies
 	// CommRDMACM (-z), the exchange over rdma_cm instead of TCP.
@@ -126,7 +129,7 @@ type Config struct {
 // DefaultConfig returns perftest's defaults for t.
 func DefaultConfig(t Test) Config {
 	return Config{Test: t, Port: DefaultPort, Device: "rvt0", IBPort: 1, GIDIndex: -1, QPs: 1, Conn: "RC",
-		PostList: 1, Atomic: FetchAndAdd}
+		PostList: 1, Atomic: FetchAndAdd, Inline: -1}
 }
 
 // ErrNotSupported is returned (wrapped) for a perftest feature softverbs
@@ -148,6 +151,9 @@ type params struct {
 	sizeGiven bool
 	cqModGive bool
 	rtt       int // latency samples per round trip: 2, or 1 for READ
+	// notices are what perftest prints as it checks its command line
+	// (each after a ResultLine, on stdout), before anything else.
+	notices []string
 }
 
 // normalize checks c and fills in the defaults.
@@ -214,10 +220,26 @@ func (c Config) normalize() (*params, error) {
 		return nil, usagef(" GID index should be between %d and %d", 0, maxGIDIndex)
 	case p.Size < 1 || p.Size > maxSize:
 		return nil, usagef(" Message Size should be between %d and %d", 1, maxSize)
+	case p.Inline < -1 || p.Inline > maxInline:
+		return nil, usagef(" Max inline should be between %d and %d", 0, maxInline)
+	case p.Inline >= 0 && (v == Read || v == Atomic):
+		return nil, usagef(" Inline feature not available on READ/Atomic verbs")
+	case p.Events && v == Write:
+		return nil, usagef(" Events feature not available on WRITE verb")
+	case c.RxDepth > defRxRDMA && v != Send:
+		return nil, usagef(" On RDMA verbs rx depth can be only 1")
+	case p.NoPeak && t.Latency():
+		return nil, usagef(" NoPeak only valid for BW tests")
+	case p.Duration > 0 && p.Events:
+		return nil, usagef("Duration mode doesn't work with events.")
+	case p.Output != FullVerbosity && !t.Latency() && p.Output != OutputBandwidth && p.Output != OutputMsgRate:
+		return nil, usagef(" Output verbosity level for BW can be: bandwidth, message_rate")
+	case p.Output != FullVerbosity && t.Latency() && p.Output != OutputLatency:
+		return nil, usagef(" Output verbosity level for LAT can be: latency")
 	case p.Iters < minIters || p.Iters > maxIters:
 		return nil, usagef(" Iteration num should be between %d and %d", minIters, maxIters)
 	case p.Duration < 0:
-		return nil, usagef(" Duration should be positive")
+		return nil, usagef(" Duration period must be positive")
 	case p.QPs < 1 || p.QPs > maxQPs:
 		return nil, usagef(" Num of qps should be between %d and %d", 1, maxQPs)
 	case p.TxDepth < 1 || p.TxDepth > maxTx:
@@ -230,8 +252,6 @@ func (c Config) normalize() (*params, error) {
 		return nil, usagef(" Post list size should be at least 1")
 	case p.SL < 0 || p.SL > 15:
 		return nil, usagef(" SL should be between 0 and 15")
-	case p.OutReads < 0 || p.OutReads > 255:
-		return nil, usagef(" -o %d: outstanding reads out of range", p.OutReads)
 	case p.MTU != 0 && p.MTU != 256 && p.MTU != 512 && p.MTU != 1024 && p.MTU != 2048 && p.MTU != 4096:
 		return nil, usagef(" Invalid MTU %d: 256, 512, 1024, 2048 or 4096", p.MTU)
 	case p.Atomic != FetchAndAdd && p.Atomic != CmpAndSwap:
@@ -258,10 +278,26 @@ func (c Config) normalize() (*params, error) {
 	if p.RDMACM {
 		p.CommRDMACM = true
 	}
-	if p.PostList > 1 && !p.cqModGive {
-		p.CQMod = p.PostList
+	// force_dependecies, in its order.
+	if p.Size > msgSizeCQModLimit && p.Conn != "UD" && !p.All && !p.Events {
+		if !p.cqModGive {
+			p.CQMod = 1
+		} else if p.CQMod > 1 {
+			p.notices = append(p.notices, "Warning: Large message requested and CQ moderation enabled\n"+
+				"Warning: It can lead to inaccurate results\n")
+		}
 	}
-	// force_dependecies
+	if p.PostList > 1 && !t.Latency() {
+		switch {
+		case p.Duration == 0 && p.Iters%p.PostList != 0:
+			return nil, usagef("Number of iterations must be a multiple of post list size")
+		case !p.cqModGive:
+			p.CQMod = p.PostList
+			p.notices = append(p.notices, "Post List requested - CQ moderation will be the size of the post list\n")
+		case p.PostList%p.CQMod != 0:
+			return nil, usagef("Post list size must be a multiple of CQ moderation")
+		}
+	}
 	if p.Duration == 0 {
 		p.TxDepth = min(p.TxDepth, p.Iters)
 		if v == Send {
@@ -274,15 +310,12 @@ func (c Config) normalize() (*params, error) {
 	if v == Send && p.RxDepth%2 == 1 && !p.All {
 		p.RxDepth++ // perftest keeps a SEND test's receive queue even
 	}
-	if p.Size > msgSizeCQModLimit && p.Conn != "UD" && !p.All && !p.Events && !p.cqModGive {
-		p.CQMod = 1
-	}
 	p.CQMod = min(p.CQMod, p.TxDepth)
 	if p.PostList > p.TxDepth {
 		return nil, usagef(" Post list size (%d) must not exceed the TX depth (%d)", p.PostList, p.TxDepth)
 	}
 	if p.All {
-		p.Size = maxSize
+		p.Size = maxAllSize
 	}
 	return p, nil
 }

@@ -116,11 +116,16 @@ func Run(cfg Config, env Env) error {
 func (s *side) run() error {
 	p := s.p
 	v := p.Test.Verb()
+	for _, n := range p.notices {
+		io.WriteString(s.out, ResultLine+n)
+	}
 	if err := s.checkLink(); err != nil {
 		return err
 	}
-	if v == Read || v == Atomic {
-		// ctx_set_max_inline on a device perftest does not know.
+	if v == Read || v == Atomic || p.Inline >= 0 {
+		// ctx_set_max_inline on a device perftest does not know: -I
+		// (READ and atomic tests ask for 0) is refused with a warning,
+		// and nothing is posted inline.
 		if s.full() {
 			io.WriteString(s.out, ResultLine)
 		}
@@ -230,9 +235,17 @@ func (s *side) checkLink() error {
 	}
 	s.outReads = 1
 	if v := p.Test.Verb(); v == Read || v == Atomic {
-		s.outReads = s.env.Dev.QueryDevice().MaxQPRdAtom
-		if p.OutReads > 0 {
-			s.outReads = min(p.OutReads, s.outReads)
+		// ctx_set_out_reads: -o above the device's maximum is cut to it,
+		// and 0 or less is the maximum.
+		most := s.env.Dev.QueryDevice().MaxQPRdAtom
+		s.outReads = most
+		if p.OutReads > most {
+			if s.full() {
+				io.WriteString(s.out, ResultLine)
+			}
+			fmt.Fprintf(s.env.Stderr, " Number of outstanding reads is above max = %d\n Changing to that max value\n", most)
+		} else if p.OutReads > 0 {
+			s.outReads = p.OutReads
 		}
 	}
 	return nil
@@ -482,7 +495,7 @@ func (s *side) sizes() []int {
 	if !s.p.All {
 		return []int{s.p.Size}
 	}
-	top := maxSize
+	top := maxAllSize
 	if s.p.Conn == "UD" {
 		top = s.mtu.Bytes()
 	}

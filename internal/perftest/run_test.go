@@ -77,7 +77,10 @@ func TestToolsEndToEnd(t *testing.T) {
 	}{
 		{"ib_write_bw", func(c *Config) { c.Test = WriteBW }, 1},
 		{"ib_write_bw -b -q 2 -l 2", func(c *Config) { c.Test, c.Duplex, c.QPs, c.PostList = WriteBW, true, 2, 2 }, 1},
-		{"ib_write_bw -c UC -e", func(c *Config) { c.Test, c.Conn, c.Events = WriteBW, "UC", true }, 1},
+		{"ib_send_bw -c UC -e", func(c *Config) { c.Test, c.Conn, c.Events = SendBW, "UC", true }, 1},
+		{"ib_write_bw -l 4", func(c *Config) { c.Test, c.PostList = WriteBW, 4 }, 1},
+		{"ib_send_bw -I 64", func(c *Config) { c.Test, c.Inline = SendBW, 64 }, 1},
+		{"ib_read_bw -o 1000", func(c *Config) { c.Test, c.OutReads = ReadBW, 1000 }, 1},
 		{"ib_read_bw", func(c *Config) { c.Test = ReadBW }, 1},
 		{"ib_send_bw", func(c *Config) { c.Test = SendBW }, 1},
 		{"ib_send_bw -c UD", func(c *Config) { c.Test, c.Conn = SendBW, "UD" }, 1},
@@ -193,19 +196,34 @@ func TestToolsTimed(t *testing.T) {
 
 func TestConfigRefuses(t *testing.T) {
 	for name, c := range map[string]func(*Config){
-		"UD write":     func(c *Config) { c.Test, c.Conn = WriteBW, "UD" },
-		"UC read":      func(c *Config) { c.Test, c.Conn = ReadBW, "UC" },
-		"few iters":    func(c *Config) { c.Iters = 4 },
-		"bad MTU":      func(c *Config) { c.MTU = 1500 },
-		"atomic size":  func(c *Config) { c.Test, c.Size = AtomicBW, 16 },
-		"lat duplex":   func(c *Config) { c.Test, c.Duplex = SendLat, true },
-		"bad atomic":   func(c *Config) { c.Atomic = "SWAP" },
-		"port":         func(c *Config) { c.IBPort = 2 },
-		"huge size":    func(c *Config) { c.Size = maxSize + 1 },
-		"post list":    func(c *Config) { c.PostList, c.TxDepth = 8, 4 },
-		"-D with -a":   func(c *Config) { c.Duration, c.All = 2, true },
-		"bad conn":     func(c *Config) { c.Conn = "XRC" },
-		"GID index 65": func(c *Config) { c.GIDIndex = 65 },
+		"UD write":    func(c *Config) { c.Test, c.Conn = WriteBW, "UD" },
+		"UC read":     func(c *Config) { c.Test, c.Conn = ReadBW, "UC" },
+		"few iters":   func(c *Config) { c.Iters = 4 },
+		"bad MTU":     func(c *Config) { c.MTU = 1500 },
+		"atomic size": func(c *Config) { c.Test, c.Size = AtomicBW, 16 },
+		"lat duplex":  func(c *Config) { c.Test, c.Duplex = SendLat, true },
+		"bad atomic":  func(c *Config) { c.Atomic = "SWAP" },
+		"port":        func(c *Config) { c.IBPort = 2 },
+		"huge size":   func(c *Config) { c.Size = maxSize + 1 },
+		"post list":   func(c *Config) { c.PostList, c.TxDepth = 8, 4 },
+		// What perftest's parser and force_dependecies refuse.
+		"post list of iters":   func(c *Config) { c.PostList, c.Iters = 3, 100 },
+		"post list of -Q":      func(c *Config) { c.PostList, c.CQMod = 4, 3 },
+		"write events":         func(c *Config) { c.Events = true },
+		"write lat events":     func(c *Config) { c.Test, c.Events = WriteLat, true },
+		"RDMA rx depth":        func(c *Config) { c.RxDepth = 16 },
+		"read rx depth":        func(c *Config) { c.Test, c.RxDepth = ReadBW, 2 },
+		"lat no peak":          func(c *Config) { c.Test, c.NoPeak = SendLat, true },
+		"duration events":      func(c *Config) { c.Test, c.Duration, c.Events = SendBW, 2, true },
+		"bw output latency":    func(c *Config) { c.Output = OutputLatency },
+		"lat output bandwidth": func(c *Config) { c.Test, c.Output = SendLat, OutputBandwidth },
+		"lat output msg rate":  func(c *Config) { c.Test, c.Output = WriteLat, OutputMsgRate },
+		"inline read":          func(c *Config) { c.Test, c.Inline = ReadBW, 0 },
+		"inline atomic":        func(c *Config) { c.Test, c.Inline = AtomicBW, 16 },
+		"inline too big":       func(c *Config) { c.Test, c.Inline = SendBW, 1025 },
+		"-D with -a":           func(c *Config) { c.Duration, c.All = 2, true },
+		"bad conn":             func(c *Config) { c.Conn = "XRC" },
+		"GID index 65":         func(c *Config) { c.GIDIndex = 65 },
 	} {
 		t.Run(name, func(t *testing.T) {
 			cfg := DefaultConfig(WriteBW)
@@ -236,4 +254,24 @@ func TestConfigRefuses(t *testing.T) {
 	c.Size, c.CQMod = 65536, 10
 	p, _ = c.normalize()
 	require.Equal(t, 10, p.CQMod, "-Q is kept")
+	require.Equal(t, []string{"Warning: Large message requested and CQ moderation enabled\n" +
+		"Warning: It can lead to inaccurate results\n"}, p.notices)
+	// A post list sets the moderation when -Q does not, after the rule
+	// for large messages, as in force_dependecies.
+	c = DefaultConfig(WriteBW)
+	c.PostList = 4
+	p, err = c.normalize()
+	require.NoError(t, err)
+	require.Equal(t, 4, p.CQMod)
+	require.Equal(t, []string{"Post List requested - CQ moderation will be the size of the post list\n"}, p.notices)
+	c.Size, c.CQMod = 4096, 2
+	p, err = c.normalize()
+	require.NoError(t, err)
+	require.Equal(t, 2, p.CQMod)
+	require.Empty(t, p.notices)
+	c = DefaultConfig(SendBW)
+	c.Size = 1 << 24
+	p, err = c.normalize()
+	require.NoError(t, err, "sizes up to UINT_MAX/2, not only -a's 8 MiB")
+	require.Equal(t, 1<<24, p.Size)
 }
