@@ -159,6 +159,7 @@ func perftestFlags(fs *pflag.FlagSet, cfg *perftestConfig) {
 	fs.BoolVarP(&c.All, "all", "a", c.All, "run sizes from 2 till 2^23")
 	fs.IntVarP(&c.Iters, "iters", "n", c.Iters, "`number` of exchanges, at least 5 (default 1000; ib_write_bw 5000)")
 	fs.IntVarP(&c.Duration, "duration", "D", c.Duration, "run the test for `seconds` instead of -n iterations")
+	fs.IntVarP(&c.Margin, "margin", "f", c.Margin, "with -D, `seconds` at each end of the run left out of the results (default a quarter of -D)")
 	fs.IntVarP(&c.GIDIndex, "gid-index", "x", c.GIDIndex, "source GID `index` (default the first IPv4-mapped GID, 1 on rvt devices)")
 	fs.StringVarP(&c.Conn, "connection", "c", c.Conn, "connection `type`: RC, UC or UD (UC: SEND and WRITE; UD: SEND)")
 	fs.IntVarP(&c.QPs, "qp", "q", c.QPs, "`number` of QPs")

@@ -101,6 +101,7 @@ type Config struct {
 	All      bool   // -a: every size from 2 to 2^23 (UD: to the MTU)
 	Iters    int    // -n; 0: the tool's default
 	Duration int    // -D seconds; 0: iterations
+	Margin   int    // -f seconds; -1 (DefaultConfig): a quarter of -D
 	QPs      int    // -q
 	TxDepth  int    // -t; 0: the tool's default
 	RxDepth  int    // -r; 0: the tool's default
@@ -129,7 +130,7 @@ type Config struct {
 // DefaultConfig returns perftest's defaults for t.
 func DefaultConfig(t Test) Config {
 	return Config{Test: t, Port: DefaultPort, Device: "rvt0", IBPort: 1, GIDIndex: -1, QPs: 1, Conn: "RC",
-		PostList: 1, Atomic: FetchAndAdd, Inline: -1}
+		PostList: 1, Atomic: FetchAndAdd, Inline: -1, Margin: -1}
 }
 
 // ErrNotSupported is returned (wrapped) for a perftest feature softverbs
@@ -240,6 +241,8 @@ func (c Config) normalize() (*params, error) {
 		return nil, usagef(" Iteration num should be between %d and %d", minIters, maxIters)
 	case p.Duration < 0:
 		return nil, usagef(" Duration period must be positive")
+	case p.Margin < -1:
+		return nil, usagef(" Margin must be non-negative int")
 	case p.QPs < 1 || p.QPs > maxQPs:
 		return nil, usagef(" Num of qps should be between %d and %d", 1, maxQPs)
 	case p.TxDepth < 1 || p.TxDepth > maxTx:
@@ -277,6 +280,12 @@ func (c Config) normalize() (*params, error) {
 	}
 	if p.RDMACM {
 		p.CommRDMACM = true
+	}
+	if p.Margin < 0 {
+		p.Margin = p.Duration / 4 // whole seconds, as perftest's
+	}
+	if p.Duration > 0 && p.Duration <= 2*p.Margin {
+		return nil, usagef("please check that DURATION > 2*MARGIN")
 	}
 	// force_dependecies, in its order.
 	if p.Size > msgSizeCQModLimit && p.Conn != "UD" && !p.All && !p.Events {

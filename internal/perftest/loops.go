@@ -94,12 +94,61 @@ func (s *side) where() string {
 	return "server"
 }
 
-// stopTime is when a timed run ends (the zero Time for an iteration run).
-func (s *side) stopTime() time.Time {
+// window is a timed run's (-D) measured window, as perftest's catch_alarm
+// keeps it: the run's first margin warms up, what completes between the
+// margins is counted, over the time between them, and the run goes on
+// through the last margin. The margin is -f seconds, or a quarter of -D
+// in whole seconds (none below -D 4: then the whole run counts).
+type window struct {
+	from, to, stop time.Time
+	open, shut     bool
+	c0, c1         uint64 // the run's count when the window opened, shut
+	t0, t1         Cycles
+}
+
+// newWindow starts a timed run's window now; nil for an iteration run.
+func (s *side) newWindow() *window {
 	if s.p.Duration == 0 {
+		return nil
+	}
+	now := s.clk.Now()
+	m, d := time.Duration(s.p.Margin)*time.Second, time.Duration(s.p.Duration)*time.Second
+	return &window{from: now.Add(m), to: now.Add(d - m), stop: now.Add(d)}
+}
+
+// stopAt is when the run ends: the zero Time for an iteration run.
+func (w *window) stopAt() time.Time {
+	if w == nil {
 		return time.Time{}
 	}
-	return s.clk.Now().Add(time.Duration(s.p.Duration) * time.Second)
+	return w.stop
+}
+
+// tick notes the run's count (what perftest counts in its sample state)
+// at this moment, opening and shutting the window as their times pass,
+// and reports whether the run is over.
+func (w *window) tick(s *side, count uint64) bool {
+	now := s.clk.Now()
+	if !w.open && !now.Before(w.from) {
+		w.open, w.c0, w.t0 = true, count, s.now()
+	}
+	if w.open && !w.shut && !now.Before(w.to) {
+		w.shut, w.c1, w.t1 = true, count, s.now()
+	}
+	return !now.Before(w.stop)
+}
+
+// result returns what the window counted and when it opened and shut; a
+// run that ended before shutting it (its peer gone) shuts it at count.
+func (w *window) result(s *side, count uint64) (n uint64, t0, t1 Cycles) {
+	w.tick(s, count)
+	if !w.open {
+		w.open, w.c0, w.t0 = true, count, s.now()
+	}
+	if !w.shut {
+		w.shut, w.c1, w.t1 = true, count, s.now()
+	}
+	return w.c1 - w.c0, w.t0, w.t1
 }
 
 // sge returns the one-entry SGL of n bytes at offset off of the buffer.
@@ -169,8 +218,8 @@ func (s *side) bwLoop(size int, recv bool) (BWReport, error) {
 	nq := len(s.qps)
 	n := uint64(p.Iters)
 	tot := n * uint64(nq)
-	stopAt := s.stopTime()
-	timed := !stopAt.IsZero()
+	win := s.newWindow()
+	timed := win != nil
 	// Without a peak (-N, or past 20,000 iterations, as perftest) only
 	// the first post and the end of the run are stamped, each in entry 0
 	// (perftest's tarr_size of 1): Bandwidth reads nothing else then.
@@ -192,11 +241,10 @@ func (s *side) bwLoop(size int, recv bool) (BWReport, error) {
 	list := make([]rvt.SendWR, p.PostList)
 	wc := make([]rvt.WC, 16)
 	mod, pl, depth := uint64(p.CQMod), uint64(p.PostList), uint64(p.TxDepth)
-	start := s.now()
 	stopping := false
 	for idle := 0; ; {
 		if timed {
-			stopping = stopping || !s.clk.Now().Before(stopAt)
+			stopping = win.tick(s, totC) || stopping
 			if stopping && (!recv || totC >= totS) {
 				break
 			}
@@ -282,7 +330,8 @@ func (s *side) bwLoop(size int, recv bool) (BWReport, error) {
 	run := BWRun{TPosted: tposted, TCompleted: tcompleted, Size: uint64(size), Iters: n, QPs: nq,
 		CQMod: p.CQMod, PostList: p.PostList, NoPeak: noPeak, Gbits: p.Gbits, CyclesPerSec: CyclesPerSec}
 	if timed {
-		run = BWRun{TPosted: []Cycles{start}, TCompleted: []Cycles{s.now()}, Size: uint64(size), Iters: totC, Timed: true,
+		k, t0, t1 := win.result(s, totC)
+		run = BWRun{TPosted: []Cycles{t0}, TCompleted: []Cycles{t1}, Size: uint64(size), Iters: k, Timed: true,
 			QPs: nq, NoPeak: true, Gbits: p.Gbits, CyclesPerSec: CyclesPerSec}
 	}
 	return Bandwidth(run), nil
@@ -295,14 +344,17 @@ func (s *side) bwServer(size int) (BWReport, error) {
 	p := s.p
 	nq := len(s.qps)
 	n := uint64(p.Iters)
-	stopAt := s.stopTime()
-	timed := !stopAt.IsZero()
+	win := s.newWindow()
+	timed := win != nil
 	rcnt := make([]uint64, nq)
 	var tot uint64
 	wc := make([]rvt.WC, 16)
 	var start Cycles
 	for timed || tot < n*uint64(nq) {
-		k, err := s.waitCQ(s.recvCQ, s.recvWait, wc, stopAt)
+		if timed && win.tick(s, tot) {
+			break
+		}
+		k, err := s.waitCQ(s.recvCQ, s.recvWait, wc, win.stopAt())
 		if errors.Is(err, errStop) {
 			break
 		}
@@ -326,11 +378,11 @@ func (s *side) bwServer(size int) (BWReport, error) {
 			}
 		}
 	}
-	iters := n
+	iters, end := n, s.now()
 	if timed {
-		iters = tot
+		iters, start, end = win.result(s, tot)
 	}
-	return Bandwidth(BWRun{TPosted: []Cycles{start}, TCompleted: []Cycles{s.now()}, Size: uint64(size), Iters: iters,
+	return Bandwidth(BWRun{TPosted: []Cycles{start}, TCompleted: []Cycles{end}, Size: uint64(size), Iters: iters,
 		QPs: nq, Timed: timed, NoPeak: true, Gbits: s.p.Gbits, CyclesPerSec: CyclesPerSec}), nil
 }
 
@@ -503,12 +555,14 @@ func (s *side) bwRow(r BWReport) {
 	}
 }
 
-// latDone turns a timed run's count into its row.
-func (s *side) latDone(start Cycles, iters uint64) *LatDurResult {
-	if s.p.Duration == 0 {
+// latDone turns a timed run's count into its row (nil for an iteration
+// run).
+func (s *side) latDone(win *window, count uint64) *LatDurResult {
+	if win == nil {
 		return nil
 	}
-	r := LatencyTimed(start, s.now(), iters, CyclesPerUsec, s.p.rtt)
+	n, t0, t1 := win.result(s, count)
+	r := LatencyTimed(t0, t1, n, CyclesPerUsec, s.p.rtt)
 	return &r
 }
 
@@ -542,8 +596,8 @@ func (s *side) runSendLat() error {
 func (s *side) latSend(size int) error {
 	p := s.p
 	n := uint64(p.Iters)
-	stopAt := s.stopTime()
-	timed := !stopAt.IsZero()
+	win := s.newWindow()
+	timed, stopAt := win != nil, win.stopAt()
 	var tposted []Cycles
 	if !timed {
 		tposted = make([]Cycles, n)
@@ -552,7 +606,6 @@ func (s *side) latSend(size int) error {
 	recv := rvt.RecvWR{WRID: 0, SGL: s.sge(len(s.qps)*s.bufSize, s.recvLen(size))}
 	wc := make([]rvt.WC, 1)
 	var scnt, rcnt uint64
-	start := s.now()
 	for timed || scnt < n || rcnt < n {
 		if (timed || rcnt < n) && !(scnt < 1 && s.client) {
 			_, err := s.waitCQ(s.recvCQ, s.recvWait, wc, stopAt)
@@ -572,7 +625,7 @@ func (s *side) latSend(size int) error {
 				}
 			}
 		}
-		if timed && !s.clk.Now().Before(stopAt) {
+		if timed && win.tick(s, rcnt) {
 			break
 		}
 		if timed || scnt < n {
@@ -597,7 +650,7 @@ func (s *side) latSend(size int) error {
 			}
 		}
 	}
-	return s.writeLatRow(size, tposted, s.latDone(start, scnt))
+	return s.writeLatRow(size, tposted, s.latDone(win, rcnt))
 }
 
 // runWriteLat is ib_write_lat after the header (it has no closing
@@ -625,8 +678,8 @@ func (s *side) runWriteLat() error {
 func (s *side) latWrite(size int) error {
 	p := s.p
 	n := uint64(p.Iters)
-	stopAt := s.stopTime()
-	timed := !stopAt.IsZero()
+	win := s.newWindow()
+	timed, stopAt := win != nil, win.stopAt()
 	var tposted []Cycles
 	if !timed {
 		tposted = make([]Cycles, n)
@@ -637,7 +690,6 @@ func (s *side) latWrite(size int) error {
 	pollOff := len(s.qps)*s.bufSize + size - 1
 	wc := make([]rvt.WC, 1)
 	var scnt, ccnt, rcnt uint64
-	start := s.now()
 loop:
 	for timed || scnt < n || ccnt < n || rcnt < n {
 		if (timed || rcnt < n) && !(scnt < 1 && !s.client) {
@@ -652,7 +704,7 @@ loop:
 				}
 			}
 		}
-		if timed && !s.clk.Now().Before(stopAt) {
+		if timed && win.tick(s, ccnt) {
 			break
 		}
 		if timed || scnt < n {
@@ -675,7 +727,7 @@ loop:
 			ccnt++
 		}
 	}
-	return s.writeLatRow(size, tposted, s.latDone(start, scnt))
+	return s.writeLatRow(size, tposted, s.latDone(win, ccnt))
 }
 
 // runReadLat is ib_read_lat after the header: only the client measures;
@@ -710,8 +762,8 @@ func (s *side) runReadLat() error {
 // latRead is run_iter_lat for READ: one signalled READ at a time.
 func (s *side) latRead(size int) error {
 	n := uint64(s.p.Iters)
-	stopAt := s.stopTime()
-	timed := !stopAt.IsZero()
+	win := s.newWindow()
+	timed := win != nil
 	var tposted []Cycles
 	if !timed {
 		tposted = make([]Cycles, n)
@@ -720,9 +772,8 @@ func (s *side) latRead(size int) error {
 	wr.Flags = qp.Signaled
 	wc := make([]rvt.WC, 1)
 	var scnt uint64
-	start := s.now()
 	for ; timed || scnt < n; scnt++ {
-		if timed && !s.clk.Now().Before(stopAt) {
+		if timed && win.tick(s, scnt) {
 			break
 		}
 		if !timed {
@@ -738,5 +789,5 @@ func (s *side) latRead(size int) error {
 			return wcError(s.where(), wc[0], scnt, scnt)
 		}
 	}
-	return s.writeLatRow(size, tposted, s.latDone(start, scnt))
+	return s.writeLatRow(size, tposted, s.latDone(win, scnt))
 }

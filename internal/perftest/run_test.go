@@ -183,6 +183,9 @@ func TestToolsTimed(t *testing.T) {
 		t.Run(tst.String(), func(t *testing.T) {
 			cfg := DefaultConfig(tst)
 			cfg.Duration, cfg.Size, cfg.Timeout = 1, 64, 20*time.Second
+			if tst == WriteBW {
+				cfg.Duration, cfg.Margin = 3, 1 // a window between margins
+			}
 			var out bytes.Buffer
 			require.NoError(t, RunPair(cfg, cli, srv, 0, &out, nil, nil))
 			tb := parseTable(t, out.String())
@@ -192,6 +195,56 @@ func TestToolsTimed(t *testing.T) {
 			require.Positive(t, n)
 		})
 	}
+}
+
+// TestWindow: a timed run counts between its margins, over the time
+// between them, as perftest's catch_alarm does; -D below 4 has none.
+func TestWindow(t *testing.T) {
+	clk := clock.NewManual()
+	cfg := DefaultConfig(WriteBW)
+	cfg.Duration = 8
+	p, err := cfg.normalize()
+	require.NoError(t, err)
+	require.Equal(t, 2, p.Margin, "a quarter of -D")
+	s := &side{p: p, clk: clk, base: clk.Now()}
+	w := s.newWindow()
+	step := func(d time.Duration, count uint64) bool {
+		clk.Advance(d)
+		return w.tick(s, count)
+	}
+	require.False(t, step(time.Second, 100))
+	require.False(t, step(time.Second, 200)) // 2 s: the window opens
+	require.False(t, step(3*time.Second, 500))
+	require.False(t, step(time.Second, 600)) // 6 s: it shuts
+	require.False(t, step(time.Second, 700))
+	require.True(t, step(time.Second, 800)) // 8 s: the run is over
+	n, t0, t1 := w.result(s, 800)
+	require.Equal(t, uint64(400), n)
+	require.Equal(t, Cycles(2*time.Second), t0)
+	require.Equal(t, Cycles(6*time.Second), t1)
+
+	// -D 3: no margin, the whole run counts; a run that ends early (its
+	// peer gone) shuts the window where it ends.
+	cfg.Duration = 3
+	p, err = cfg.normalize()
+	require.NoError(t, err)
+	require.Zero(t, p.Margin)
+	s = &side{p: p, clk: clk, base: clk.Now()}
+	w = s.newWindow()
+	require.False(t, step(0, 0))
+	require.False(t, step(time.Second, 50))
+	n, t0, t1 = w.result(s, 60)
+	require.Equal(t, uint64(60), n)
+	require.Equal(t, Cycles(0), t0)
+	require.Equal(t, Cycles(time.Second), t1)
+
+	// -f sets the margin; it must leave a window.
+	cfg.Duration, cfg.Margin = 3, 1
+	_, err = cfg.normalize()
+	require.NoError(t, err)
+	cfg.Duration = 2
+	_, err = cfg.normalize()
+	require.ErrorContains(t, err, "please check that DURATION > 2*MARGIN")
 }
 
 func TestConfigRefuses(t *testing.T) {
