@@ -7,7 +7,7 @@ PKGS := ./...
 FUZZTIME ?= 20000x
 SIM_SEEDS ?= 300
 
-.PHONY: all build deps libs test race bench fuzz lint demo interop interop-quick perftest-table
+.PHONY: all build deps libs test race bench fuzz lint demo interop interop-quick perftest-table pgo
 
 all: lint build test
 
@@ -77,6 +77,14 @@ interop-quick:
 	GO=$(GO) scripts/interop-cm.sh --quick
 	GO=$(GO) scripts/interop-perftest.sh --quick
 	GO=$(GO) scripts/interop-rvtd.sh --quick
+
+# The CPU profiles the rvt and rvtd commands are built with (Go's
+# profile-guided optimization: cmd/rvt/default.pgo, cmd/rvtd/default.pgo),
+# from the benchmarks and rvtd's measurements (about a minute and a half).
+# Rerun after changing a hot path; docs/performance.md, "Profile-guided
+# builds".
+pgo:
+	GO=$(GO) scripts/pgo.sh
 
 # The perftest tools on the in-memory pair beside their same-run baselines:
 # rewrites the table in docs/performance.md and the plots under
