@@ -638,7 +638,24 @@ func (a *Agent) periodLocked(id *ID) time.Duration {
 func (a *Agent) enterTimeWaitLocked(id *ID) {
 	id.state = StateTimeWait
 	id.epoch++
+	// The remote QP is no longer connected here: a new REQ from it (a
+	// new process given the same QP number, say) is a new connection,
+	// not a stale one. Linux's cm_enter_timewait forgets it too
+	// (cm_remove_remote); the comm ID stays, for duplicate REQs.
+	a.forgetQPNLocked(id)
 	a.armLocked(id, a.timeWait())
+}
+
+// forgetQPNLocked drops id's entry of byQPN (REJ 10's table).
+func (a *Agent) forgetQPNLocked(id *ID) {
+	if !id.reg.qpn {
+		return
+	}
+	k := qpnKey{id.remoteQPN, id.remoteGUID}
+	if a.byQPN[k] == id {
+		delete(a.byQPN, k)
+	}
+	id.reg.qpn = false
 }
 
 // toIdleLocked ends the ID's connection: its comm ID, peer keys and QP are
@@ -658,13 +675,7 @@ func (a *Agent) toIdleLocked(id *ID) {
 		}
 		id.reg.remote = false
 	}
-	if id.reg.qpn {
-		k := qpnKey{id.remoteQPN, id.remoteGUID}
-		if a.byQPN[k] == id {
-			delete(a.byQPN, k)
-		}
-		id.reg.qpn = false
-	}
+	a.forgetQPNLocked(id)
 	a.releaseQPLocked(id)
 	if id.destroyed || id.listener != nil && id.ud {
 		a.removeLocked(id)

@@ -152,6 +152,47 @@ func TestStaleConnection(t *testing.T) {
 	require.Equal(t, uint64(1), b.Counters()["rej_stale"])
 }
 
+// TestReconnectDuringTimeWait: a REQ from the QP number of a connection
+// that is over (both ends in TIMEWAIT) is a new connection, not a stale
+// one: a new process given the same QP number (each rvt process starts at
+// the same one) connects at once, as over Linux (cm_enter_timewait drops
+// the remote QPN).
+func TestReconnectDuringTimeWait(t *testing.T) {
+	w := newWorld(t, worldOpts{manual: true, agent: FastOptions(), seed: 8})
+	p := newPair(t, w, PSTCP, 14)
+	a, b := w.nodes[0], w.nodes[1]
+	qa, qb := a.newQP(t, qp.RC), b.newQP(t, qp.RC)
+	require.NoError(t, p.cid.Connect(qa, nil))
+	req := w.expect(t, p.lch, EventConnectRequest)
+	require.NoError(t, req.ID.Accept(qb, nil))
+	w.expect(t, p.cch, EventEstablished)
+	w.expect(t, p.lch, EventEstablished)
+	require.NoError(t, p.cid.Disconnect())
+	w.expect(t, p.lch, EventDisconnected)
+	require.NoError(t, req.ID.Disconnect()) // the DREP, as rdma_disconnect sends it
+	w.expect(t, p.cch, EventDisconnected)
+	require.Equal(t, StateTimeWait, req.ID.State())
+
+	// The same QP number from a new ID, as a new process would send it.
+	id2 := a.agent.NewID(p.cch, PSTCP, nil)
+	require.NoError(t, id2.ResolveAddr(netip.Addr{}, netip.AddrPortFrom(b.ip, 14)))
+	w.expect(t, p.cch, EventAddrResolved)
+	a.agent.mu.Lock()
+	delete(a.agent.qpUsers, qa.Num()) // pretend the QP was free
+	a.agent.mu.Unlock()
+	for _, q := range []*rvt.QP{qa} {
+		require.NoError(t, q.Modify(&rvt.QPAttr{State: qp.Reset}, qp.AttrState))
+	}
+	require.NoError(t, id2.Connect(qa, nil))
+	req2 := w.expect(t, p.lch, EventConnectRequest)
+	qb2 := b.newQP(t, qp.RC)
+	require.NoError(t, req2.ID.Accept(qb2, nil))
+	w.expect(t, p.cch, EventEstablished)
+	w.expect(t, p.lch, EventEstablished)
+	require.Zero(t, b.agent.Counters()["rej_stale"])
+	require.Equal(t, StateTimeWait, req.ID.State(), "the old connection keeps its TIMEWAIT")
+}
+
 func TestUnknownDREQGetsDREP(t *testing.T) {
 	w := newWorld(t, worldOpts{manual: true, agent: FastOptions(), seed: 7})
 	a, b := w.nodes[0].agent, w.nodes[1].agent
