@@ -20,8 +20,12 @@ var ErrPeerDisconnected = errors.New("cm: peer disconnected")
 // ListenOptions configure Listen.
 type ListenOptions struct {
 	PortSpace PortSpace // default PSTCP (PSUDP for UD services)
-	Backlog   int       // requests waiting for Accept (default 128); beyond it they are rejected
+	Backlog   int       // requests waiting for Accept (default 1024: what rdma_listen(id, 0) gets, ucma's max_backlog); beyond it they are rejected
 }
+
+// defaultBacklog is Linux's for rdma_listen(id, 0): ucma's max_backlog
+// (net.rdma_ucm.max_backlog), which the rdma_cm tools' listens get.
+const defaultBacklog = 1024
 
 // Listener accepts connection requests for one port.
 type Listener struct {
@@ -51,7 +55,7 @@ func (a *Agent) Listen(addr netip.AddrPort, o *ListenOptions) (*Listener, error)
 		lo.PortSpace = PSTCP
 	}
 	if lo.Backlog <= 0 {
-		lo.Backlog = 128
+		lo.Backlog = defaultBacklog
 	}
 	l := &Listener{reqs: make(chan *Request, lo.Backlog), done: make(chan struct{})}
 	l.id = a.newID(lo.PortSpace, nil, l.onEvent)

@@ -54,13 +54,15 @@ func NodeAddrs(i int) (netdev.MAC, []netip.Addr) {
 
 // OpenPair opens two devices, rvt0 and rvt1, on a fresh fabric with a real
 // clock.
-func OpenPair(pc PairConfig) (p *Pair, err error) {
+func OpenPair(pc PairConfig) (_ *Pair, err error) {
 	if pc.LinkMTU == 0 {
 		pc.LinkMTU = DefaultLinkMTU
 	}
 	clk := clock.Real()
-	p = &Pair{Fabric: fabric.New(clk, pc.Seed)}
+	p := &Pair{Fabric: fabric.New(clk, pc.Seed)}
 	defer func() {
+		// Not a named result: `return nil, err` would set it to nil
+		// before this runs.
 		if err != nil {
 			p.Close()
 		}

@@ -72,3 +72,12 @@ func TestRCFaultsLends(t *testing.T) {
 	require.Nil(t, newRCFaults(c, fl2).Lender())
 	require.False(t, newRCFaults(c, fl2).RecyclesFrames())
 }
+
+// TestOpenPairError: a pair that cannot open (a link MTU too small for
+// RoCEv2) returns the error, closing what it had opened, and does not
+// panic (the deferred Close once ran on a nil result).
+func TestOpenPairError(t *testing.T) {
+	p, err := OpenPair(PairConfig{LinkMTU: 100})
+	require.Error(t, err)
+	require.Nil(t, p)
+}

@@ -144,7 +144,9 @@ func Run(ctx context.Context, dev *rvt.Device, cfg Config, out cmtool.Out) error
 	}
 	out.Printf("test complete\n")
 	for _, n := range t.nodes {
-		n.destroy()
+		if n != nil { // a connection whose resources could not be made
+			n.destroy()
+		}
 	}
 	out.Printf("return status %d\n", status)
 	if err == nil && status != 0 {

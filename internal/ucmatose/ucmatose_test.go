@@ -41,6 +41,9 @@ func TestUcmatose(t *testing.T) {
 	}{
 		{"fabric-1", cmtooltest.Fabric, 1, 100},
 		{"fabric-8", cmtooltest.Fabric, 8, 4000},
+		// More requests at once than the 128 a listener once queued:
+		// rdma_listen(id, 0) queues 1024 over Linux.
+		{"fabric-300", cmtooltest.Fabric, 300, 100},
 		{"rvtd-8", cmtooltest.RVTD, 8, 4000},
 		{"udp-4", cmtooltest.UDP, 4, 100},
 	} {
@@ -70,4 +73,20 @@ func TestUcmatoseRejected(t *testing.T) {
 	require.Error(t, c.Err)
 	require.Equal(t, []string{"cmatose: starting client", "cmatose: connecting", "cmatose: event: RDMA_CM_EVENT_REJECTED, error: 8",
 		"test complete", "return status 8"}, cmtooltest.Lines(c.Stdout))
+}
+
+// A connection whose resources cannot be made (more receives than a QP
+// may hold): cmatose prints the failure, "test complete" and its status,
+// and ends; the connections never made are not torn down (a nil node
+// panicked here).
+func TestUcmatoseResourcesFail(t *testing.T) {
+	d := cmtooltest.Fabric(t)
+	srv, cli := DefaultConfig(), DefaultConfig()
+	cli.Dst, cli.Connections, cli.Count = d.ServerAddr, 2, 20000
+	server, client := sides(srv, cli)
+	_, c := cmtooltest.Run(t, d, 30*time.Second, server, client)
+	require.Error(t, c.Err)
+	lines := cmtooltest.Lines(c.Stdout)
+	require.Contains(t, lines, "test complete")
+	require.Regexp(t, `^return status -?[1-9]`, lines[len(lines)-1])
 }
