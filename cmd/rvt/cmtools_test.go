@@ -40,6 +40,7 @@ func TestCMToolsUsage(t *testing.T) {
 		{"rping", "--dup", "0.1"},
 		{"ucmatose", "-P", "ipoib"},
 		{"udaddy", "-p", "0x2"},
+		{"rping", "-P", "-C", "1"}, // a persistent server on the pair would never end
 	} {
 		var out, errb bytes.Buffer
 		require.Equal(t, 2, run(args, &out, &errb), "%v: %s", args, errb.String())

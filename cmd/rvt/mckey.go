@@ -37,7 +37,7 @@ func mckeyCommand() command {
 			fs.IntVarP(&c.conns, "connections", "c", 1, "`connections` (1 only)")
 			fs.IntVarP(&c.cfg.Count, "count", "C", c.cfg.Count, "message `count`")
 			fs.IntVarP(&c.cfg.Size, "size", "S", c.cfg.Size, "message `size` (at most the active MTU)")
-			fs.StringVarP(&c.ps, "ps", "p", "", "port `space`: 0x111 for UDP (the default), 0x2 for IPoIB")
+			fs.StringVarP(&c.ps, "ps", "p", "", "port `space`: 0x111 for UDP (the default); 0x2, IPoIB, fails on these RoCE devices as over Linux (EINVAL)")
 			fs.BoolVarP(&c.cfg.SendOnly, "send-only", "o", false, "join as a send-only full member")
 			fs.BoolVarP(&c.noLoop, "no-loopback", "l", false, "join without multicast loopback (not supported)")
 			cmLinkFlags(fs, &c.link)

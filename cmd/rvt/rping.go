@@ -73,6 +73,10 @@ func runRping(w io.Writer, c rpingConfig) error {
 	if !pair && c.server == c.client {
 		return usagef("give -s (server) or -c (client)")
 	}
+	if pair && cfg.Persistent {
+		// The pair's server would wait for clients that never come.
+		return usagef("-P: a persistent server needs a link (--udp, --tap, --xdp or --rvtd) for clients in other processes")
+	}
 	cfg.Server = c.server
 	check := cfg
 	check.Server = true // the address is checked for a client below

@@ -16,7 +16,7 @@ import (
 )
 
 // rvtdUsage is the --rvtd flag's help text.
-const rvtdUsage = "use device -d of the rvtd daemon on `socket` (no value: $RVTD_SOCKET, " +
+const rvtdUsage = "use the device (-d; --ib-dev for the rdma_cm tools) of the rvtd daemon on `socket` (no value: $RVTD_SOCKET, " +
 	"/run/rvtd/rvtd.sock for root, else $XDG_RUNTIME_DIR/rvtd.sock)"
 
 // rvtdFlag registers --rvtd with an optional value: alone it means the
