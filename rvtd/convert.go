@@ -15,7 +15,24 @@ func (l *Limits) clamp(a *proto.DeviceAttr) {
 	lower(&a.MaxMR, l.MRs)
 	lower(&a.MaxCQE, l.CQEntries)
 	lower(&a.MaxCQ, l.CQEntries)
+	a.MaxResRdAtom = a.MaxQPRdAtom * a.MaxQP // as rvt derives it, for the QPs left
 }
+
+// What the devices do, in ibv_device_attr.device_cap_flags and
+// ibv_port_attr.port_cap_flags (rdma-core's IBV_DEVICE_* and IBV_PORT_*
+// values): RNR NAKs, SRQ resize (ibv_modify_srq max_wr), the system image
+// GUID, memory windows of types 1 and 2B, and fast registration with local
+// invalidation (MEM_MGT_EXTENSIONS), as rxe reports them; on the port, a
+// connection manager (rdma_cm, served by the daemon), as rxe's CM_SUP.
+const (
+	deviceCapFlags = 1<<11 | // SYS_IMAGE_GUID
+		1<<12 | // RC_RNR_NAK_GEN
+		1<<13 | // SRQ_RESIZE
+		1<<17 | // MEM_WINDOW
+		1<<21 | // MEM_MGT_EXTENSIONS
+		1<<24 // MEM_WINDOW_TYPE_2B
+	portCapFlags = 1 << 16 // CM_SUP
+)
 
 // query serves the device, port, GID and P_Key queries.
 func query(d *rvt.Device, m proto.Msg) (proto.Body, error) {
@@ -32,7 +49,7 @@ func query(d *rvt.Device, m proto.Msg) (proto.Body, error) {
 			MaxMW: u32(a.MaxMW), MaxAH: u32(a.MaxAH), MaxSRQ: u32(a.MaxSRQ), MaxSRQWR: u32(a.MaxSRQWR),
 			MaxSRQSGE: u32(a.MaxSRQSGE), MaxMcastGrp: u32(a.MaxMcastGrp), MaxMcastQPAttach: u32(a.MaxMcastQPAttach),
 			MaxTotalMcastQPAttach: u32(a.MaxTotalMcastQPAttach), MaxInlineData: u32(a.MaxInlineData),
-			MaxPKeys: uint16(a.MaxPkeys), PhysPortCnt: uint8(a.PhysPortCnt),
+			MaxPKeys: uint16(a.MaxPkeys), PhysPortCnt: uint8(a.PhysPortCnt), DeviceCapFlags: deviceCapFlags,
 		}
 		if a.AtomicCap == "HCA" {
 			r.AtomicCap = 1 // IBV_ATOMIC_HCA
@@ -46,7 +63,7 @@ func query(d *rvt.Device, m proto.Msg) (proto.Body, error) {
 		return &proto.PortAttr{
 			State: 4, MaxMTU: uint8(p.MaxMTU), ActiveMTU: uint8(p.ActiveMTU), LinkLayer: 2,
 			ActiveWidth: 1, ActiveSpeed: 1, PhysState: 5, GIDTblLen: u32(p.GIDTblLen),
-			PortCapFlags: 0, MaxMsgSize: 1 << 31, PKeyTblLen: uint16(p.PkeyTblLen), LID: p.LID, SMLID: p.SMLID,
+			PortCapFlags: portCapFlags, MaxMsgSize: 1 << 31, PKeyTblLen: uint16(p.PkeyTblLen), LID: p.LID, SMLID: p.SMLID,
 		}, nil
 	case proto.OpQueryGID:
 		t := m.Body.(*proto.TableReq)

@@ -31,6 +31,9 @@ func TestSessionLimits(t *testing.T) {
 			t.Errorf("query_device: max_qp %d max_srq %d max_mr %d max_cqe %d max_cq %d, want the session's 1 1 1 64 64",
 				a.MaxQP, a.MaxSRQ, a.MaxMR, a.MaxCQE, a.MaxCQ)
 		}
+		if a.MaxResRdAtom != a.MaxQPRdAtom*a.MaxQP {
+			t.Errorf("query_device: max_res_rd_atom %d, want max_qp_rd_atom %d x max_qp %d", a.MaxResRdAtom, a.MaxQPRdAtom, a.MaxQP)
+		}
 		if _, err := d.ShmAlloc(2 << 20); !errors.Is(err, proto.ENOMEM) {
 			t.Errorf("2 MiB segment: %v, want ENOMEM", err)
 		}

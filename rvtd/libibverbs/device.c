@@ -340,18 +340,22 @@ static int query_gid(struct ibv_context *ctx, uint32_t port, uint32_t index,
 			sizeof(*r), 0, 0, 0, NULL);
 }
 
+/* The daemon answers EINVAL for an index past the table (gid_tbl_len) or
+ * a port that is not 1, as the kernel does; its table has no empty slots,
+ * whose ENODATA ibv_query_gid would read as zeros. */
 RVC_EXPORT int ibv_query_gid(struct ibv_context *ctx, uint8_t port, int index, union ibv_gid *gid)
 {
 	struct rvc_query_gid_reply r;
-	if (index < 0)
+	if (index < 0) {
+		errno = EINVAL;
 		return -1;
+	}
 	int err = query_gid(ctx, port, (uint32_t)index, &r);
+	if (err == ENODATA) {
+		memset(gid, 0, sizeof(*gid));
+		return 0;
+	}
 	if (err) {
-		/* rdma-core: -1 with errno; an empty slot reads as zeros. */
-		if (err == EINVAL) {
-			memset(gid, 0, sizeof(*gid));
-			return 0;
-		}
 		errno = err;
 		return -1;
 	}
@@ -367,7 +371,7 @@ RVC_EXPORT int _ibv_query_gid_ex(struct ibv_context *ctx, uint32_t port, uint32_
 		return EINVAL;
 	int err = query_gid(ctx, port, index, &r);
 	if (err)
-		return err == EINVAL ? ENODATA : err;
+		return err;
 	struct ibv_gid_entry e;
 	memset(&e, 0, sizeof(e));
 	memcpy(e.gid.raw, r.gid, 16);
