@@ -344,14 +344,14 @@ func (s *side) bwServer(size int) (BWReport, error) {
 	p := s.p
 	nq := len(s.qps)
 	n := uint64(p.Iters)
-	win := s.newWindow()
-	timed := win != nil
+	timed := p.Duration > 0
+	var win *window // a timed run's, from the first arrival (set_on_first_rx_packet)
 	rcnt := make([]uint64, nq)
 	var tot uint64
 	wc := make([]rvt.WC, 16)
 	var start Cycles
 	for timed || tot < n*uint64(nq) {
-		if timed && win.tick(s, tot) {
+		if win != nil && win.tick(s, tot) {
 			break
 		}
 		k, err := s.waitCQ(s.recvCQ, s.recvWait, wc, win.stopAt())
@@ -363,6 +363,10 @@ func (s *side) bwServer(size int) (BWReport, error) {
 		}
 		if tot == 0 {
 			start = s.now()
+			if timed {
+				win = s.newWindow()
+				win.tick(s, 0) // with no margin, this arrival counts
+			}
 		}
 		for _, c := range wc[:k] {
 			if c.Status != cq.Success {
@@ -379,7 +383,7 @@ func (s *side) bwServer(size int) (BWReport, error) {
 		}
 	}
 	iters, end := n, s.now()
-	if timed {
+	if win != nil {
 		iters, start, end = win.result(s, tot)
 	}
 	return Bandwidth(BWRun{TPosted: []Cycles{start}, TCompleted: []Cycles{end}, Size: uint64(size), Iters: iters,
@@ -556,13 +560,16 @@ func (s *side) bwRow(r BWReport) {
 }
 
 // latDone turns a timed run's count into its row (nil for an iteration
-// run).
+// run; none counted if its window never opened).
 func (s *side) latDone(win *window, count uint64) *LatDurResult {
-	if win == nil {
+	if s.p.Duration == 0 {
 		return nil
 	}
-	n, t0, t1 := win.result(s, count)
-	r := LatencyTimed(t0, t1, n, CyclesPerUsec, s.p.rtt)
+	var r LatDurResult
+	if win != nil {
+		n, t0, t1 := win.result(s, count)
+		r = LatencyTimed(t0, t1, n, CyclesPerUsec, s.p.rtt)
+	}
 	return &r
 }
 
@@ -596,8 +603,8 @@ func (s *side) runSendLat() error {
 func (s *side) latSend(size int) error {
 	p := s.p
 	n := uint64(p.Iters)
-	win := s.newWindow()
-	timed, stopAt := win != nil, win.stopAt()
+	timed := p.Duration > 0
+	var win *window // a timed run's, from the first arrival (set_on_first_rx_packet)
 	var tposted []Cycles
 	if !timed {
 		tposted = make([]Cycles, n)
@@ -608,7 +615,7 @@ func (s *side) latSend(size int) error {
 	var scnt, rcnt uint64
 	for timed || scnt < n || rcnt < n {
 		if (timed || rcnt < n) && !(scnt < 1 && s.client) {
-			_, err := s.waitCQ(s.recvCQ, s.recvWait, wc, stopAt)
+			_, err := s.waitCQ(s.recvCQ, s.recvWait, wc, win.stopAt())
 			if errors.Is(err, errStop) {
 				break
 			}
@@ -618,6 +625,10 @@ func (s *side) latSend(size int) error {
 			if wc[0].Status != cq.Success {
 				return wcError(s.where(), wc[0], scnt, rcnt)
 			}
+			if timed && win == nil {
+				win = s.newWindow()
+				win.tick(s, rcnt) // with no margin, this arrival counts
+			}
 			rcnt++
 			if timed || rcnt+uint64(p.RxDepth) <= n {
 				if err := s.qps[0].PostRecv(recv); err != nil {
@@ -625,7 +636,7 @@ func (s *side) latSend(size int) error {
 				}
 			}
 		}
-		if timed && win.tick(s, rcnt) {
+		if win != nil && win.tick(s, rcnt) {
 			break
 		}
 		if timed || scnt < n {
