@@ -269,7 +269,7 @@ check_cm_out() {
 check_perftest_out() {
 	local f=$1 tool=$2 side=$3 size=$4 who=$5 title rows
 	case $tool in
-	*_lat) title='^ *#bytes #iterations +t_min\[usec\]' ;;
+	*_lat) title='^ *#bytes +#iterations +(t_min|t_avg)\[usec\]' ;; # t_avg: a timed (-D) run's
 	*) title='^ *#bytes +#iterations +BW peak\[' ;;
 	esac
 	grep -Eq '^ *remote address: ' "$f" || { log "$who: no remote address"; return 1; }

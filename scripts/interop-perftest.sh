@@ -81,6 +81,7 @@ else
 	add ib_write_bw 1024 -c UC -s 4096 -n 20
 	add ib_send_bw 1024 -b -s 4096 -n 20
 	add ib_send_bw 1024 -D 2 -s 4096
+	add ib_send_lat 1024 -D 4 -s 64 # a margin of 1 s at each end
 	add ib_atomic_bw 1024 -A CMP_AND_SWAP -n 20
 	add ib_read_bw 1024 -q 4 -s 4096 -n 20
 fi
