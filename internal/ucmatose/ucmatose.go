@@ -206,7 +206,9 @@ func (t *test) runServer(ctx context.Context, dev *rvt.Device) (int, error) {
 			t.out.Printf("%v\n", err)
 			t.out.Printf("cmatose: failing connection request\n")
 			_ = req.Reject(nil)
-			continue
+			// connect_events stops at the handler's error, and the
+			// server returns it (-1, rdma_create_qp's).
+			return -1, nil
 		}
 		t.nodes = append(t.nodes, n)
 		if n.conn, err = req.Accept(ctx, n.qp, nil); err != nil {

@@ -3,6 +3,7 @@ package ucmatose
 import (
 	"context"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -89,4 +90,23 @@ func TestUcmatoseResourcesFail(t *testing.T) {
 	lines := cmtooltest.Lines(c.Stdout)
 	require.Contains(t, lines, "test complete")
 	require.Regexp(t, `^return status -?[1-9]`, lines[len(lines)-1])
+}
+
+// The server cannot make a connection's resources: as cmatose, it rejects
+// the request, stops and returns its status, not 0 after transfers with
+// no connection.
+func TestUcmatoseServerResourcesFail(t *testing.T) {
+	d := cmtooltest.Fabric(t)
+	srv, cli := DefaultConfig(), DefaultConfig()
+	srv.Count = 20000
+	cli.Dst = d.ServerAddr
+	server, client := sides(srv, cli)
+	s, c := cmtooltest.Run(t, d, 30*time.Second, server, client)
+	require.Error(t, s.Err)
+	lines := cmtooltest.Lines(s.Stdout)
+	require.Len(t, lines, 5, s.Stdout)
+	require.Equal(t, "cmatose: starting server", lines[0])
+	require.True(t, strings.HasPrefix(lines[1], "cmatose: unable to create QP: "), lines[1])
+	require.Equal(t, []string{"cmatose: failing connection request", "test complete", "return status -1"}, lines[2:])
+	require.Error(t, c.Err)
 }
