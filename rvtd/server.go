@@ -244,6 +244,7 @@ func (s *Server) Serve() error {
 	if ln == nil {
 		return errors.New("rvtd: Serve before Listen")
 	}
+	var backoff time.Duration
 	for {
 		c, err := ln.AcceptUnix()
 		if err != nil {
@@ -257,8 +258,24 @@ func (s *Server) Serve() error {
 			if errors.As(err, &ne) && ne.Timeout() {
 				continue
 			}
-			return err
+			if !acceptTemporary(err) {
+				return err
+			}
+			// Out of descriptors or memory (a client holding many
+			// objects, each a memfd or an eventfd here): the sessions
+			// being served go on, and accepting resumes once some are
+			// freed, as net/http's server does, rather than the
+			// daemon stopping for everyone.
+			if backoff == 0 {
+				backoff = 5 * time.Millisecond
+				s.log.Warn("accept: waiting for resources", "err", err)
+			} else {
+				backoff = min(2*backoff, time.Second)
+			}
+			time.Sleep(backoff)
+			continue
 		}
+		backoff = 0
 		s.mu.Lock()
 		if s.closing {
 			s.mu.Unlock()
@@ -278,6 +295,18 @@ func (s *Server) Serve() error {
 			s.mu.Unlock()
 		}()
 	}
+}
+
+// acceptTemporary reports whether an accept error passes once resources
+// are freed: out of descriptors (EMFILE, ENFILE), memory or buffers, or a
+// connection aborted before it was taken.
+func acceptTemporary(err error) bool {
+	for _, e := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM, syscall.ECONNABORTED} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // Sessions is the number of client sessions connected.

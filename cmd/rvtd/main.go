@@ -44,6 +44,19 @@ func main() {
 		if errors.Is(err, pflag.ErrHelp) {
 			os.Exit(0)
 		}
+		// ContinueOnError prints nothing itself: under systemd a
+		// mistyped ExecStart would leave no line to say why.
+		fmt.Fprintf(os.Stderr, "rvtd: %v\n", err)
+		fs.SetOutput(os.Stderr)
+		fs.PrintDefaults()
+		os.Exit(2)
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "rvtd: unexpected argument %q\n", fs.Arg(0))
+		os.Exit(2)
+	}
+	if f.loops < 0 {
+		fmt.Fprintf(os.Stderr, "rvtd: --loops %d: want 1 or more (0: the default)\n", f.loops)
 		os.Exit(2)
 	}
 	if err := run(f); err != nil {
@@ -99,20 +112,30 @@ func run(f flags) error {
 		defer ms.Close()
 	}
 	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	// SIGHUP too: a daemon started from a terminal that closes stops as
+	// cleanly as on SIGTERM (its clients get DEVICE_FATAL, the socket
+	// goes), instead of dying with the signal.
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve() }()
+	var serveErr error
 	select {
 	case s := <-sig:
 		log.Info("stopping", "signal", s.String())
-	case err := <-served:
-		if err != nil {
-			log.Error("serve", "err", err)
+	case serveErr = <-served:
+		if serveErr != nil {
+			log.Error("serve", "err", serveErr)
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return srv.Shutdown(ctx)
+	if err := srv.Shutdown(ctx); err != nil {
+		return err
+	}
+	if serveErr != nil {
+		return fmt.Errorf("serve: %w", serveErr) // exit 1: a supervisor restarts it
+	}
+	return nil
 }
 
 // serveMetrics serves /metrics at addr: the daemon's collector, with the

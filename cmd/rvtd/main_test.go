@@ -136,3 +136,138 @@ func TestMetricsFlag(t *testing.T) {
 		t.Fatalf("rvtd after SIGTERM: %v\n%s", err, out)
 	}
 }
+
+// TestOutOfDescriptors: a daemon that runs out of file descriptors (here
+// a limit of 48; a client holding thousands of QPs reaches the default
+// one the same way) keeps serving the sessions it has, waits, and accepts
+// again once some are closed, instead of stopping for everyone (and
+// exiting 0, which a supervisor would not restart).
+func TestOutOfDescriptors(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "rvtd.sock")
+	cmd := exec.Command("sh", "-c", `ulimit -n 48 && exec "$0" -test.run='^$'`, os.Args[0])
+	cmd.Env = append(os.Environ(), "RVTD_MAIN=1", "RVTD_ARGS=--socket "+sock)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill() // by PID, if still running
+	var held []*client.Client
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	for deadline := time.Now().Add(10 * time.Second); len(held) == 0; time.Sleep(10 * time.Millisecond) {
+		if c, err := client.Dial(sock, "fds"); err == nil {
+			held = append(held, c)
+		} else if time.Now().After(deadline) {
+			t.Fatalf("rvtd did not come up: %v\n%s", err, &out)
+		}
+	}
+	dev, err := held[0].OpenDevice("rvt0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Sessions until one is not answered: the daemon has no descriptor
+	// left to accept it with.
+	var pending chan error
+	for len(held) < 100 && pending == nil {
+		done := make(chan error, 1)
+		var c *client.Client
+		go func() {
+			var err error
+			c, err = client.Dial(sock, "fds")
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("session %d: %v", len(held)+1, err)
+			}
+			held = append(held, c)
+		case <-time.After(2 * time.Second):
+			pending = done
+		}
+	}
+	if pending == nil {
+		t.Fatalf("100 sessions under a limit of 48 descriptors:\n%s", &out)
+	}
+	if cmd.ProcessState != nil {
+		t.Fatalf("rvtd exited:\n%s", &out)
+	}
+	// The sessions it has still work.
+	if _, err := dev.QueryDevice(); err != nil {
+		t.Fatalf("a session while out of descriptors: %v", err)
+	}
+	for _, c := range held[1:] {
+		c.Close()
+	}
+	held = held[:1]
+	select {
+	case err := <-pending:
+		if err != nil {
+			t.Fatalf("the waiting session: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the waiting session was not accepted once descriptors were freed:\n%s", &out)
+	}
+	if !strings.Contains(out.String(), "accept: waiting for resources") {
+		t.Errorf("no warning in the log:\n%s", &out)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("rvtd after SIGTERM: %v\n%s", err, &out)
+	}
+}
+
+// TestFlagErrors: a mistyped command line says what is wrong (under
+// systemd nothing else would), and exits 2.
+func TestFlagErrors(t *testing.T) {
+	for _, tc := range []struct{ args, want string }{
+		{"--bogus", "unknown flag: --bogus"},
+		{"--loops abc", `invalid argument "abc"`},
+		{"--loops -5", "--loops -5: want 1 or more"},
+		{"extra --check-config", `unexpected argument "extra"`},
+	} {
+		cmd, out := rvtdCmd(strings.Fields(tc.args)...)
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 2 {
+			t.Errorf("%s: %v, want exit status 2\n%s", tc.args, err, out)
+		}
+		if !strings.Contains(out.String(), tc.want) {
+			t.Errorf("%s: %q not in\n%s", tc.args, tc.want, out)
+		}
+	}
+}
+
+// TestSIGHUP: a daemon whose terminal closes stops as on SIGTERM: exit 0,
+// the socket removed.
+func TestSIGHUP(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "rvtd.sock")
+	cmd, out := rvtdCmd("--socket", sock)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill() // by PID, if still running
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if c, err := client.Dial(sock, "hup"); err == nil {
+			c.Close()
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("rvtd did not come up: %v\n%s", err, out)
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("rvtd after SIGHUP: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(sock); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("socket after SIGHUP: %v", err)
+	}
+}
