@@ -200,6 +200,12 @@ func TestSourceGIDIndexChecked(t *testing.T) {
 	require.Contains(t, err.Error(), fmt.Sprintf("source GID index %d", gids))
 	_, err = n.pd.CreateAH(AddressVector{DGID: gid, SGIDIndex: uint8(gids - 1)})
 	require.NoError(t, err)
+	// The port, as Modify checks it: 1 (or 0, unset), never another.
+	_, err = n.pd.CreateAH(AddressVector{DGID: gid, SGIDIndex: 1, Port: 7})
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	require.Contains(t, err.Error(), "port 7")
+	_, err = n.pd.CreateAH(AddressVector{DGID: gid, SGIDIndex: 1, Port: 1})
+	require.NoError(t, err)
 
 	q := n.qp(t, qp.RC)
 	init := QPAttr{State: qp.Init, Port: 1, AccessFlags: keys.RemoteWrite}

@@ -139,6 +139,11 @@ func (pd *PD) CreateAH(av AddressVector) (*AH, error) {
 	if err := pd.d.limits.CheckSGID(av.SGIDIndex); err != nil {
 		return nil, fmt.Errorf("create AH: %w", err)
 	}
+	if av.Port > 1 {
+		// One port: the kernel's rdma_check_ah_attr refuses any other
+		// (0 here is that port, for Go callers that leave it unset).
+		return nil, fmt.Errorf("create AH: %w: port %d: the device has port 1 only", ErrInvalidArgument, av.Port)
+	}
 	if err := pd.TryRef(); err != nil {
 		return nil, fmt.Errorf("create AH: %w", err)
 	}

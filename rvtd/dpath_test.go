@@ -2,6 +2,7 @@ package rvtd_test
 
 import (
 	"encoding/binary"
+	"errors"
 	"net/netip"
 	"testing"
 	"time"
@@ -297,6 +298,9 @@ func TestUDMulticast(t *testing.T) {
 	defer rc.c.Close()
 	if err := rc.qp.AttachMcast(mgid, 0xC000); err != proto.EINVAL {
 		t.Fatalf("attaching an RC QP: %v, want EINVAL", err)
+	}
+	if _, err := src.dev.CreateAH(2, proto.AV{DGID: mgid, SGIDIndex: 1, HopLimit: 64, Port: 7, IsGlobal: true}); !errors.Is(err, proto.EINVAL) {
+		t.Fatalf("an AH on port 7: %v, want EINVAL (rdma_check_ah_attr)", err)
 	}
 	ah, err := src.dev.CreateAH(2, proto.AV{DGID: mgid, SGIDIndex: 1, HopLimit: 64, Port: 1})
 	if err != nil {
