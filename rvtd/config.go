@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/softverbs/softverbs/internal/devopen"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -161,6 +162,7 @@ func (c *Config) Check() error {
 		return errors.New("limits must not be negative")
 	}
 	seen := map[string]bool{}
+	fabricIPs := map[string]string{} // "fabric addr": the device that has it
 	for i, d := range c.Devices {
 		if d.Name == "" || len(d.Name) > 63 {
 			return fmt.Errorf("device %d: name %q: want 1 to 63 bytes", i, d.Name)
@@ -186,6 +188,21 @@ func (c *Config) Check() error {
 		}
 		if d.MTU < 0 || d.MTU > 65535 {
 			return fmt.Errorf("device %q: mtu %d", d.Name, d.MTU)
+		}
+		if d.UDP != "" && d.IP != "" {
+			return fmt.Errorf("device %q: ip is for fabric, tap and xdp devices (a udp device's address is its udp)", d.Name)
+		}
+		lc := devopen.Config{UDP: d.UDP, IP: d.IP, MAC: d.MAC, LinkMTU: d.MTU}
+		if err := lc.CheckAddrs(); err != nil {
+			return fmt.Errorf("device %q: %w", d.Name, err)
+		}
+		if d.Fabric != "" {
+			pfx, _ := devopen.ParsePrefix(d.IP) // checked just above
+			k := d.Fabric + " " + pfx.Addr().String()
+			if other, dup := fabricIPs[k]; dup {
+				return fmt.Errorf("device %q: ip %s is device %q's on fabric %q", d.Name, pfx.Addr(), other, d.Fabric)
+			}
+			fabricIPs[k] = d.Name
 		}
 	}
 	return nil

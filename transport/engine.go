@@ -158,6 +158,10 @@ const netHeadroom = 14 + 40 + 8
 // active MTU).
 const ibOverhead = 40 + 8 + maxIBHdr + ICRCLen
 
+// MinLinkMTU is the smallest Ethernet MTU a port takes: one that holds a
+// 256-byte path MTU's packets (SetPort refuses less).
+const MinLinkMTU = 256 + ibOverhead
+
 // Engine is the transport of one device.
 type Engine struct {
 	cfg  Config

@@ -10,6 +10,7 @@ import (
 	"github.com/softverbs/softverbs/netdev/tap"
 	"github.com/softverbs/softverbs/netdev/udp"
 	"github.com/softverbs/softverbs/netdev/xdp"
+	"github.com/softverbs/softverbs/transport"
 )
 
 // tapMTU is the MTU of a TAP we create: cfg.LinkMTU, or enough for the
@@ -101,15 +102,58 @@ func openUDP(cfg Config) (*Link, error) {
 		}
 		return OpenUDP(netip.AddrPortFrom(pfx.Addr(), 0), cfg.LinkMTU)
 	}
-	ap, err := netip.ParseAddrPort(cfg.UDP)
+	ap, err := ParseUDP(cfg.UDP)
 	if err != nil {
-		a, err2 := netip.ParseAddr(cfg.UDP)
+		return nil, err
+	}
+	return OpenUDP(ap, cfg.LinkMTU)
+}
+
+// ParseUDP parses --udp: IP or IP:port (port 0: RoCEv2's).
+func ParseUDP(s string) (netip.AddrPort, error) {
+	ap, err := netip.ParseAddrPort(s)
+	if err != nil {
+		a, err2 := netip.ParseAddr(s)
 		if err2 != nil {
-			return nil, fmt.Errorf("--udp %q: want IP or IP:port", cfg.UDP)
+			return ap, fmt.Errorf("--udp %q: want IP or IP:port", s)
 		}
 		ap = netip.AddrPortFrom(a, 0)
 	}
-	return OpenUDP(ap, cfg.LinkMTU)
+	return ap, nil
+}
+
+// CheckAddrs reports what Open would refuse in cfg's addresses and MTU,
+// without opening anything (rvtd's --check-config): the IP, the MAC and
+// the UDP address as Open parses them, a unicast address, the RoCEv2
+// port, and a link MTU that holds a 256-byte path MTU.
+func (cfg Config) CheckAddrs() error {
+	if cfg.IP != "" {
+		pfx, err := ParsePrefix(cfg.IP)
+		if err != nil {
+			return err
+		}
+		if a := pfx.Addr(); !a.IsGlobalUnicast() && !a.IsPrivate() && !a.IsLoopback() && !a.IsLinkLocalUnicast() {
+			return fmt.Errorf("--ip %q: not a unicast address", cfg.IP)
+		}
+	}
+	if cfg.MAC != "" {
+		if _, err := HostMAC(cfg.MAC); err != nil {
+			return err
+		}
+	}
+	if cfg.UDP != "" {
+		ap, err := ParseUDP(cfg.UDP)
+		if err != nil {
+			return err
+		}
+		if p := ap.Port(); p != 0 && p != netdev.RoCEv2Port {
+			return fmt.Errorf("--udp %q: %w (peers send RoCEv2 to port %d only)", cfg.UDP, udp.ErrPort, netdev.RoCEv2Port)
+		}
+	}
+	if cfg.LinkMTU != 0 && cfg.LinkMTU < transport.MinLinkMTU {
+		return fmt.Errorf("link MTU %d too small for RoCEv2 (at least %d)", cfg.LinkMTU, transport.MinLinkMTU)
+	}
+	return nil
 }
 
 // OpenUDP opens the UDP-socket link on ap with Ethernet MTU mtu (0: the
