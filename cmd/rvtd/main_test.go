@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softverbs/softverbs/internal/syncbuf"
 	"github.com/softverbs/softverbs/rvtd/client"
 )
 
@@ -143,11 +144,12 @@ func TestMetricsFlag(t *testing.T) {
 // again once some are closed, instead of stopping for everyone (and
 // exiting 0, which a supervisor would not restart).
 func TestOutOfDescriptors(t *testing.T) {
+	const warning = "accept: waiting for resources"
 	sock := filepath.Join(t.TempDir(), "rvtd.sock")
 	cmd := exec.Command("sh", "-c", `ulimit -n 48 && exec "$0" -test.run='^$'`, os.Args[0])
 	cmd.Env = append(os.Environ(), "RVTD_MAIN=1", "RVTD_ARGS=--socket "+sock)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	out := &syncbuf.Buffer{}
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -162,39 +164,48 @@ func TestOutOfDescriptors(t *testing.T) {
 		if c, err := client.Dial(sock, "fds"); err == nil {
 			held = append(held, c)
 		} else if time.Now().After(deadline) {
-			t.Fatalf("rvtd did not come up: %v\n%s", err, &out)
+			t.Fatalf("rvtd did not come up: %v\n%s", err, out)
 		}
 	}
 	dev, err := held[0].OpenDevice("rvt0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Sessions until one is not answered: the daemon has no descriptor
-	// left to accept it with.
-	var pending chan error
+	// Sessions until the daemon says it has no descriptor left to
+	// accept one with: that one waits.
+	type dialed struct {
+		c   *client.Client
+		err error
+	}
+	var pending chan dialed
 	for len(held) < 100 && pending == nil {
-		done := make(chan error, 1)
-		var c *client.Client
+		done := make(chan dialed, 1)
 		go func() {
-			var err error
-			c, err = client.Dial(sock, "fds")
-			done <- err
+			c, err := client.Dial(sock, "fds")
+			done <- dialed{c, err}
 		}()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Fatalf("session %d: %v", len(held)+1, err)
+	wait:
+		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			select {
+			case d := <-done:
+				if d.err != nil {
+					t.Fatalf("session %d: %v\n%s", len(held)+1, d.err, out)
+				}
+				held = append(held, d.c)
+				break wait
+			default:
 			}
-			held = append(held, c)
-		case <-time.After(2 * time.Second):
-			pending = done
+			if strings.Contains(out.String(), warning) {
+				pending = done
+				break wait
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("session %d: neither answered nor waiting\n%s", len(held)+1, out)
+			}
 		}
 	}
 	if pending == nil {
-		t.Fatalf("100 sessions under a limit of 48 descriptors:\n%s", &out)
-	}
-	if cmd.ProcessState != nil {
-		t.Fatalf("rvtd exited:\n%s", &out)
+		t.Fatalf("100 sessions under a limit of 48 descriptors:\n%s", out)
 	}
 	// The sessions it has still work.
 	if _, err := dev.QueryDevice(); err != nil {
@@ -205,21 +216,19 @@ func TestOutOfDescriptors(t *testing.T) {
 	}
 	held = held[:1]
 	select {
-	case err := <-pending:
-		if err != nil {
-			t.Fatalf("the waiting session: %v", err)
+	case d := <-pending:
+		if d.err != nil {
+			t.Fatalf("the waiting session: %v", d.err)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatalf("the waiting session was not accepted once descriptors were freed:\n%s", &out)
-	}
-	if !strings.Contains(out.String(), "accept: waiting for resources") {
-		t.Errorf("no warning in the log:\n%s", &out)
+		held = append(held, d.c)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the waiting session was not accepted once descriptors were freed:\n%s", out)
 	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	if err := cmd.Wait(); err != nil {
-		t.Fatalf("rvtd after SIGTERM: %v\n%s", err, &out)
+		t.Fatalf("rvtd after SIGTERM: %v\n%s", err, out)
 	}
 }
 
