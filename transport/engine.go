@@ -160,7 +160,7 @@ const ibOverhead = 40 + 8 + maxIBHdr + ICRCLen
 
 // MinLinkMTU is the smallest Ethernet MTU a port takes: one that holds a
 // 256-byte path MTU's packets (SetPort refuses less).
-const MinLinkMTU = 256 + ibOverhead
+const MinLinkMTU = 256 + ibOverhead // qp.MTU256
 
 // Engine is the transport of one device.
 type Engine struct {
@@ -287,10 +287,10 @@ func (e *Engine) SetPort(pc PortConfig) error {
 			pc.MTU = 4096 + ibOverhead
 		}
 	}
-	m := qp.MTUFromBytes(pc.MTU - ibOverhead)
-	if m == 0 {
-		return fmt.Errorf("set port: %w: link MTU %d too small for RoCEv2", ErrInvalidArgument, pc.MTU)
+	if pc.MTU < MinLinkMTU {
+		return fmt.Errorf("set port: %w: link MTU %d too small for RoCEv2 (at least %d)", ErrInvalidArgument, pc.MTU, MinLinkMTU)
 	}
+	m := qp.MTUFromBytes(pc.MTU - ibOverhead)
 	gids := make([]netdev.GID, len(pc.Addrs))
 	for i, a := range pc.Addrs {
 		gids[i] = netdev.GIDFromIP(a)

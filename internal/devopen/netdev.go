@@ -132,7 +132,7 @@ func (cfg Config) CheckAddrs() error {
 		if err != nil {
 			return err
 		}
-		if a := pfx.Addr(); !a.IsGlobalUnicast() && !a.IsPrivate() && !a.IsLoopback() && !a.IsLinkLocalUnicast() {
+		if a := pfx.Addr(); a.IsMulticast() || a.IsUnspecified() {
 			return fmt.Errorf("--ip %q: not a unicast address", cfg.IP)
 		}
 	}
@@ -146,12 +146,12 @@ func (cfg Config) CheckAddrs() error {
 		if err != nil {
 			return err
 		}
-		if p := ap.Port(); p != 0 && p != netdev.RoCEv2Port {
-			return fmt.Errorf("--udp %q: %w (peers send RoCEv2 to port %d only)", cfg.UDP, udp.ErrPort, netdev.RoCEv2Port)
+		if err := udp.CheckAddr(ap); err != nil {
+			return err
 		}
 	}
 	if cfg.LinkMTU != 0 && cfg.LinkMTU < transport.MinLinkMTU {
-		return fmt.Errorf("link MTU %d too small for RoCEv2 (at least %d)", cfg.LinkMTU, transport.MinLinkMTU)
+		return fmt.Errorf("link MTU %d too small for RoCEv2 (at least %d, as a port takes it)", cfg.LinkMTU, transport.MinLinkMTU)
 	}
 	return nil
 }

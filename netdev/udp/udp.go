@@ -127,6 +127,20 @@ var (
 	_ netdev.GroupJoiner = (*Link)(nil)
 )
 
+// CheckAddr reports why OpenConfig would refuse addr, if it would: a port
+// other than RoCEv2's (0 stands for it), or an address that is not a
+// single unicast one.
+func CheckAddr(addr netip.AddrPort) error {
+	if port := addr.Port(); port != 0 && port != netdev.RoCEv2Port {
+		return fmt.Errorf("open udp link %v: port %d: peers send RoCEv2 to port %d only (a GID has no port), so nothing would arrive: %w",
+			addr, port, netdev.RoCEv2Port, ErrPort)
+	}
+	if ip := addr.Addr().Unmap(); !ip.IsValid() || ip.IsUnspecified() || ip.IsMulticast() {
+		return fmt.Errorf("open udp link %v: need a unicast local address", addr)
+	}
+	return nil
+}
+
 // Open opens a UDP link on addr with defaults. Port 0 means 4791; any
 // other port is refused with an error wrapping ErrPort.
 func Open(addr netip.AddrPort) (*Link, error) {
@@ -137,18 +151,10 @@ func Open(addr netip.AddrPort) (*Link, error) {
 // namespace of the calling thread; sockets the link opens later (per
 // source port, per group) are opened there too.
 func OpenConfig(cfg Config) (*Link, error) {
-	ip := cfg.Addr.Addr().Unmap()
-	port := cfg.Addr.Port()
-	if port == 0 {
-		port = netdev.RoCEv2Port
+	if err := CheckAddr(cfg.Addr); err != nil {
+		return nil, err
 	}
-	if port != netdev.RoCEv2Port {
-		return nil, fmt.Errorf("open udp link %v: port %d: peers send RoCEv2 to port %d only (a GID has no port), so nothing would arrive: %w",
-			cfg.Addr, port, netdev.RoCEv2Port, ErrPort)
-	}
-	if !ip.IsValid() || ip.IsUnspecified() || ip.IsMulticast() {
-		return nil, fmt.Errorf("open udp link %v: need a unicast local address", cfg.Addr)
-	}
+	ip, port := cfg.Addr.Addr().Unmap(), uint16(netdev.RoCEv2Port)
 	l := &Link{cfg: cfg, local: netip.AddrPortFrom(ip, port), v6: ip.Is6(), mtu: cfg.MTU,
 		tx: make(map[uint16]*net.UDPConn), groups: make(map[netip.Addr]*net.UDPConn)}
 	l.mac = udpFakeMAC(ip)
