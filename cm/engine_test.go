@@ -81,6 +81,21 @@ func TestNoListenerREJ8(t *testing.T) {
 	requireClean(t, w, 1)
 }
 
+// TestIPoIBPortSpaceRefused: an ID of the IPoIB port space cannot bind
+// or resolve on a RoCE device (Linux's cma: EINVAL); a UDP one can.
+func TestIPoIBPortSpaceRefused(t *testing.T) {
+	w := newWorld(t, worldOpts{manual: true, agent: FastOptions(), seed: 9})
+	a := w.nodes[0]
+	ch := NewEventChannel()
+	id := a.agent.NewID(ch, PSIPoIB, nil)
+	require.ErrorIs(t, id.BindAddr(netip.AddrPortFrom(a.ip, 0)), ErrInvalidArgument)
+	require.ErrorIs(t, id.ResolveAddr(netip.Addr{}, netip.AddrPortFrom(w.nodes[1].ip, 5)), ErrInvalidArgument)
+	id.Destroy()
+	id = a.agent.NewID(ch, PSUDP, nil)
+	require.NoError(t, id.BindAddr(netip.AddrPortFrom(a.ip, 0)))
+	id.Destroy()
+}
+
 func TestUnreachableAfterRetries(t *testing.T) {
 	w := newWorld(t, worldOpts{manual: true, agent: FastOptions(), seed: 4})
 	a := w.nodes[0]

@@ -197,11 +197,25 @@ func (id *ID) SetAckTimeout(t uint8) {
 	id.a.mu.Unlock()
 }
 
+// roceSpace refuses the IPoIB port space where an ID binds or resolves:
+// every softverbs device is RoCE (an Ethernet link layer), and Linux's cma
+// answers EINVAL for RDMA_PS_IPOIB on one (cma_acquire_dev_by_src_ip), as
+// rxe does. (rvtd refuses such an ID when it is made.)
+func (id *ID) roceSpace(op string) error {
+	if id.ps == PSIPoIB {
+		return fmt.Errorf("%s: %w: the IPoIB port space on a RoCE device", op, ErrInvalidArgument)
+	}
+	return nil
+}
+
 // BindAddr binds the ID to a local address and port (rdma_bind_addr); an
 // unspecified address listens on every GID, port 0 takes an ephemeral one.
 func (id *ID) BindAddr(addr netip.AddrPort) error {
 	if id.r != nil {
 		return id.remoteBind(addr)
+	}
+	if err := id.roceSpace("bind"); err != nil {
+		return err
 	}
 	a := id.a
 	a.mu.Lock()

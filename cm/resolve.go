@@ -39,6 +39,9 @@ func (id *ID) ResolveAddrTimeout(src netip.Addr, dst netip.AddrPort, timeout tim
 	if id.r != nil {
 		return id.remoteResolveAddr(src, dst)
 	}
+	if err := id.roceSpace("resolve addr"); err != nil {
+		return err
+	}
 	if timeout <= 0 {
 		timeout = DefaultResolveTimeout
 	}

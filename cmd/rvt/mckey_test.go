@@ -39,7 +39,7 @@ func TestMckeyPair(t *testing.T) {
 	out.Reset()
 	errb.Reset()
 	require.Equal(t, 1, run([]string{"mckey", "-p", "0x2", "--timeout", "30s"}, &out, &errb), out.String())
-	require.Contains(t, errb.String(), "addr bind failure: invalid argument")
+	require.Contains(t, errb.String(), "addr bind failure: bind: cm: invalid argument: the IPoIB port space on a RoCE device")
 	for _, args := range [][]string{{"mckey", "-m", "ff0e::1"}, {"mckey", "-m", "198.18.0.9"}, {"mckey", "-M", "ff12::1"},
 		{"mckey", "-l"}, {"mckey", "-c", "2"}, {"mckey", "-p", "0x106"}} {
 		var out, errb bytes.Buffer

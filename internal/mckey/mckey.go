@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"syscall"
 	"time"
 
 	"github.com/softverbs/softverbs/cm"
@@ -87,15 +86,6 @@ func run(ctx context.Context, dev *rvt.Device, cfg *Config, out cmtool.Out) erro
 	id := ag.NewID(ch, cfg.PortSpace, nil)
 	defer id.Destroy()
 	out.Printf("mckey: joining\n")
-	if cfg.PortSpace == cm.PSIPoIB {
-		// Every softverbs device is RoCE, and Linux's cma refuses the
-		// IPoIB port space on one with EINVAL where the ID binds or
-		// resolves (as rvtd does: TestCMIPoIBRefused).
-		if cfg.Src.IsValid() {
-			return fmt.Errorf("addr bind failure: %w", syscall.EINVAL)
-		}
-		return fmt.Errorf("resolve addr failure: %w", syscall.EINVAL)
-	}
 	if cfg.Src.IsValid() {
 		if err := id.BindAddr(netip.AddrPortFrom(cfg.Src, 0)); err != nil {
 			return fmt.Errorf("addr bind failure: %w", err)
