@@ -1,12 +1,15 @@
 package dropin_test
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -29,6 +32,15 @@ func childDaemon(sock string) int {
 		err = srv.Listen(sock)
 	}
 	if err == nil {
+		// SIGTERM: a clean shutdown, as cmd/rvtd's.
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, syscall.SIGTERM)
+		go func() {
+			<-sig
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(ctx)
+		}()
 		err = srv.Serve()
 	}
 	if err != nil {
@@ -87,10 +99,10 @@ func daemonProcess(t *testing.T) (*daemonProc, string) {
 	}
 }
 
-// kill ends the daemon with SIGKILL (its own process only) and reaps it.
-func (d *daemonProc) kill(t *testing.T) {
+// kill ends the daemon with sig (its own process only) and reaps it.
+func (d *daemonProc) kill(t *testing.T, sig os.Signal) {
 	t.Helper()
-	if err := d.cmd.Process.Kill(); err != nil {
+	if err := d.cmd.Process.Signal(sig); err != nil {
 		t.Fatal(err)
 	}
 	<-d.done
@@ -113,11 +125,17 @@ func within(t *testing.T, p *proc, limit time.Duration) (error, string) {
 // (verbs_test fatal): every work request posted and not completed must come
 // back as a WR_FLUSH_ERR completion, after the real completion left in a
 // ring, posts must fail with EIO, and the async socket give DEVICE_FATAL,
-// all within seconds; with the library built plainly and with ASan.
+// all within seconds; with the library built plainly and with ASan. And
+// the same when rvtd shuts down cleanly (SIGTERM): the daemon sends
+// DEVICE_FATAL itself and must complete nothing twice.
 func TestDaemonKilled(t *testing.T) {
 	build := libs(t)
-	for _, variant := range []string{"plain", "asan"} {
+	for _, variant := range []string{"plain", "asan", "sigterm"} {
 		t.Run(variant, func(t *testing.T) {
+			sig := os.Signal(syscall.SIGKILL)
+			if variant == "sigterm" {
+				sig = syscall.SIGTERM
+			}
 			lib, env := build, []string(nil)
 			if variant == "asan" {
 				lib, env = filepath.Join(build, "asan"), sanitizerEnv(t)
@@ -125,7 +143,7 @@ func TestDaemonKilled(t *testing.T) {
 			d, sock := daemonProcess(t)
 			p := start(t, lib, sock, 120*time.Second, env, filepath.Join(build, "test", "verbs_test"), "fatal")
 			p.waitOutput(t, "READY", 60*time.Second)
-			d.kill(t)
+			d.kill(t, sig)
 			killed := time.Now()
 			err, out := within(t, p, 25*time.Second)
 			if bad := sanitizerReport(out); bad != "" {
@@ -159,7 +177,7 @@ func TestDaemonKilledPingpong(t *testing.T) {
 	cli.waitOutput(t, "remote address", 30*time.Second)
 	srv.waitOutput(t, "remote address", 30*time.Second)
 	time.Sleep(300 * time.Millisecond) // in the ping-pong loop
-	d.kill(t)
+	d.kill(t, syscall.SIGKILL)
 	for _, p := range []*proc{srv, cli} {
 		err, out := within(t, p, 20*time.Second)
 		var ee *exec.ExitError

@@ -838,7 +838,7 @@ static void teardown(struct side *s)
 }
 
 /* verbs_test fatal: the daemon dies under busy pollers (rvtd/dropin's
- * TestDaemonKilled kills it, SIGKILL, once this prints READY). Every work
+ * TestDaemonKilled kills it, or shuts it down, once this prints READY). Every work
  * request posted and not completed comes back as a WR_FLUSH_ERR completion
  * after the real completions left in the ring, each queue in posting
  * order; then the CQs are empty; posting fails with EIO; the async socket
@@ -1045,8 +1045,8 @@ static int fatal_mode(void)
 	CHECK(ibv_wr_complete(x) == EIO);
 	CHECK(ibv_poll_cq(fa.cq, 1, &wc) == 0); /* nothing of those */
 
-	/* The async socket: DEVICE_FATAL (made by the library: the daemon
-	 * was killed), then EIO. */
+	/* The async socket: DEVICE_FATAL (the daemon's on a shutdown, the
+	 * library's when the daemon was killed), then EIO. */
 	struct ibv_async_event ev;
 	CHECK(ibv_get_async_event(fa.ctx, &ev) == 0 && ev.event_type == IBV_EVENT_DEVICE_FATAL);
 	ibv_ack_async_event(&ev);
