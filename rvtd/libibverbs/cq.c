@@ -195,12 +195,26 @@ static void cqe_to_wc(const struct rvc_cqe *e, struct ibv_wc *wc)
 	wc->dlid_path_bits = e->dlid_path_bits;
 }
 
+/* idle counts an empty poll of c (c's lock held) and says whether this one
+ * should look for the daemon's end (rvc_check_fatal, after unlocking). */
+static int idle(struct rvc_cq *c, int fatal)
+{
+	if (fatal || ++c->idle_polls < RVC_FATAL_CHECK)
+		return 0;
+	c->idle_polls = 0;
+	return 1;
+}
+
 int rvc_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 {
 	struct rvc_cq *c = to_rcq(cq);
+	struct rvc_context *rc = to_rctx(cq->context);
 	if (n < 0)
 		return -EINVAL;
 	pthread_mutex_lock(&c->lock);
+	/* Before the producer index: once fatal, the daemon had stopped, and
+	 * the ring holds every real completion there will be. */
+	int fatal = rvc_fatal(rc);
 	int64_t avail = rvc_available(&c->ring);
 	if (avail < 0) {
 		pthread_mutex_unlock(&c->lock);
@@ -212,21 +226,33 @@ int rvc_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 		memcpy(&e, rvc_slot(&c->ring, c->ring.idx + (uint32_t)i), sizeof(e));
 		cqe_to_wc(&e, &wc[i]);
 	}
-	int yield = 0;
-	if (k) {
+	if (k)
 		rvc_release(&c->ring, (uint32_t)k);
-		c->empty_polls = 0;
-	} else if (c->yield_every && ++c->empty_polls >= c->yield_every) {
-		c->empty_polls = 0;
-		yield = 1;
-	}
 	if (!k && rvc_status(&c->ring)) {
 		/* Overflow or a ring the daemon stopped serving: an error once
 		 * the completions left are read. */
 		pthread_mutex_unlock(&c->lock);
 		return -(int)rvc_status(&c->ring);
 	}
+	if (fatal) {
+		struct rvc_cqe e;
+		while (k < n && rvc_next_flush(rc, cq, &e))
+			cqe_to_wc(&e, &wc[k++]);
+	}
+	int yield = 0, check = 0;
+	if (k) {
+		c->empty_polls = 0;
+		c->idle_polls = 0;
+	} else {
+		if (c->yield_every && ++c->empty_polls >= c->yield_every) {
+			c->empty_polls = 0;
+			yield = 1;
+		}
+		check = idle(c, fatal);
+	}
 	pthread_mutex_unlock(&c->lock);
+	if (check)
+		rvc_check_fatal(rc); /* the next poll flushes */
 	if (yield)
 		sched_yield(); /* let the daemon run on a crowded CPU */
 	return k;
@@ -251,9 +277,17 @@ RVC_EXPORT int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq 
 		do
 			n = read(channel->fd, &ev, sizeof(ev));
 		while (n < 0 && errno == EINTR);
+		if (n == 0) {
+			/* The daemon closed the channel: it died or ended the
+			 * session, and serves no CQ of it any more. EIO, as a
+			 * read of a disassociated device's channel. */
+			rvc_set_fatal(rc);
+			errno = EIO;
+			return -1;
+		}
 		if (n != (ssize_t)sizeof(ev)) {
-			if (n >= 0)
-				errno = n == 0 ? ENODEV : EPROTO;
+			if (n > 0)
+				errno = EPROTO;
 			return -1;
 		}
 		/* The CQ by its handle, not by the cookie: an event of a CQ
@@ -288,27 +322,50 @@ RVC_EXPORT void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
  * end). */
 static struct rvc_cq *xcq(struct ibv_cq_ex *x) { return rvc_container_of(x, struct rvc_cq, cqx); }
 
+static void set_cur(struct rvc_cq *c)
+{
+	c->cqx.status = (enum ibv_wc_status)c->cur.status;
+	c->cqx.wr_id = c->cur.wr_id;
+}
+
 static void load_cur(struct rvc_cq *c)
 {
 	memcpy(&c->cur, rvc_slot(&c->ring, c->ring.idx + c->batch), sizeof(c->cur));
-	c->cqx.status = (enum ibv_wc_status)c->cur.status;
-	c->cqx.wr_id = c->cur.wr_id;
+	set_cur(c);
 	c->batch++;
+}
+
+/* In the fatal state, once the ring's completions are read, the batch goes
+ * on with flushed work requests (they take no ring records). */
+static int flush_cur(struct rvc_cq *c, int fatal)
+{
+	if (!fatal || !rvc_next_flush(to_rctx(c->cq.context), &c->cq, &c->cur))
+		return 0;
+	set_cur(c);
+	return 1;
 }
 
 static int start_poll(struct ibv_cq_ex *x, struct ibv_poll_cq_attr *attr)
 {
 	struct rvc_cq *c = xcq(x);
+	struct rvc_context *rc = to_rctx(c->cq.context);
 	if (attr->comp_mask)
 		return EINVAL;
 	pthread_mutex_lock(&c->lock);
+	int fatal = rvc_fatal(rc); /* before the producer index, as rvc_poll_cq */
 	int64_t avail = rvc_available(&c->ring);
+	c->batch = 0;
 	if (avail <= 0) {
 		uint32_t st = avail < 0 ? EPROTO : rvc_status(&c->ring);
+		if (!st && flush_cur(c, fatal))
+			return 0;
+		int check = !st && idle(c, fatal);
 		pthread_mutex_unlock(&c->lock);
+		if (check)
+			rvc_check_fatal(rc);
 		return st ? (int)st : ENOENT; /* no end_poll after a failed start */
 	}
-	c->batch = 0;
+	c->idle_polls = 0;
 	load_cur(c);
 	return 0;
 }
@@ -316,11 +373,12 @@ static int start_poll(struct ibv_cq_ex *x, struct ibv_poll_cq_attr *attr)
 static int next_poll(struct ibv_cq_ex *x)
 {
 	struct rvc_cq *c = xcq(x);
+	int fatal = rvc_fatal(to_rctx(c->cq.context));
 	int64_t avail = rvc_available(&c->ring);
 	if (avail < 0)
 		return EPROTO;
 	if ((uint32_t)avail <= c->batch)
-		return ENOENT;
+		return flush_cur(c, fatal) ? 0 : ENOENT;
 	load_cur(c);
 	return 0;
 }

@@ -490,7 +490,8 @@ static uint32_t event_kind(enum ibv_event_type t)
 
 /* Asynchronous events: one 16-byte record per read of the async socket.
  * An event about an object destroyed since is dropped; one handed out is
- * counted on its object, whose destroy waits for as many acks. */
+ * counted on its object, whose destroy waits for as many acks. The end of
+ * the socket is the fatal state (fatal.c). */
 RVC_EXPORT int ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_event *ev)
 {
 	struct rvc_context *rc = to_rctx(ctx);
@@ -500,13 +501,29 @@ RVC_EXPORT int ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_eve
 		do
 			n = read(ctx->async_fd, &r, sizeof(r));
 		while (n < 0 && errno == EINTR);
+		if (n == 0) {
+			/* The daemon ended the socket: it died or ended the
+			 * session. As a device that is gone: DEVICE_FATAL (if
+			 * the daemon could not send it), then EIO. */
+			rvc_set_fatal(rc);
+			if (!__atomic_exchange_n(&rc->fatal_told, 1, __ATOMIC_ACQ_REL)) {
+				memset(ev, 0, sizeof(*ev));
+				ev->event_type = IBV_EVENT_DEVICE_FATAL;
+				ev->element.port_num = 1; /* as the daemon sends it */
+				return 0;
+			}
+			errno = EIO;
+			return -1;
+		}
 		if (n != (ssize_t)sizeof(r)) {
-			if (n >= 0)
-				errno = n == 0 ? ENODEV : EPROTO;
+			if (n > 0)
+				errno = EPROTO;
 			return -1;
 		}
 		memset(ev, 0, sizeof(*ev));
 		ev->event_type = (enum ibv_event_type)r.event_type;
+		if (ev->event_type == IBV_EVENT_DEVICE_FATAL)
+			__atomic_store_n(&rc->fatal_told, 1, __ATOMIC_RELEASE);
 		uint32_t kind = event_kind(ev->event_type);
 		if (!kind) {
 			ev->element.port_num = (int)r.element;

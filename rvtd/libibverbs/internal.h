@@ -1,7 +1,9 @@
 /* Objects of the drop-in libibverbs: each public struct is embedded in ours
  * and found again with container_of. Lock order: context conn.lock is a
- * leaf; qp sq/rq locks and cq lock are leaves (the data path never takes
- * the connection's lock). */
+ * leaf; a cq lock, then the context's live_lock, then a qp's sq_lock or
+ * rq_lock or an srq's lock (flushing in the fatal state, fatal.c); those
+ * three are leaves otherwise (the data path never takes the connection's
+ * lock). */
 #ifndef RVC_INTERNAL_H
 #define RVC_INTERNAL_H
 
@@ -79,6 +81,9 @@ struct rvc_context {
 	pthread_mutex_t live_lock; /* then an object's mutex */
 	struct rvc_live *live;
 	size_t nlive, caplive;
+	/* The daemon no longer serves this context (fatal.c): its async
+	 * socket ended. fatal_told: IBV_EVENT_DEVICE_FATAL was handed out. */
+	int fatal, fatal_told;
 	struct verbs_context vctx; /* ibv_context last, as verbs.h wants */
 };
 
@@ -86,6 +91,13 @@ static inline struct rvc_context *to_rctx(struct ibv_context *c)
 {
 	return rvc_container_of(c, struct rvc_context, vctx.context);
 }
+
+/* Where flushing a ring has got to in the fatal state: the next record
+ * to complete with WR_FLUSH_ERR (from the consumer index the daemon left). */
+struct rvc_flush {
+	uint32_t next;
+	int started;
+};
 
 struct rvc_mr {
 	struct ibv_mr mr;
@@ -109,6 +121,7 @@ struct rvc_cq {
 	size_t map_size;
 	struct rvc_ring ring;
 	uint32_t empty_polls, yield_every; /* RVTD_POLL_YIELD */
+	uint32_t idle_polls; /* empty polls since the daemon was last checked */
 };
 
 static inline struct rvc_cq *to_rcq(struct ibv_cq *c) { return rvc_container_of(c, struct rvc_cq, cq); }
@@ -131,6 +144,7 @@ struct rvc_qp {
 	struct rvc_cap cap;
 	pthread_mutex_t sq_lock, rq_lock;
 	struct rvc_ring sq, rq;
+	struct rvc_flush sq_flush, rq_flush; /* under sq_lock, rq_lock */
 	/* ibv_wr_* batch, between wr_start and wr_complete (sq_lock held). */
 	uint32_t wr_first;
 	int wr_err;
@@ -145,6 +159,7 @@ struct rvc_srq {
 	uint32_t max_wr, max_sge;
 	pthread_mutex_t lock;
 	struct rvc_ring ring;
+	struct rvc_flush flush; /* under lock */
 };
 
 static inline struct rvc_srq *to_rsrq(struct ibv_srq *s) { return rvc_container_of(s, struct rvc_srq, srq); }
@@ -191,6 +206,19 @@ void rvc_replace_pages_single(uintptr_t start, size_t len, void *with);
 void rvc_move_lock(void);
 void rvc_move_unlock(void);
 int rvc_on_own_stack(uintptr_t start, uintptr_t end);
+
+/* The fatal state (fatal.c): the daemon died or ended the session. An
+ * empty poll checks the async socket every RVC_FATAL_CHECK times. */
+#define RVC_FATAL_CHECK 256
+static inline int rvc_fatal(struct rvc_context *rc)
+{
+	return __atomic_load_n(&rc->fatal, __ATOMIC_ACQUIRE);
+}
+void rvc_set_fatal(struct rvc_context *rc);
+int rvc_check_fatal(struct rvc_context *rc);
+/* rvc_next_flush fills e with cq's next WR_FLUSH_ERR completion (cq's lock
+ * held): 1, or 0 when none is left. */
+int rvc_next_flush(struct rvc_context *rc, struct ibv_cq *cq, struct rvc_cqe *e);
 
 /* Misc. */
 void rvc_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

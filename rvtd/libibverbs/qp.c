@@ -371,6 +371,10 @@ int rvc_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr 
 {
 	struct rvc_qp *q = to_rqp(qp);
 	int err = 0;
+	if (rvc_fatal(to_rctx(qp->context))) {
+		*bad = wr;
+		return EIO; /* as mlx5_ib in its internal-error state */
+	}
 	pthread_mutex_lock(&q->sq_lock);
 	uint32_t out = rvc_outstanding(&q->sq), start = q->sq.idx;
 	for (; wr; wr = wr->next) {
@@ -410,6 +414,10 @@ int rvc_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr 
 	if (qp->srq) {
 		*bad = wr;
 		return EINVAL; /* receives go to the SRQ */
+	}
+	if (rvc_fatal(to_rctx(qp->context))) {
+		*bad = wr;
+		return EIO;
 	}
 	pthread_mutex_lock(&q->rq_lock);
 	uint32_t out = rvc_outstanding(&q->rq), start = q->rq.idx;

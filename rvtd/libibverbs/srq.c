@@ -164,6 +164,10 @@ int rvc_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_re
 {
 	struct rvc_srq *s = to_rsrq(srq);
 	int err = 0;
+	if (rvc_fatal(to_rctx(srq->context))) {
+		*bad = wr;
+		return EIO;
+	}
 	pthread_mutex_lock(&s->lock);
 	uint32_t out = rvc_outstanding(&s->ring), start = s->ring.idx;
 	for (; wr; wr = wr->next) {

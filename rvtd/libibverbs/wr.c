@@ -184,6 +184,8 @@ static int wr_complete(struct ibv_qp_ex *qpx)
 {
 	struct rvc_qp *q = xq(qpx);
 	int err = q->wr_err;
+	if (!err && rvc_fatal(to_rctx(q->qp.context)))
+		err = EIO;
 	if (err)
 		q->sq.idx = q->wr_first; /* nothing of the batch is posted */
 	else if (q->sq.idx != q->wr_first && rvc_publish(&q->sq))

@@ -6,7 +6,8 @@
  * pages and deregistration giving them back, memory windows, the ibv_wr_*
  * interface, UD with an AH made from a received GRH (ibv_create_ah_from_wc),
  * and verbs rvtd does not serve failing cleanly. Run by
- * rvtd/dropin's TestVerbsC with RVTD_SOCKET set; prints PASS. */
+ * rvtd/dropin's TestVerbsC with RVTD_SOCKET set; prints PASS. With the
+ * argument "fatal", the daemon's death instead (fatal_mode). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <infiniband/verbs.h>
@@ -19,6 +20,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static int failures;
@@ -115,24 +117,30 @@ static void setup(struct side *s, const char *dev, int extended)
 					     IBV_QP_ACCESS_FLAGS) == 0);
 }
 
-static void connect_to(struct side *s, struct side *peer)
+/* connect_qp takes qp (INIT) to RTS towards peer, whose GID is gid. */
+static void connect_qp(struct ibv_qp *qp, struct ibv_qp *peer, union ibv_gid gid)
 {
 	struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_1024,
-				.dest_qp_num = peer->qp->qp_num, .rq_psn = 7,
+				.dest_qp_num = peer->qp_num, .rq_psn = 7,
 				.max_dest_rd_atomic = 4, .min_rnr_timer = 1};
 	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = peer->gid;
+	a.ah_attr.grh.dgid = gid;
 	a.ah_attr.grh.sgid_index = 1;
 	a.ah_attr.grh.hop_limit = 1;
 	a.ah_attr.port_num = 1;
-	REQUIRE(ibv_modify_qp(s->qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-					     IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-					     IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) == 0);
+	REQUIRE(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+					  IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+					  IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) == 0);
 	struct ibv_qp_attr r = {.qp_state = IBV_QPS_RTS, .timeout = 14, .retry_cnt = 7,
 				.rnr_retry = 7, .sq_psn = 7, .max_rd_atomic = 4};
-	REQUIRE(ibv_modify_qp(s->qp, &r, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-					     IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-					     IBV_QP_MAX_QP_RD_ATOMIC) == 0);
+	REQUIRE(ibv_modify_qp(qp, &r, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+					  IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+					  IBV_QP_MAX_QP_RD_ATOMIC) == 0);
+}
+
+static void connect_to(struct side *s, struct side *peer)
+{
+	connect_qp(s->qp, peer->qp, peer->gid);
 	struct ibv_qp_attr q;
 	struct ibv_qp_init_attr qi;
 	REQUIRE(ibv_query_qp(s->qp, &q, IBV_QP_STATE | IBV_QP_DEST_QPN, &qi) == 0);
@@ -829,8 +837,237 @@ static void teardown(struct side *s)
 	free(s->buf);
 }
 
-int main(void)
+/* verbs_test fatal: the daemon dies under busy pollers (rvtd/dropin's
+ * TestDaemonKilled kills it, or shuts it down, once this prints READY). Every work
+ * request posted and not completed comes back as a WR_FLUSH_ERR completion
+ * after the real completions left in the ring, each queue in posting
+ * order; then the CQs are empty; posting fails with EIO; the async socket
+ * gives IBV_EVENT_DEVICE_FATAL and then EIO; an armed CQ's channel EIO. */
+static struct side fa, fb; /* static: still reachable at exit (LeakSanitizer) */
+
+struct want {
+	uint64_t wr_id;
+	int status, opcode;
+	uint32_t qpn;
+	int queue; /* completions of one queue come in this array's order */
+};
+
+static struct ibv_qp *plain_qp(struct side *s, struct ibv_srq *srq)
 {
+	struct ibv_qp_init_attr ia = {.send_cq = s->cq, .recv_cq = s->cq, .srq = srq,
+				      .qp_type = IBV_QPT_RC,
+				      .cap = {.max_send_wr = 16, .max_recv_wr = srq ? 0 : 16,
+					      .max_send_sge = 1, .max_recv_sge = 1}};
+	struct ibv_qp *qp = ibv_create_qp(s->pd, &ia);
+	REQUIRE(qp);
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1,
+				.qp_access_flags = IBV_ACCESS_REMOTE_WRITE};
+	REQUIRE(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+					  IBV_QP_ACCESS_FLAGS) == 0);
+	return qp;
+}
+
+static int post_recv1(struct ibv_qp *qp, struct ibv_srq *srq, struct side *s, uint64_t id)
+{
+	struct ibv_sge sg = {(uintptr_t)s->buf + 8192, 4096, s->mr->lkey};
+	struct ibv_recv_wr w = {.wr_id = id, .sg_list = &sg, .num_sge = 1}, *bad = NULL;
+	int err = srq ? ibv_post_srq_recv(srq, &w, &bad) : ibv_post_recv(qp, &w, &bad);
+	CHECK(err == 0 || bad == &w);
+	return err;
+}
+
+static int post_send1(struct ibv_qp *qp, struct side *s, uint64_t id, enum ibv_wr_opcode op,
+		      int flags)
+{
+	struct ibv_sge sg = {(uintptr_t)s->buf, 64, s->mr->lkey};
+	struct ibv_send_wr w = {.wr_id = id, .sg_list = &sg, .num_sge = 1, .opcode = op,
+				.send_flags = flags}, *bad = NULL;
+	w.wr.rdma.rkey = fb.mr->rkey;
+	w.wr.rdma.remote_addr = (uintptr_t)fb.buf + 65536;
+	int err = ibv_post_send(qp, &w, &bad);
+	CHECK(err == 0 || bad == &w);
+	return err;
+}
+
+/* collect reads n completions of cq (x: through ibv_start_poll), 20 s at
+ * most, then checks that nothing more comes. */
+static int collect(struct ibv_cq *cq, struct ibv_cq_ex *x, struct want *got, int n)
+{
+	time_t end = time(NULL) + 20;
+	int k = 0;
+	while (k < n && time(NULL) < end) {
+		if (x) {
+			struct ibv_poll_cq_attr pa = {0};
+			int rc = ibv_start_poll(x, &pa);
+			if (rc == ENOENT)
+				continue;
+			REQUIRE(rc == 0);
+			do {
+				if (k < n)
+					got[k] = (struct want){x->wr_id, x->status, ibv_wc_read_opcode(x),
+							       ibv_wc_read_qp_num(x), 0};
+				k++;
+			} while ((rc = ibv_next_poll(x)) == 0);
+			CHECK(rc == ENOENT);
+			ibv_end_poll(x);
+		} else {
+			struct ibv_wc wc[4];
+			int m = ibv_poll_cq(cq, 4, wc);
+			REQUIRE(m >= 0);
+			for (int i = 0; i < m; i++, k++)
+				if (k < n)
+					got[k] = (struct want){wc[i].wr_id, wc[i].status, wc[i].opcode,
+							       wc[i].qp_num, 0};
+		}
+	}
+	CHECK(k == n);
+	for (int i = 0; i < 1000; i++) {
+		struct ibv_wc wc;
+		if (x) {
+			struct ibv_poll_cq_attr pa = {0};
+			CHECK(ibv_start_poll(x, &pa) == ENOENT);
+		} else
+			CHECK(ibv_poll_cq(cq, 1, &wc) == 0);
+	}
+	return k;
+}
+
+/* match checks got against want: each once, with its fields, in its
+ * queue's order. */
+static void match(const char *who, const struct want *got, int n, const struct want *want, int nw)
+{
+	int seen[16] = {0}, last[8];
+	for (int q = 0; q < 8; q++)
+		last[q] = -1;
+	CHECK(n == nw);
+	for (int i = 0; i < n; i++) {
+		int j = 0;
+		while (j < nw && want[j].wr_id != got[i].wr_id)
+			j++;
+		if (j == nw || seen[j]) {
+			fprintf(stderr, "%s: completion %d: wr_id %#llx not expected\n", who, i,
+				(unsigned long long)got[i].wr_id);
+			failures++;
+			continue;
+		}
+		seen[j] = 1;
+		if (got[i].status != want[j].status || got[i].opcode != want[j].opcode ||
+		    got[i].qpn != want[j].qpn || j < last[want[j].queue]) {
+			fprintf(stderr, "%s: wr_id %#llx: status %d opcode %d qp %#x, want %d %d %#x%s\n",
+				who, (unsigned long long)got[i].wr_id, got[i].status, got[i].opcode,
+				got[i].qpn, want[j].status, want[j].opcode, want[j].qpn,
+				j < last[want[j].queue] ? " (out of order)" : "");
+			failures++;
+		}
+		last[want[j].queue] = j;
+	}
+}
+
+static int fatal_mode(void)
+{
+	setup(&fa, "rvt0", 1);
+	setup(&fb, "rvt1", 0);
+	connect_to(&fa, &fb);
+	connect_to(&fb, &fa);
+	/* A real completion left in b's ring: its event says it is there;
+	 * nobody polls it before the daemon dies. */
+	REQUIRE(post_recv1(fb.qp, NULL, &fb, 0xb0) == 0);
+	REQUIRE(ibv_req_notify_cq(fb.cq, 0) == 0);
+	REQUIRE(post_send1(fa.qp, &fa, 0xa0, IBV_WR_SEND, IBV_SEND_SIGNALED) == 0);
+	struct ibv_wc wc;
+	REQUIRE(wait_wc(fa.cq, &wc, 1) == 1);
+	CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == 0xa0);
+	struct pollfd pfd = {.fd = fb.ch->fd, .events = POLLIN};
+	REQUIRE(poll(&pfd, 1, 10000) == 1);
+	struct ibv_cq *ecq;
+	void *ectx;
+	REQUIRE(ibv_get_cq_event(fb.ch, &ecq, &ectx) == 0);
+	ibv_ack_cq_events(ecq, 1);
+	/* Receives nobody sends to. */
+	for (uint64_t id = 0xb1; id <= 0xb3; id++)
+		REQUIRE(post_recv1(fb.qp, NULL, &fb, id) == 0);
+	REQUIRE(post_recv1(fa.qp, NULL, &fa, 0xa1) == 0);
+	REQUIRE(post_recv1(fa.qp, NULL, &fa, 0xa2) == 0);
+	/* A second pair whose receiver posts nothing: a2's requests wait on
+	 * RNR NAKs for ever (rnr_retry 7), the later ones behind the first. */
+	struct ibv_qp *a2 = plain_qp(&fa, NULL), *b2 = plain_qp(&fb, NULL);
+	connect_qp(a2, b2, fb.gid);
+	connect_qp(b2, a2, fa.gid);
+	REQUIRE(post_send1(a2, &fa, 0xa21, IBV_WR_SEND, IBV_SEND_SIGNALED) == 0);
+	REQUIRE(post_send1(a2, &fa, 0xa22, IBV_WR_RDMA_WRITE, 0) == 0); /* unsignaled */
+	REQUIRE(post_send1(a2, &fa, 0xa23, IBV_WR_SEND_WITH_IMM, IBV_SEND_SIGNALED) == 0);
+	/* An SRQ with two receives, taken from by a QP never connected. */
+	struct ibv_srq_init_attr sa = {.attr = {.max_wr = 8, .max_sge = 1}};
+	struct ibv_srq *srq = ibv_create_srq(fb.pd, &sa);
+	REQUIRE(srq);
+	struct ibv_qp *b3 = plain_qp(&fb, srq);
+	REQUIRE(post_recv1(NULL, srq, &fb, 0xb31) == 0);
+	REQUIRE(post_recv1(NULL, srq, &fb, 0xb32) == 0);
+	usleep(100000);
+	CHECK(ibv_poll_cq(fa.cq, 1, &wc) == 0); /* all stuck while the daemon lives */
+	printf("READY\n");
+	fflush(stdout);
+
+	enum { S = IBV_WC_SUCCESS, F = IBV_WC_WR_FLUSH_ERR };
+	const struct want wa[] = {
+		{0xa1, F, IBV_WC_RECV, fa.qp->qp_num, 0},
+		{0xa2, F, IBV_WC_RECV, fa.qp->qp_num, 0},
+		{0xa21, F, IBV_WC_SEND, a2->qp_num, 1},
+		{0xa22, F, IBV_WC_RDMA_WRITE, a2->qp_num, 1},
+		{0xa23, F, IBV_WC_SEND, a2->qp_num, 1},
+	};
+	const struct want wb[] = {
+		{0xb0, S, IBV_WC_RECV, fb.qp->qp_num, 0},
+		{0xb1, F, IBV_WC_RECV, fb.qp->qp_num, 0},
+		{0xb2, F, IBV_WC_RECV, fb.qp->qp_num, 0},
+		{0xb3, F, IBV_WC_RECV, fb.qp->qp_num, 0},
+		{0xb31, F, IBV_WC_RECV, b3->qp_num, 1},
+		{0xb32, F, IBV_WC_RECV, b3->qp_num, 1},
+	};
+	struct want got[16];
+	int n = collect(fa.cq, NULL, got, 5);
+	match("rvt0 CQ", got, n, wa, 5);
+	n = collect(fb.cq, fb.cqx, got, 6);
+	match("rvt1 CQ", got, n, wb, 6);
+	CHECK(n > 0 && got[0].wr_id == 0xb0); /* the real completion first */
+
+	/* Posting fails with EIO, as mlx5_ib in its internal-error state. */
+	CHECK(post_send1(fa.qp, &fa, 0xe1, IBV_WR_SEND, IBV_SEND_SIGNALED) == EIO);
+	CHECK(post_recv1(fb.qp, NULL, &fb, 0xe2) == EIO);
+	CHECK(post_recv1(NULL, srq, &fb, 0xe3) == EIO);
+	struct ibv_qp_ex *x = ibv_qp_to_qp_ex(fa.qp);
+	REQUIRE(x);
+	ibv_wr_start(x);
+	x->wr_id = 0xe4;
+	x->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_send(x);
+	ibv_wr_set_sge(x, fa.mr->lkey, (uintptr_t)fa.buf, 8);
+	CHECK(ibv_wr_complete(x) == EIO);
+	CHECK(ibv_poll_cq(fa.cq, 1, &wc) == 0); /* nothing of those */
+
+	/* The async socket: DEVICE_FATAL (the daemon's on a shutdown, the
+	 * library's when the daemon was killed), then EIO. */
+	struct ibv_async_event ev;
+	CHECK(ibv_get_async_event(fa.ctx, &ev) == 0 && ev.event_type == IBV_EVENT_DEVICE_FATAL);
+	ibv_ack_async_event(&ev);
+	errno = 0;
+	CHECK(ibv_get_async_event(fa.ctx, &ev) == -1 && errno == EIO);
+	/* An armed CQ's channel does not block. */
+	CHECK(ibv_req_notify_cq(fb.cq, 0) == 0);
+	errno = 0;
+	CHECK(ibv_get_cq_event(fb.ch, &ecq, &ectx) == -1 && errno == EIO);
+	if (failures) {
+		printf("FAIL: %d checks\n", failures);
+		return 1;
+	}
+	printf("PASS\n");
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc > 1 && !strcmp(argv[1], "fatal"))
+		return fatal_mode();
 	const char *mode = getenv("RVTD_MR");
 	vm_mode = mode && !strcmp(mode, "vm");
 	struct sigaction at_start;
