@@ -336,8 +336,9 @@ func (ss *session) createCQ(h uint32, m *proto.CreateCQ) (proto.Body, []int, err
 	c.d.cqs.Store(o.cq, o)
 	o.loop.addCQ(o)
 	_, _ = o.cq.ArmAndCheck(false)
+	fd := reg.TakeFD() // passed, then closed: the daemon keeps its mapping
 	return &proto.CQReply{CQ: o.handle, CQE: entries, MapSize: uint64(len(reg.Bytes())),
-		Ring: proto.RingLayout{Offset: 0, Entries: entries, Stride: ring.CQESize}, FD: reg.FD()}, nil, nil
+		Ring: proto.RingLayout{Offset: 0, Entries: entries, Stride: ring.CQESize}, FD: fd}, []int{fd}, nil
 }
 
 func (ss *session) destroyCQ(h uint32) (proto.Body, []int, error) {
@@ -601,6 +602,7 @@ func (ss *session) resizeCQ(h uint32, m *proto.ResizeCQ) (proto.Body, []int, err
 	o.entries = int(entries)
 	ss.mu.Unlock()
 	o.loop.kickCQ(o)
+	fd := reg.TakeFD() // passed, then closed: the daemon keeps its mapping
 	return &proto.CQReply{CQ: o.handle, CQE: entries, MapSize: uint64(len(reg.Bytes())),
-		Ring: proto.RingLayout{Offset: 0, Entries: entries, Stride: ring.CQESize}, FD: reg.FD()}, nil, nil
+		Ring: proto.RingLayout{Offset: 0, Entries: entries, Stride: ring.CQESize}, FD: fd}, []int{fd}, nil
 }

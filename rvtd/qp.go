@@ -143,13 +143,16 @@ func (ss *session) createQP(h uint32, m *proto.CreateQP) (proto.Body, []int, err
 	}
 	// The daemon sleeps on the send ring from the start: the client rings.
 	_, _ = q.sq.SleepBeyond(0)
+	// The memfd goes with the reply and is closed after it (the daemon
+	// keeps its mapping); the doorbell stays: the loop sleeps on it.
+	memfd := q.reg.TakeFD()
 	r := &proto.QPReply{QP: q.handle, QPN: q.qpn, Cap: q.cap, MapSize: uint64(len(mem)),
 		SQ:    proto.RingLayout{Offset: sqL.Offset, Entries: sqL.Entries, Stride: sqL.Stride},
-		MemFD: q.reg.FD(), Doorbell: q.bell.FD()}
+		MemFD: memfd, Doorbell: q.bell.FD()}
 	if srq == nil {
 		r.RQ = proto.RingLayout{Offset: rqL.Offset, Entries: rqL.Entries, Stride: rqL.Stride}
 	}
-	return r, nil, nil
+	return r, []int{memfd}, nil
 }
 
 func (ss *session) modifyQP(h uint32, m *proto.ModifyQP) error {

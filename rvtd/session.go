@@ -585,7 +585,9 @@ func (ss *session) shmAlloc(h uint32, m *proto.ShmAlloc) (proto.Body, []int, err
 	ss.mem += sh.size - m.Size
 	sh.handle = ss.addLocked(sh)
 	ss.mu.Unlock()
-	return &proto.ShmAllocReply{Shm: sh.handle, Size: sh.size, FD: reg.FD()}, nil, nil
+	// The daemon keeps its mapping, not the memfd: nothing passes it again.
+	fd := reg.TakeFD()
+	return &proto.ShmAllocReply{Shm: sh.handle, Size: sh.size, FD: fd}, []int{fd}, nil
 }
 
 func (ss *session) shmAttach(h uint32, m *proto.ShmAttach) (proto.Body, []int, error) {
@@ -618,6 +620,7 @@ func (ss *session) shmAttach(h uint32, m *proto.ShmAttach) (proto.Body, []int, e
 		}
 		return nil, nil, proto.EBADF
 	}
+	_ = reg.CloseFD() // the mapping keeps the client's memory; the descriptor is not needed again
 	sh := &shmObj{reg: reg, size: m.Size}
 	ss.mu.Lock()
 	sh.handle = ss.addLocked(sh)

@@ -58,6 +58,7 @@ func (ss *session) resizeSRQ(h uint32, m *proto.ResizeSRQ) (proto.Body, []int, e
 	_ = s.reg.Close()
 	s.reg, s.c, s.maxWR = reg, c, entries
 	s.buf = make([]byte, l.Stride)
+	fd := reg.TakeFD() // passed, then closed: the daemon keeps its mapping
 	return &proto.SRQReply{SRQ: s.handle, MaxWR: entries, MaxSGE: s.maxSGE, MapSize: uint64(len(reg.Bytes())),
-		Ring: proto.RingLayout{Offset: 0, Entries: entries, Stride: l.Stride}, FD: reg.FD()}, nil, nil
+		Ring: proto.RingLayout{Offset: 0, Entries: entries, Stride: l.Stride}, FD: fd}, []int{fd}, nil
 }
