@@ -49,6 +49,11 @@ func (ss *session) createQP(h uint32, m *proto.CreateQP) (proto.Body, []int, err
 		ss.mu.Unlock()
 		return nil, nil, proto.ENOMEM
 	}
+	// The doorbell for the QP's life, the memfd until the reply.
+	if err := ss.takeFDsLocked(2, proto.ENOMEM); err != nil {
+		ss.mu.Unlock()
+		return nil, nil, err
+	}
 	ss.nqp++
 	ss.mu.Unlock()
 	q := &qpObj{sess: ss, ctx: p.ctx, pd: p, scq: scq, rcq: rcq, srq: srq, cookie: m.Cookie, typ: m.Type, sigAll: m.SigAll,
@@ -66,6 +71,7 @@ func (ss *session) createQP(h uint32, m *proto.CreateQP) (proto.Body, []int, err
 		}
 		ss.mu.Lock()
 		ss.nqp--
+		ss.fds -= 2
 		ss.mu.Unlock()
 		return nil, nil, e
 	}
@@ -138,7 +144,8 @@ func (ss *session) createQP(h uint32, m *proto.CreateQP) (proto.Body, []int, err
 		q.qp.SetRecvPull(q.pullRecv)
 	}
 	if err := q.loop.addQP(q); err != nil {
-		q.destroy(false)
+		q.destroy(false) // gives back the doorbell's descriptor
+		ss.putFDs(1)     // and the memfd, closed with the ring
 		return nil, nil, err
 	}
 	// The daemon sleeps on the send ring from the start: the client rings.
@@ -276,6 +283,7 @@ func (q *qpObj) destroy(toErr bool) {
 	ss.mu.Lock()
 	delete(ss.objs, q.handle)
 	ss.nqp--
+	ss.fds-- // its doorbell, closed above
 	q.pd.refs--
 	q.scq.refs--
 	q.rcq.refs--

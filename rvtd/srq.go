@@ -68,11 +68,16 @@ func (ss *session) createSRQ(h uint32, m *proto.CreateSRQ) (proto.Body, []int, e
 		ss.mu.Unlock()
 		return nil, nil, proto.ENOMEM
 	}
+	if err := ss.takeFDsLocked(1, proto.ENOMEM); err != nil { // the memfd, until the reply
+		ss.mu.Unlock()
+		return nil, nil, err
+	}
 	ss.nqp++
 	ss.mu.Unlock()
 	fail := func(err error) (proto.Body, []int, error) {
 		ss.mu.Lock()
 		ss.nqp--
+		ss.fds--
 		ss.mu.Unlock()
 		return nil, nil, err
 	}
