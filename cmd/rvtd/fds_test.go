@@ -1,10 +1,12 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -192,4 +194,157 @@ func shmAttach(c *client.Client, d *client.Device) error {
 	}
 	_, err = c.Call(proto.OpShmAttach, d.Handle, &proto.ShmAttach{Size: 4096, FD: fd})
 	return err
+}
+
+// TestSessionsShareDescriptors: rvtd under a small RLIMIT_NOFILE (as a
+// machine's 20,000, scaled down) with the default limits.fds. Three
+// sessions each make QPs until refused: ENOMEM at their share, before the
+// daemon is out of descriptors. A fourth session still connects, makes
+// two RC QPs and passes a SEND between them, and the daemon never had to
+// wait for descriptors to accept.
+func TestSessionsShareDescriptors(t *testing.T) {
+	const nofile = 400
+	pid, sock, out := startRvtd(t, nofile)
+	capa := proto.Cap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
+	total := 0
+	for h := 0; h < 3; h++ {
+		c, err := client.Dial(sock, "hog")
+		if err != nil {
+			t.Fatalf("hog %d: %v\n%s", h, err, out)
+		}
+		defer c.Close()
+		d, err := c.OpenDevice("rvt0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		pd, err := d.AllocPD()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cq, err := d.CreateCQ(16, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for ; ; n++ {
+			if _, err = d.CreateQP(pd, 2, cq, cq, capa); err != nil {
+				break
+			}
+			if n > nofile {
+				t.Fatalf("hog %d: %d QPs under RLIMIT_NOFILE %d", h, n, nofile)
+			}
+		}
+		if !errors.Is(err, syscall.ENOMEM) {
+			t.Fatalf("hog %d, QP %d: %v, want ENOMEM", h, n+1, err)
+		}
+		// A quarter of what the limit leaves after the daemon's own.
+		if n < nofile/8 || n > nofile/4 {
+			t.Errorf("hog %d: %d QPs, want a quarter of %d less the daemon's own", h, n, nofile)
+		}
+		if _, err := d.QueryDevice(); err != nil {
+			t.Fatalf("hog %d after its refusal: %v", h, err)
+		}
+		total += n
+	}
+	t.Logf("3 sessions hold %d QPs; the daemon %d descriptors of %d", total, openFDs(t, pid), nofile)
+
+	c, err := client.Dial(sock, "other")
+	if err != nil {
+		t.Fatalf("a session beside the hogs: %v\n%s", err, out)
+	}
+	defer c.Close()
+	if err := loopbackSend(c); err != nil {
+		t.Fatalf("a session beside the hogs: %v\n%s", err, out)
+	}
+	if strings.Contains(out.String(), "accept: waiting for resources") {
+		t.Errorf("the daemon ran out of descriptors:\n%s", out)
+	}
+	if !strings.Contains(out.String(), "session at its share of the daemon's descriptors") {
+		t.Errorf("no warning about a session at its share:\n%s", out)
+	}
+}
+
+// loopbackSend opens rvt0, connects two RC QPs to each other and sends
+// 1000 bytes from one to the other.
+func loopbackSend(c *client.Client) error {
+	d, err := c.OpenDevice("rvt0")
+	if err != nil {
+		return err
+	}
+	pd, err := d.AllocPD()
+	if err != nil {
+		return err
+	}
+	shm, err := d.ShmAlloc(1 << 16)
+	if err != nil {
+		return err
+	}
+	mr, err := d.RegMR(pd, shm, 0, 1<<16, 1|2|4)
+	if err != nil {
+		return err
+	}
+	cq, err := d.CreateCQ(16, 0)
+	if err != nil {
+		return err
+	}
+	capa := proto.Cap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
+	var qps [2]*client.QP
+	for i := range qps {
+		if qps[i], err = d.CreateQP(pd, 2, cq, cq, capa); err != nil {
+			return err
+		}
+	}
+	gid, err := d.QueryGID(1)
+	if err != nil {
+		return err
+	}
+	for i, q := range qps {
+		peer := qps[1-i].QPN
+		if err := q.Modify(proto.QPAttr{State: 1, Port: 1, AccessFlags: 1 | 2 | 4}, 1|1<<3|1<<4|1<<5); err != nil {
+			return fmt.Errorf("INIT: %w", err)
+		}
+		rtr := proto.QPAttr{State: 2, PathMTU: 3, DestQPN: peer, MaxDestRdAtomic: 1, MinRNRTimer: 1,
+			AV: proto.AV{DGID: gid, SGIDIndex: 1, HopLimit: 64, Port: 1, IsGlobal: true}}
+		if err := q.Modify(rtr, 1|1<<7|1<<8|1<<20|1<<12|1<<17|1<<15); err != nil {
+			return fmt.Errorf("RTR: %w", err)
+		}
+		rts := proto.QPAttr{State: 3, Timeout: 10, RetryCnt: 3, RNRRetry: 7, MaxRdAtomic: 1}
+		if err := q.Modify(rts, 1|1<<9|1<<10|1<<11|1<<16|1<<13); err != nil {
+			return fmt.Errorf("RTS: %w", err)
+		}
+	}
+	const n = 1000
+	for i := 0; i < n; i++ {
+		shm.Mem[i] = byte(i * 7)
+	}
+	if err := qps[1].PostRecv(1, client.SGE{Addr: mr.Addr + 8192, Length: 4096, LKey: mr.LKey}); err != nil {
+		return err
+	}
+	if err := qps[0].PostSend(client.SendWR{WRID: 2, Opcode: 2, Flags: 2, // IBV_WR_SEND, SIGNALED
+		SGL: []client.SGE{{Addr: mr.Addr, Length: n, LKey: mr.LKey}}}); err != nil {
+		return err
+	}
+	var wcs []client.WC
+	buf := make([]client.WC, 4)
+	for deadline := time.Now().Add(5 * time.Second); len(wcs) < 2; time.Sleep(100 * time.Microsecond) {
+		k, err := cq.Poll(buf)
+		if err != nil {
+			return err
+		}
+		wcs = append(wcs, buf[:k]...)
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of 2 completions", len(wcs))
+		}
+	}
+	for _, wc := range wcs {
+		if wc.Status != 0 {
+			return fmt.Errorf("completion %+v", wc)
+		}
+	}
+	for i := 0; i < n; i++ {
+		if shm.Mem[8192+i] != byte(i*7) {
+			return fmt.Errorf("byte %d not received", i)
+		}
+	}
+	return nil
 }
