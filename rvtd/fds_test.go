@@ -34,7 +34,16 @@ func TestSessionDescriptorShare(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fds := func() int { return srv.SessionFDsForTest()[id] }
+	// The session's count once its last reply is through: a memfd counts
+	// until the reply has passed it, and a session serves its next request
+	// only after that.
+	fds := func() int {
+		t.Helper()
+		if _, err := d.QueryDevice(); err != nil {
+			t.Fatal(err)
+		}
+		return srv.SessionFDsForTest()[id]
+	}
 	// Its socket, its pidfd (if the kernel has pidfd_open) and the device
 	// context's async event socket; the CQ's memfd was passed and closed.
 	base := fds()
