@@ -205,8 +205,13 @@ func cmErrno(err error) error {
 }
 
 func (ss *session) cmCreateChannel() (proto.Body, []int, error) {
+	// EMFILE past the session's share, as opening /dev/infiniband/rdma_cm.
+	if err := ss.takeFDs(2, proto.EMFILE); err != nil {
+		return nil, nil, err
+	}
 	keep, pass, err := proto.RawPair()
 	if err != nil {
+		ss.putFDs(2)
 		return nil, nil, proto.ENOMEM
 	}
 	_ = unix.SetNonblock(keep, true)
@@ -225,6 +230,7 @@ func (ss *session) cmDestroyChannel(h uint32) error {
 		return err
 	}
 	delete(ss.objs, h)
+	ss.fds--
 	ss.mu.Unlock()
 	ch.close()
 	return nil

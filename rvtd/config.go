@@ -36,6 +36,11 @@ type Limits struct {
 	CQEntries int    `yaml:"cq_entries"` // CQ ring entries, summed over the session's CQs (default 1<<20)
 	MemBytes  uint64 `yaml:"mem_bytes"`  // shared-memory segment bytes (default 1 GiB)
 	CMIDs     int    `yaml:"cm_ids"`     // rdma_cm IDs, passive ones included (default 65536)
+	// FDs bounds the daemon's descriptors one session holds (fds.go):
+	// its socket, one per device context, completion channel, rdma_cm
+	// event channel and QP. 0: a quarter of what RLIMIT_NOFILE leaves
+	// after the daemon's own, worked out when the daemon starts.
+	FDs int `yaml:"fds"`
 }
 
 // DeviceConfig is one device and its link. Exactly one of Fabric, TAP, XDP
@@ -158,8 +163,11 @@ func (c *Config) Check() error {
 	default:
 		return fmt.Errorf("log.level %q: want debug, info, warn or error", c.Log.Level)
 	}
-	if c.Limits.QPs < 0 || c.Limits.MRs < 0 || c.Limits.CQEntries < 0 || c.Limits.CMIDs < 0 {
+	if c.Limits.QPs < 0 || c.Limits.MRs < 0 || c.Limits.CQEntries < 0 || c.Limits.CMIDs < 0 || c.Limits.FDs < 0 {
 		return errors.New("limits must not be negative")
+	}
+	if c.Limits.FDs != 0 && c.Limits.FDs < MinFDLimit {
+		return fmt.Errorf("limits.fds %d: want 0 (the default) or at least %d (a session's socket and pidfd, a device context, a QP)", c.Limits.FDs, MinFDLimit)
 	}
 	seen := map[string]bool{}
 	fabricIPs := map[string]string{} // "fabric addr": the device that has it

@@ -7,7 +7,7 @@ import (
 
 func TestParseConfig(t *testing.T) {
 	c, err := ParseConfig([]byte(`
-limits: {qps: 8}
+limits: {qps: 8, fds: 100}
 devices:
   - {name: a, fabric: f, ip: 198.18.0.1/24, receive_here: true}
   - {name: b, udp: 127.0.0.1:4791}
@@ -15,7 +15,7 @@ devices:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.Devices) != 2 || c.Limits.QPs != 8 || c.Limits.MRs != DefaultMaxMRs || c.Devices[0].MTU != 9000 ||
+	if len(c.Devices) != 2 || c.Limits.QPs != 8 || c.Limits.MRs != DefaultMaxMRs || c.Limits.FDs != 100 || c.Devices[0].MTU != 9000 ||
 		!c.Devices[0].ReceiveHere || c.Devices[1].ReceiveHere {
 		t.Fatalf("config %+v", c)
 	}
@@ -42,6 +42,8 @@ devices:
 		"devices: [{name: a, udp: 127.0.0.1, ip: 10.0.0.1/24}]":                             "ip is for fabric, tap and xdp devices",
 		"devices: [{name: a, fabric: f, ip: 198.18.0.1, mtu: 1}]":                           "link MTU 1 too small",
 		"devices: [{name: a, fabric: f, ip: 10.0.0.1}, {name: b, fabric: f, ip: 10.0.0.1}]": `ip 10.0.0.1 is device "a"'s on fabric "f"`,
+		"limits: {fds: -1}": "must not be negative",
+		"limits: {fds: 3}":  "limits.fds 3: want 0 (the default) or at least 8",
 	} {
 		_, err := ParseConfig([]byte(bad))
 		if err == nil || !strings.Contains(err.Error(), want) {

@@ -292,12 +292,17 @@ func (ss *session) createCQ(h uint32, m *proto.CreateCQ) (proto.Body, []int, err
 		ss.mu.Unlock()
 		return nil, nil, proto.ENOMEM
 	}
+	if err := ss.takeFDsLocked(1, proto.ENOMEM); err != nil { // the memfd, until the reply
+		ss.mu.Unlock()
+		return nil, nil, err
+	}
 	ss.ncqe += int(entries)
 	ss.mu.Unlock()
 	o := &cqObj{sess: ss, ctx: c, ch: ch, cookie: m.Cookie, entries: int(entries), wcs: make([]cq.WC, 64)}
 	fail := func(err error) (proto.Body, []int, error) {
 		ss.mu.Lock()
 		ss.ncqe -= int(entries)
+		ss.fds--
 		ss.mu.Unlock()
 		if o.reg != nil {
 			o.reg.Close()
@@ -336,8 +341,9 @@ func (ss *session) createCQ(h uint32, m *proto.CreateCQ) (proto.Body, []int, err
 	c.d.cqs.Store(o.cq, o)
 	o.loop.addCQ(o)
 	_, _ = o.cq.ArmAndCheck(false)
+	fd := reg.TakeFD() // passed, then closed: the daemon keeps its mapping
 	return &proto.CQReply{CQ: o.handle, CQE: entries, MapSize: uint64(len(reg.Bytes())),
-		Ring: proto.RingLayout{Offset: 0, Entries: entries, Stride: ring.CQESize}, FD: reg.FD()}, nil, nil
+		Ring: proto.RingLayout{Offset: 0, Entries: entries, Stride: ring.CQESize}, FD: fd}, []int{fd}, nil
 }
 
 func (ss *session) destroyCQ(h uint32) (proto.Body, []int, error) {
@@ -551,7 +557,17 @@ func (ss *session) resizeCQ(h uint32, m *proto.ResizeCQ) (proto.Body, []int, err
 		ss.mu.Unlock()
 		return nil, nil, proto.ENOMEM
 	}
+	if err := ss.takeFDsLocked(1, proto.ENOMEM); err != nil { // the new memfd, until the reply
+		ss.mu.Unlock()
+		return nil, nil, err
+	}
 	ss.mu.Unlock()
+	passed := false
+	defer func() {
+		if !passed {
+			ss.putFDs(1)
+		}
+	}()
 
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -601,6 +617,8 @@ func (ss *session) resizeCQ(h uint32, m *proto.ResizeCQ) (proto.Body, []int, err
 	o.entries = int(entries)
 	ss.mu.Unlock()
 	o.loop.kickCQ(o)
+	fd := reg.TakeFD() // passed, then closed: the daemon keeps its mapping
+	passed = true
 	return &proto.CQReply{CQ: o.handle, CQE: entries, MapSize: uint64(len(reg.Bytes())),
-		Ring: proto.RingLayout{Offset: 0, Entries: entries, Stride: ring.CQESize}, FD: reg.FD()}, nil, nil
+		Ring: proto.RingLayout{Offset: 0, Entries: entries, Stride: ring.CQESize}, FD: fd}, []int{fd}, nil
 }

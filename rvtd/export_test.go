@@ -57,3 +57,15 @@ func ProcGoneForTest(pid int, addr uint64, wait func()) (readFails, gone bool, e
 	_, rerr := p.ReadAt(b[:], addr)
 	return rerr != nil, p.Gone(), nil
 }
+
+// SessionFDsForTest returns the descriptors each session holds by the
+// daemon's count (limits.fds), by session number.
+func (s *Server) SessionFDsForTest() map[uint32]int {
+	m := map[uint32]int{}
+	for _, ss := range s.sessionList() {
+		ss.mu.Lock()
+		m[ss.id] = ss.fds
+		ss.mu.Unlock()
+	}
+	return m
+}

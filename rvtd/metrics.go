@@ -34,6 +34,7 @@ type collector struct {
 	protoErrors, badRequests          *prometheus.Desc
 	qps                               *prometheus.Desc
 	clientObjects, clientShm          *prometheus.Desc
+	clientFDs, fdLimit                *prometheus.Desc
 	ringDepth, ringEntries, ringInEng *prometheus.Desc
 }
 
@@ -90,6 +91,8 @@ func newCollector(s *Server) *collector {
 		qps:           prometheus.NewDesc("rvtd_qps", "Client QPs, by device, type and state.", []string{"device", "type", "state"}, nil),
 		clientObjects: prometheus.NewDesc("rvtd_client_objects", "Objects a client session holds, by kind.", append(cl, "kind"), nil),
 		clientShm:     prometheus.NewDesc("rvtd_client_shm_bytes", "Bytes of shared memory a client session has allocated (counted against limits.mem_bytes).", cl, nil),
+		clientFDs:     prometheus.NewDesc("rvtd_client_descriptors", "The daemon's file descriptors a client session holds (counted against limits.fds).", cl, nil),
+		fdLimit:       prometheus.NewDesc("rvtd_client_descriptors_limit", "The daemon's file descriptors one client session may hold (limits.fds, or its default from RLIMIT_NOFILE).", nil, nil),
 		ringDepth:     prometheus.NewDesc("rvtd_qp_ring_depth", "Work requests in a QP's ring that the daemon has not released: posted by the client, waiting or on the engine.", rg, nil),
 		ringInEng:     prometheus.NewDesc("rvtd_qp_ring_in_engine", "Work requests of a QP's ring handed to the engine and not yet completed.", rg, nil),
 		ringEntries:   prometheus.NewDesc("rvtd_qp_ring_entries", "Slots of a QP's ring.", rg, nil),
@@ -103,7 +106,7 @@ func newCollector(s *Server) *collector {
 
 func (c *collector) descs() []*prometheus.Desc {
 	d := []*prometheus.Desc{c.drops, c.clients, c.sessionsTotal, c.protoErrors, c.badRequests, c.qps,
-		c.clientObjects, c.clientShm, c.ringDepth, c.ringInEng, c.ringEntries}
+		c.clientObjects, c.clientShm, c.clientFDs, c.fdLimit, c.ringDepth, c.ringInEng, c.ringEntries}
 	return append(d, c.portCounters[:]...)
 }
 
@@ -134,6 +137,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.sessionsTotal, float64(served))
 	counter(c.protoErrors, float64(s.protoErrors.Load()))
 	counter(c.badRequests, float64(s.badRequests.Load()))
+	gauge(c.fdLimit, float64(s.fdLimit))
 
 	for _, d := range devices {
 		name := d.cfg.Name
@@ -197,12 +201,13 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 				k[i]++
 			}
 		}
-		mem := ss.mem
+		mem, fds := ss.mem, ss.fds
 		ss.mu.Unlock()
 		l := []string{strconv.FormatUint(uint64(ss.id), 10), strconv.FormatUint(uint64(ss.pid), 10), ss.comm}
 		for i, kind := range objKinds {
 			gauge(c.clientObjects, float64(k[i]), append(l[:3:3], kind)...)
 		}
 		gauge(c.clientShm, float64(mem), l...)
+		gauge(c.clientFDs, float64(fds), l...)
 	}
 }

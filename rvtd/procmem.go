@@ -56,6 +56,9 @@ type procMem struct {
 	done  chan struct{}
 }
 
+// hasPidfd reports whether p holds a descriptor (its pidfd).
+func (p *procMem) hasPidfd() bool { return p.pidfd != nil }
+
 var errGone = fmt.Errorf("client process exited: %w", unix.ESRCH)
 
 func openProcMem(pid int) (*procMem, error) {

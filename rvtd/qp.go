@@ -49,6 +49,11 @@ func (ss *session) createQP(h uint32, m *proto.CreateQP) (proto.Body, []int, err
 		ss.mu.Unlock()
 		return nil, nil, proto.ENOMEM
 	}
+	// The doorbell for the QP's life, the memfd until the reply.
+	if err := ss.takeFDsLocked(2, proto.ENOMEM); err != nil {
+		ss.mu.Unlock()
+		return nil, nil, err
+	}
 	ss.nqp++
 	ss.mu.Unlock()
 	q := &qpObj{sess: ss, ctx: p.ctx, pd: p, scq: scq, rcq: rcq, srq: srq, cookie: m.Cookie, typ: m.Type, sigAll: m.SigAll,
@@ -66,6 +71,7 @@ func (ss *session) createQP(h uint32, m *proto.CreateQP) (proto.Body, []int, err
 		}
 		ss.mu.Lock()
 		ss.nqp--
+		ss.fds -= 2
 		ss.mu.Unlock()
 		return nil, nil, e
 	}
@@ -138,18 +144,22 @@ func (ss *session) createQP(h uint32, m *proto.CreateQP) (proto.Body, []int, err
 		q.qp.SetRecvPull(q.pullRecv)
 	}
 	if err := q.loop.addQP(q); err != nil {
-		q.destroy(false)
+		q.destroy(false) // gives back the doorbell's descriptor
+		ss.putFDs(1)     // and the memfd, closed with the ring
 		return nil, nil, err
 	}
 	// The daemon sleeps on the send ring from the start: the client rings.
 	_, _ = q.sq.SleepBeyond(0)
+	// The memfd goes with the reply and is closed after it (the daemon
+	// keeps its mapping); the doorbell stays: the loop sleeps on it.
+	memfd := q.reg.TakeFD()
 	r := &proto.QPReply{QP: q.handle, QPN: q.qpn, Cap: q.cap, MapSize: uint64(len(mem)),
 		SQ:    proto.RingLayout{Offset: sqL.Offset, Entries: sqL.Entries, Stride: sqL.Stride},
-		MemFD: q.reg.FD(), Doorbell: q.bell.FD()}
+		MemFD: memfd, Doorbell: q.bell.FD()}
 	if srq == nil {
 		r.RQ = proto.RingLayout{Offset: rqL.Offset, Entries: rqL.Entries, Stride: rqL.Stride}
 	}
-	return r, nil, nil
+	return r, []int{memfd}, nil
 }
 
 func (ss *session) modifyQP(h uint32, m *proto.ModifyQP) error {
@@ -273,6 +283,7 @@ func (q *qpObj) destroy(toErr bool) {
 	ss.mu.Lock()
 	delete(ss.objs, q.handle)
 	ss.nqp--
+	ss.fds-- // its doorbell, closed above
 	q.pd.refs--
 	q.scq.refs--
 	q.rcq.refs--

@@ -17,8 +17,8 @@ const retireGrace = 2 * time.Second
 // new access; but a copy that began before (a peer's responder reading
 // this client's memory on the loopback path) may still be running. So an
 // anonymous mapping replaces the segment at once (mmap MAP_FIXED is
-// atomic): such a copy reads zeros or writes nowhere, the memfd is closed
-// and the client's pages are released, and the placeholder itself is
+// atomic): such a copy reads zeros or writes nowhere, the daemon's hold on
+// the client's pages ends, and the placeholder itself is
 // unmapped after retireGrace.
 func (s *Server) retire(reg *ring.Region) {
 	mem := reg.Bytes()
@@ -35,6 +35,6 @@ func (s *Server) retire(reg *ring.Region) {
 		_ = reg.Close()
 		return
 	}
-	unix.Close(reg.FD())
+	_ = reg.CloseFD() // if the daemon still has it (it gives memfds up once mapped)
 	s.clk.AfterFunc(retireGrace, func() { _ = unix.MunmapPtr(p, n) })
 }

@@ -65,6 +65,7 @@ type Server struct {
 	devices []*device
 	byName  map[string]*device
 	loops   []*loop
+	fdLimit int // descriptors one session may hold (limits.fds, resolved)
 
 	mu       sync.Mutex
 	ln       *net.UnixListener
@@ -159,6 +160,15 @@ func New(cfg *Config, o Options) (_ *Server, err error) {
 	for _, lp := range s.loops {
 		go lp.run()
 	}
+	lim, nofile, open := DefaultFDLimit()
+	s.fdLimit = lim
+	if cfg.Limits.FDs > 0 {
+		s.fdLimit = cfg.Limits.FDs
+		if s.fdLimit > nofile-open {
+			log.Warn("limits.fds is more than the daemon has left: one session can still take every descriptor", "fds", s.fdLimit, "rlimit_nofile", nofile, "open", open)
+		}
+	}
+	log.Info("descriptors", "per_session", s.fdLimit, "rlimit_nofile", nofile, "open", open)
 	return s, nil
 }
 

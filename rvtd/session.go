@@ -40,7 +40,10 @@ type session struct {
 	nmr     int
 	ncqe    int
 	mem     uint64
+	fds     int // the daemon's descriptors the session holds (fds.go)
 	helloed bool
+	// fdsRefused: a create was refused for descriptors (logged once).
+	fdsRefused bool
 
 	proc  procAccessor // the client's memory (reg_mr kind 2), from hello on; nil if unavailable
 	minor uint16       // the agreed minor protocol version
@@ -122,7 +125,7 @@ type chanObj struct {
 }
 
 func newSession(s *Server, id uint32, c *proto.Conn) *session {
-	ss := &session{srv: s, id: id, conn: c, objs: map[uint32]any{}, lkeys: map[lkeyOf]*mrObj{}}
+	ss := &session{srv: s, id: id, conn: c, objs: map[uint32]any{}, lkeys: map[lkeyOf]*mrObj{}, fds: 1}
 	if cred, err := c.PeerCred(); err == nil {
 		ss.pid, ss.uid = uint32(cred.Pid), cred.Uid
 		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", cred.Pid)); err == nil {
@@ -219,6 +222,7 @@ func (ss *session) request(b []byte, fds []int) bool {
 		body = nil
 	}
 	ok := ss.reply(msg.Header, st, body, pass)
+	ss.putFDs(len(pass)) // the reply passed them and closed ours (counted by the handler)
 	return ok
 }
 
@@ -271,6 +275,11 @@ func (ss *session) hello(msg proto.Msg) bool {
 	ss.helloed = true
 	if p, err := openProcAccessor(int(ss.pid)); err == nil {
 		ss.proc = p
+		if pm, ok := p.(interface{ hasPidfd() bool }); ok && pm.hasPidfd() {
+			ss.mu.Lock()
+			ss.fds++ // the pidfd: counted, never refused
+			ss.mu.Unlock()
+		}
 	} else {
 		ss.log.Info("no process_vm access to the client: reg_mr kind 2 refused", "err", err)
 	}
@@ -390,8 +399,14 @@ func (ss *session) openDevice(m *proto.OpenDevice) (proto.Body, []int, error) {
 	if d == nil {
 		return nil, nil, proto.ENOENT
 	}
+	// A descriptor each, as opening /dev/infiniband/uverbsN would take
+	// one of the process's: EMFILE past the session's share.
+	if err := ss.takeFDs(2, proto.EMFILE); err != nil {
+		return nil, nil, err
+	}
 	keep, pass, err := proto.RawPair()
 	if err != nil {
+		ss.putFDs(2)
 		return nil, nil, proto.ENOMEM
 	}
 	_ = unix.SetNonblock(keep, true)
@@ -411,6 +426,7 @@ func (ss *session) closeDevice(h uint32) error {
 		return err
 	}
 	delete(ss.objs, h)
+	ss.fds--
 	ss.mu.Unlock()
 	c.close()
 	return nil
@@ -571,12 +587,17 @@ func (ss *session) shmAlloc(h uint32, m *proto.ShmAlloc) (proto.Body, []int, err
 		ss.mu.Unlock()
 		return nil, nil, proto.ENOMEM
 	}
+	if err := ss.takeFDsLocked(1, proto.ENOMEM); err != nil { // the memfd, until the reply
+		ss.mu.Unlock()
+		return nil, nil, err
+	}
 	ss.mem += m.Size
 	ss.mu.Unlock()
 	reg, err := ring.Create("rvtd-shm", int(m.Size))
 	if err != nil {
 		ss.mu.Lock()
 		ss.mem -= m.Size
+		ss.fds--
 		ss.mu.Unlock()
 		return nil, nil, proto.ENOMEM
 	}
@@ -585,7 +606,9 @@ func (ss *session) shmAlloc(h uint32, m *proto.ShmAlloc) (proto.Body, []int, err
 	ss.mem += sh.size - m.Size
 	sh.handle = ss.addLocked(sh)
 	ss.mu.Unlock()
-	return &proto.ShmAllocReply{Shm: sh.handle, Size: sh.size, FD: reg.FD()}, nil, nil
+	// The daemon keeps its mapping, not the memfd: nothing passes it again.
+	fd := reg.TakeFD()
+	return &proto.ShmAllocReply{Shm: sh.handle, Size: sh.size, FD: fd}, []int{fd}, nil
 }
 
 func (ss *session) shmAttach(h uint32, m *proto.ShmAttach) (proto.Body, []int, error) {
@@ -618,6 +641,7 @@ func (ss *session) shmAttach(h uint32, m *proto.ShmAttach) (proto.Body, []int, e
 		}
 		return nil, nil, proto.EBADF
 	}
+	_ = reg.CloseFD() // the mapping keeps the client's memory; the descriptor is not needed again
 	sh := &shmObj{reg: reg, size: m.Size}
 	ss.mu.Lock()
 	sh.handle = ss.addLocked(sh)
@@ -828,8 +852,14 @@ func (ss *session) createChannel(h uint32) (proto.Body, []int, error) {
 	if c == nil {
 		return nil, nil, proto.EINVAL
 	}
+	// EMFILE past the session's share: a channel is a descriptor of the
+	// process over the kernel too.
+	if err := ss.takeFDs(2, proto.EMFILE); err != nil {
+		return nil, nil, err
+	}
 	keep, pass, err := proto.RawPair()
 	if err != nil {
+		ss.putFDs(2)
 		return nil, nil, proto.ENOMEM
 	}
 	_ = unix.SetNonblock(keep, true)
@@ -850,6 +880,7 @@ func (ss *session) destroyChannel(h uint32) error {
 	}
 	delete(ss.objs, h)
 	ch.ctx.refs--
+	ss.fds--
 	ss.mu.Unlock()
 	ch.close()
 	return nil
@@ -1015,6 +1046,7 @@ func (ss *session) teardown() {
 	ss.mu.Lock()
 	clear(ss.objs)
 	clear(ss.lkeys)
+	ss.fds = 0 // the socket is closed, the pidfd goes just below
 	ss.mu.Unlock()
 	if ss.proc != nil {
 		ss.proc.Close() // after the MRs that read through it are gone

@@ -68,11 +68,16 @@ func (ss *session) createSRQ(h uint32, m *proto.CreateSRQ) (proto.Body, []int, e
 		ss.mu.Unlock()
 		return nil, nil, proto.ENOMEM
 	}
+	if err := ss.takeFDsLocked(1, proto.ENOMEM); err != nil { // the memfd, until the reply
+		ss.mu.Unlock()
+		return nil, nil, err
+	}
 	ss.nqp++
 	ss.mu.Unlock()
 	fail := func(err error) (proto.Body, []int, error) {
 		ss.mu.Lock()
 		ss.nqp--
+		ss.fds--
 		ss.mu.Unlock()
 		return nil, nil, err
 	}
@@ -101,8 +106,9 @@ func (ss *session) createSRQ(h uint32, m *proto.CreateSRQ) (proto.Body, []int, e
 	s.handle = ss.addLocked(s)
 	p.refs++
 	ss.mu.Unlock()
+	fd := reg.TakeFD() // passed, then closed: the daemon keeps its mapping
 	return &proto.SRQReply{SRQ: s.handle, MaxWR: entries, MaxSGE: sge, MapSize: uint64(len(reg.Bytes())),
-		Ring: proto.RingLayout{Offset: 0, Entries: entries, Stride: l.Stride}, FD: reg.FD()}, nil, nil
+		Ring: proto.RingLayout{Offset: 0, Entries: entries, Stride: l.Stride}, FD: fd}, []int{fd}, nil
 }
 
 func (ss *session) modifySRQ(h uint32, m *proto.SRQAttr) error {

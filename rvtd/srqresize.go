@@ -18,6 +18,15 @@ func (ss *session) resizeSRQ(h uint32, m *proto.ResizeSRQ) (proto.Body, []int, e
 		return nil, nil, proto.EINVAL
 	}
 	entries := pow2(m.MaxWR)
+	if err := ss.takeFDs(1, proto.ENOMEM); err != nil { // the new memfd, until the reply
+		return nil, nil, err
+	}
+	passed := false
+	defer func() {
+		if !passed {
+			ss.putFDs(1)
+		}
+	}()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.dead || s.failed || (s.limit != 0 && m.MaxWR < s.limit) {
@@ -58,6 +67,8 @@ func (ss *session) resizeSRQ(h uint32, m *proto.ResizeSRQ) (proto.Body, []int, e
 	_ = s.reg.Close()
 	s.reg, s.c, s.maxWR = reg, c, entries
 	s.buf = make([]byte, l.Stride)
+	fd := reg.TakeFD() // passed, then closed: the daemon keeps its mapping
+	passed = true
 	return &proto.SRQReply{SRQ: s.handle, MaxWR: entries, MaxSGE: s.maxSGE, MapSize: uint64(len(reg.Bytes())),
-		Ring: proto.RingLayout{Offset: 0, Entries: entries, Stride: l.Stride}, FD: reg.FD()}, nil, nil
+		Ring: proto.RingLayout{Offset: 0, Entries: entries, Stride: l.Stride}, FD: fd}, []int{fd}, nil
 }

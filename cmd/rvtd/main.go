@@ -85,6 +85,15 @@ func run(f flags) error {
 	}
 	if f.checkConfig {
 		fmt.Printf("configuration OK: %d devices\n", len(cfg.Devices))
+		// Descriptors under this process's RLIMIT_NOFILE (under systemd,
+		// ExecStartPre runs with the unit's LimitNOFILE, as the daemon).
+		lim, nofile, _ := rvtd.DefaultFDLimit()
+		switch {
+		case cfg.Limits.FDs == 0:
+			fmt.Printf("limits.fds: about %d descriptors per session (a quarter of RLIMIT_NOFILE %d, less the daemon's own)\n", lim, nofile)
+		case cfg.Limits.FDs >= nofile:
+			fmt.Printf("warning: limits.fds %d is not below RLIMIT_NOFILE %d: one session can take every descriptor of the daemon\n", cfg.Limits.FDs, nofile)
+		}
 		return nil
 	}
 	log := newLogger(cfg)

@@ -30,6 +30,7 @@ const (
 	EEXIST          = Errno(unix.EEXIST)          // 17
 	ENODEV          = Errno(unix.ENODEV)          // 19
 	EINVAL          = Errno(unix.EINVAL)          // 22: bad argument, bad handle, bad state
+	EMFILE          = Errno(unix.EMFILE)          // 24: a session's share of the daemon's descriptors
 	ENOSYS          = Errno(unix.ENOSYS)          // 38
 	EPROTO          = Errno(unix.EPROTO)          // 71: malformed body
 	EMSGSIZE        = Errno(unix.EMSGSIZE)        // 90

@@ -9,9 +9,11 @@ import (
 )
 
 // Region is a memfd mapped shared: the memory of one or more rings, or a
-// client's registered segment.
+// client's registered segment. The mapping keeps the memory alive without
+// the descriptor, so a side that has passed the memfd on (or needs it no
+// more) may give it up (TakeFD, CloseFD) and keep only the mapping.
 type Region struct {
-	fd  int
+	fd  int // -1 once given up
 	mem []byte
 }
 
@@ -80,17 +82,36 @@ func mapFD(fd, size int) (*Region, error) {
 	return &Region{fd: fd, mem: mem}, nil
 }
 
-// FD is the memfd (to pass to the other side).
+// FD is the memfd (to pass to the other side); -1 once given up.
 func (r *Region) FD() int { return r.fd }
+
+// TakeFD hands the memfd to the caller, who closes it (the daemon, after a
+// reply has passed it): the region keeps only its mapping. -1 if the
+// descriptor was given up already.
+func (r *Region) TakeFD() int {
+	fd := r.fd
+	r.fd = -1
+	return fd
+}
+
+// CloseFD closes the memfd and keeps the mapping.
+func (r *Region) CloseFD() error {
+	if r.fd < 0 {
+		return nil
+	}
+	err := unix.Close(r.fd)
+	r.fd = -1
+	return err
+}
 
 // Bytes is the mapping.
 func (r *Region) Bytes() []byte { return r.mem }
 
-// Close unmaps the region and closes the memfd.
+// Close unmaps the region and closes the memfd if it still has it.
 func (r *Region) Close() error {
 	err := unix.Munmap(r.mem)
 	r.mem = nil
-	if cerr := unix.Close(r.fd); err == nil {
+	if cerr := r.CloseFD(); err == nil {
 		err = cerr
 	}
 	return err
