@@ -63,6 +63,8 @@ type CQ struct {
 	acked      uint64 // events acknowledged by AckEvents
 
 	src Source // an external CQ's completions (NewExternal); nil: the ring above
+
+	owner any // what made the CQ (SetOwner), for its checks
 }
 
 // New returns an empty CQ holding up to depth completions,
@@ -73,6 +75,13 @@ func New(depth int) (*CQ, error) {
 	}
 	return &CQ{buf: make([]WC, depth)}, nil
 }
+
+// SetOwner records what made c (rvt: its device), before c is used.
+func (c *CQ) SetOwner(o any) { c.owner = o }
+
+// Owner returns what SetOwner recorded (nil if nothing): a device refuses
+// a QP over another device's CQ.
+func (c *CQ) Owner() any { return c.owner }
 
 // SetHandlers sets the completion handler, called when a pushed completion
 // meets the arm condition (then the arm is cleared), and the error handler,

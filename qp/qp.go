@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/softverbs/softverbs/cq"
+	"github.com/softverbs/softverbs/internal/verr"
 	"github.com/softverbs/softverbs/keys"
 )
 
@@ -29,7 +30,10 @@ const MaxMessage = 1 << 31
 // transport engines take it for short critical sections and never call out
 // (to CQ handlers or event subscribers) while holding it.
 type QP struct {
-	num  uint32
+	num uint32
+	// gone, once set (Retire), is why every post and modify now fails.
+	// Guarded by mu; beside num, in what was padding.
+	gone Gone
 	cfg  Config
 	mu   sync.Mutex
 	attr Attr // guarded by mu
@@ -125,6 +129,42 @@ func (q *QP) Release() {
 	}
 }
 
+// Gone says why a QP takes no more posts or modifies (Retire).
+type Gone uint8
+
+const (
+	// GoneDestroyed: the QP was destroyed; over the kernel its handle
+	// would no longer name a QP (EINVAL).
+	GoneDestroyed Gone = 1 + iota
+	// GoneClosed: its device closed (a removed device's EIO).
+	GoneClosed
+)
+
+func (g Gone) err() error {
+	if g == GoneDestroyed {
+		return fmt.Errorf("%w: the QP is destroyed", ErrInvalidArgument)
+	}
+	return verr.ErrClosed
+}
+
+// Retire makes every later post and modify of q fail, for why. The first
+// reason stays.
+func (q *QP) Retire(why Gone) {
+	q.mu.Lock()
+	if q.gone == 0 {
+		q.gone = why
+	}
+	q.mu.Unlock()
+}
+
+// postErr is the error of a post refused in state st, or after Retire.
+func (q *QP) postErr(verb string, st State) error {
+	if q.gone != 0 {
+		return fmt.Errorf("%s on QP %#x: %w", verb, q.num, q.gone.err())
+	}
+	return fmt.Errorf("%s on QP %#x: %w: QP is in %v", verb, q.num, ErrInvalidState, st)
+}
+
 // Num returns the QP number.
 func (q *QP) Num() uint32 { return q.num }
 
@@ -200,6 +240,9 @@ func (q *QP) SetStateLocked(s State) { q.attr.State = s }
 // the state before and after. The caller holds the lock and reacts to the
 // transition (flush on ERR, engine reset on RESET).
 func (q *QP) ModifyLocked(a *Attr, mask AttrMask) (from, to State, err error) {
+	if q.gone != 0 {
+		return 0, 0, fmt.Errorf("modify QP %#x: %w", q.num, q.gone.err())
+	}
 	if mask&^attrAll != 0 {
 		return 0, 0, fmt.Errorf("modify QP %#x: %w: unknown mask bits %#x", q.num, ErrInvalidArgument, uint32(mask&^attrAll))
 	}
@@ -297,8 +340,8 @@ func opAllowed(t Type, o Opcode) bool {
 // index and WR ID of the first bad WR. The caller holds the lock.
 func (q *QP) PostSendLocked(wrs []SendWR) error {
 	st := q.attr.State
-	if !st.Allows(PostSendOK) {
-		return fmt.Errorf("post send on QP %#x: %w: QP is in %v", q.num, ErrInvalidState, st)
+	if !st.Allows(PostSendOK) || q.gone != 0 {
+		return q.postErr("post send", st)
 	}
 	if q.SQ.Free() < len(wrs) {
 		return fmt.Errorf("post send on QP %#x: %w: %d WRs, %d free of %d", q.num, ErrQueueFull, len(wrs), q.SQ.Free(), q.SQ.Cap())
@@ -472,8 +515,8 @@ func (q *QP) PostRecvLocked(wrs []RecvWR) error {
 		return fmt.Errorf("post recv on QP %#x: %w: the QP uses an SRQ", q.num, ErrInvalidArgument)
 	}
 	st := q.attr.State
-	if !st.Allows(PostRecvOK) {
-		return fmt.Errorf("post recv on QP %#x: %w: QP is in %v", q.num, ErrInvalidState, st)
+	if !st.Allows(PostRecvOK) || q.gone != 0 {
+		return q.postErr("post recv", st)
 	}
 	if err := postRecv(&q.RQ, q.cfg.Keys, q.cfg.PD, q.cfg.Cap.MaxRecvSGE, wrs); err != nil {
 		return fmt.Errorf("post recv on QP %#x: %w", q.num, err)

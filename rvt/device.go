@@ -13,7 +13,7 @@
 package rvt
 
 import (
-	"errors"
+	"context"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -42,7 +42,7 @@ var (
 	ErrNotSupported    = verr.ErrNotSupported
 	ErrBusy            = verr.ErrBusy
 	ErrNoResources     = verr.ErrNoResources
-	ErrClosed          = errors.New("device closed")
+	ErrClosed          = verr.ErrClosed
 )
 
 // Re-exported types, so most programs import only rvt.
@@ -287,8 +287,11 @@ func (d *Device) SetAddrs(addrs []netip.Addr) error {
 	return nil
 }
 
-// Close stops the device: its services close (Service), then its QPs stop
-// and its worker pool ends. The link is not closed (the caller owns it).
+// Close stops the device: its services close (Service), then its QPs go
+// to ERR, what was posted on them completes with WR_FLUSH_ERR, and its
+// worker pool ends. The link is not closed (the caller owns it). Later
+// posts, modifies and creates fail with ErrClosed; destroys still release
+// what they held. Closing again does nothing.
 func (d *Device) Close() error {
 	d.mu.Lock()
 	if d.closed {
@@ -318,12 +321,30 @@ func (d *Device) Close() error {
 	if d.stopWatch != nil {
 		d.stopWatch()
 	}
+	// As a device taken away: every QP goes to ERR and what was posted on
+	// it completes flushed before the engine stops (mlx5_ib's reset flow;
+	// the drop-in libibverbs's fatal state), so that no one waits for
+	// ever on a completion. Its posts and modifies fail with ErrClosed
+	// from before the flush, so that a completion handler reposting what
+	// was flushed is refused rather than flushed again.
 	for _, q := range qps {
+		_ = q.conn.Modify(&QPAttr{State: qp.Err}, qp.AttrState)
+		q.QP.Retire(qp.GoneClosed)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), closeFlushWait)
+	for _, q := range qps {
+		_ = q.conn.WaitFlushed(ctx) // a bound, not a clock: the flush takes no time
 		d.eng.RemoveConn(q.conn)
 	}
+	cancel()
 	d.closePool()
 	return nil
 }
+
+// closeFlushWait bounds how long Close waits for the flush of its QPs'
+// work requests (their tasks run them at once, unless a completion
+// handler holds a worker).
+const closeFlushWait = time.Second
 
 func (d *Device) closePool() {
 	if d.pool != nil {

@@ -65,6 +65,9 @@ func (pd *PD) RegMR(buf []byte, iova uint64, access Access) (*MR, error) {
 	if pd.d.rd != nil {
 		return pd.d.rd.regMR(pd, buf, iova, access)
 	}
+	if err := pd.d.checkOpen("reg MR"); err != nil {
+		return nil, err
+	}
 	return pd.d.keys.RegMR(pd.PD, buf, iova, access)
 }
 
@@ -91,6 +94,9 @@ func (pd *PD) AllocMR(maxPages int) (*MR, error) {
 	if pd.d.rd != nil {
 		return pd.d.rd.allocMR(pd, maxPages)
 	}
+	if err := pd.d.checkOpen("alloc MR"); err != nil {
+		return nil, err
+	}
 	return pd.d.keys.AllocMR(pd.PD, maxPages)
 }
 
@@ -106,6 +112,9 @@ func (d *Device) DeregMR(mr *MR) error {
 func (pd *PD) AllocMW(typ keys.MWType) (*MW, error) {
 	if pd.d.rd != nil {
 		return pd.d.rd.allocMW(pd, typ)
+	}
+	if err := pd.d.checkOpen("alloc MW"); err != nil {
+		return nil, err
 	}
 	return pd.d.keys.AllocMW(pd.PD, typ)
 }
@@ -135,6 +144,9 @@ func (d *Device) BindMW(mw *MW, mr *MR, addr, length uint64, access Access) (uin
 func (pd *PD) CreateAH(av AddressVector) (*AH, error) {
 	if pd.d.rd != nil {
 		return pd.d.rd.createAH(pd, av) // the daemon checks the GID index
+	}
+	if err := pd.d.checkOpen("create AH"); err != nil {
+		return nil, err
 	}
 	if err := pd.d.limits.CheckSGID(av.SGIDIndex); err != nil {
 		return nil, fmt.Errorf("create AH: %w", err)
@@ -179,12 +191,20 @@ func (d *Device) DestroyAH(ah *AH) error {
 // memory; its events come through the device's completion channel.
 func (d *Device) CreateCQ(depth int, onComp func(*CQ)) (*CQ, error) {
 	if d.rd != nil {
-		return d.rd.createCQ(d, depth, onComp)
+		c, err := d.rd.createCQ(d, depth, onComp)
+		if err == nil {
+			c.SetOwner(d)
+		}
+		return c, err
+	}
+	if err := d.checkOpen("create CQ"); err != nil {
+		return nil, err
 	}
 	c, err := cq.New(depth)
 	if err != nil {
-		return nil, fmt.Errorf("create CQ: %w", err)
+		return nil, err // "create cq: ..."
 	}
+	c.SetOwner(d)
 	c.SetHandlers(onComp, func(c *cq.CQ) { d.dispatch(Event{Type: transport.EventCQErr, CQ: c}) })
 	return c, nil
 }
@@ -195,6 +215,7 @@ func (d *Device) DestroyCQ(c *CQ) error { return c.Destroy() }
 // SRQ is a shared receive queue.
 type SRQ struct {
 	*qp.SRQ
+	d *Device
 	r *remoteSRQ // a Dial'd device's: the daemon's SRQ ring; nil when embedded
 }
 
@@ -220,13 +241,20 @@ func (pd *PD) CreateSRQ(maxWR, maxSGEs uint32) (*SRQ, error) {
 		return nil, fmt.Errorf("create SRQ: %w: max_wr %d max_sge %d", ErrInvalidArgument, maxWR, maxSGEs)
 	}
 	if pd.d.rd != nil {
-		return pd.d.rd.createSRQ(pd, maxWR, maxSGEs)
+		s, err := pd.d.rd.createSRQ(pd, maxWR, maxSGEs)
+		if err == nil {
+			s.d = pd.d
+		}
+		return s, err
+	}
+	if err := pd.d.checkOpen("create SRQ"); err != nil {
+		return nil, err
 	}
 	s, err := qp.NewSRQ(pd.PD, pd.d.keys, maxWR, maxSGEs)
 	if err != nil {
 		return nil, err
 	}
-	return &SRQ{SRQ: s}, nil
+	return &SRQ{SRQ: s, d: pd.d}, nil
 }
 
 // QPInitAttr are a QP's creation attributes (ibv_qp_init_attr).
@@ -262,8 +290,16 @@ func (pd *PD) CreateQP(ia QPInitAttr) (*QP, error) {
 		c.MaxRecvSGE > maxSGE || c.MaxInlineData > maxInline {
 		return nil, fmt.Errorf("create QP: %w: capabilities %+v exceed the device limits", ErrInvalidArgument, c)
 	}
+	for _, c := range []*CQ{ia.SendCQ, ia.RecvCQ} {
+		if c != nil && c.Owner() != d {
+			return nil, fmt.Errorf("create QP: %w: a CQ of another device", ErrInvalidArgument)
+		}
+	}
 	var srq *qp.SRQ
 	if ia.SRQ != nil {
+		if ia.SRQ.d != d {
+			return nil, fmt.Errorf("create QP: %w: an SRQ of another device", ErrInvalidArgument)
+		}
 		srq = ia.SRQ.SRQ
 	}
 	d.mu.Lock()
@@ -325,6 +361,17 @@ func (pd *PD) CreateQP(ia QPInitAttr) (*QP, error) {
 	d.qps[num] = x
 	d.mu.Unlock()
 	return x, nil
+}
+
+// checkOpen returns ErrClosed, for verb, once the device is closed.
+func (d *Device) checkOpen(verb string) error {
+	d.mu.Lock()
+	closed := d.closed
+	d.mu.Unlock()
+	if closed {
+		return fmt.Errorf("%s: %w", verb, ErrClosed)
+	}
+	return nil
 }
 
 // unreserveQPN frees a QP number that CreateQP reserved but did not use.
@@ -424,6 +471,7 @@ func (q *QP) Destroy() error {
 	}
 	q.destroyed = true
 	d.mu.Unlock()
+	q.QP.Retire(qp.GoneDestroyed)
 	if q.Type().Datagram() { // only they join groups (AttachMcast)
 		for _, g := range d.mc.DetachAll(q.QP) {
 			d.leaveGroupLocked(GID(g))
@@ -457,6 +505,9 @@ func (q *QP) Drain(ctx context.Context) error {
 // The first attachment to a group joins it on the link when the link needs
 // to be told (IGMP/MLD reports from a Host, a socket join on the UDP link).
 func (d *Device) AttachMcast(q *QP, gid GID, lid uint16) error {
+	if q.d != d {
+		return fmt.Errorf("attach mcast: %w: QP %#x is another device's", ErrInvalidArgument, q.Num())
+	}
 	if !q.Type().Datagram() {
 		return fmt.Errorf("attach mcast: %w: QP %#x is %v, not UD", ErrInvalidArgument, q.Num(), q.Type())
 	}
@@ -488,6 +539,9 @@ func (d *Device) AttachMcast(q *QP, gid GID, lid uint16) error {
 // DetachMcast detaches a QP from a multicast group; the last detachment
 // leaves the group on the link.
 func (d *Device) DetachMcast(q *QP, gid GID, lid uint16) error {
+	if q.d != d {
+		return fmt.Errorf("detach mcast: %w: QP %#x is another device's", ErrInvalidArgument, q.Num())
+	}
 	if q.r != nil {
 		if err := q.r.q.DetachMcast(gid, lid); err != nil {
 			return remoteErr("detach mcast", err)

@@ -20,4 +20,6 @@ var (
 	ErrNoResources = errors.New("no resources")
 	// ErrNotSupported: the verb or attribute is not implemented (EOPNOTSUPP).
 	ErrNotSupported = errors.New("not supported")
+	// ErrClosed: the device is closed (a removed device's EIO).
+	ErrClosed = errors.New("device closed")
 )
