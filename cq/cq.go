@@ -130,11 +130,19 @@ func (c *CQ) PushBatch(wcs []WC) int {
 	return n
 }
 
-// Due holds the handlers a push made due (PushBatchDeferred).
-type Due struct{ comp, fail func(*CQ) }
+// Due holds the handlers a push made due (PushBatchDeferred), and
+// whether it lost completions (the CQ overflowed, or had).
+type Due struct {
+	comp, fail func(*CQ)
+	lost       bool
+}
 
-// Any reports whether a handler is due.
-func (d Due) Any() bool { return d.comp != nil || d.fail != nil }
+// Any reports whether a handler is due or completions were lost.
+func (d Due) Any() bool { return d.comp != nil || d.fail != nil || d.lost }
+
+// Lost reports whether the push lost completions: the producer's QP must
+// go to ERR (IBTA class G; rxe's responder and rdmavt do so).
+func (d Due) Lost() bool { return d.lost }
 
 // Call calls the due handlers for c: the completion handler, then the
 // error handler.
@@ -181,7 +189,7 @@ func (c *CQ) pushBatchLocked(wcs []WC) (n int, due Due) {
 			due.comp = h
 		}
 		if !ok {
-			due.fail = f
+			due.fail, due.lost = f, true
 			break
 		}
 		n++

@@ -636,9 +636,11 @@ func TestDialEvents(t *testing.T) {
 				t.Fatal("handler called without an arm")
 			case <-time.After(50 * time.Millisecond):
 			}
-			// Overflow the CQ (more completions than it holds, unpolled):
-			// EventCQErr for it.
-			n := c.Depth() + 2
+			// Overflow the CQ (one completion more than it holds,
+			// unpolled): EventCQErr for it. The SEND whose receive
+			// completion is lost is ACKed before, so every send here
+			// succeeds; the QP is in ERR afterwards (below).
+			n := c.Depth() + 1
 			for i := range n {
 				if err := q.PostRecv(rvt.RecvWR{WRID: uint64(100 + i), SGL: []rvt.SGE{sge(b, 0, 64)}}); err != nil {
 					t.Fatal(err)
@@ -654,6 +656,17 @@ func TestDialEvents(t *testing.T) {
 					if ev.Type == transport.EventCQErr {
 						if ev.CQ != c {
 							t.Fatalf("CQ error event for another CQ: %+v", ev)
+						}
+						if o.name == "embedded" {
+							// The QP that lost a completion goes to ERR
+							// (IBTA class G, as rxe's responder does).
+							for q.State() != qp.Err {
+								select {
+								case <-deadline:
+									t.Fatalf("QP in %v after its CQ overflowed, want ERR", q.State())
+								case <-time.After(time.Millisecond):
+								}
+							}
 						}
 						return
 					}

@@ -3,6 +3,7 @@ package rvt
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -116,4 +117,32 @@ func TestCreateCQDepthError(t *testing.T) {
 	_, err := n.d.CreateCQ(0, nil)
 	require.ErrorIs(t, err, ErrInvalidArgument)
 	require.Equal(t, 1, strings.Count(err.Error(), "create"), err.Error())
+}
+
+// A completion that finds its CQ full puts the QP that made it in ERR
+// (IBTA class G; rxe's responder and rdmavt do so), besides the CQ's own
+// error and CQ_ERR event: the QP does not go on doing work whose
+// completions no one will see.
+func TestCQOverflowErrorsQP(t *testing.T) {
+	na, nb := fabricNodes(t, clock.Real())
+	small, err := na.d.CreateCQ(2, nil)
+	require.NoError(t, err)
+	a, err := na.pd.CreateQP(QPInitAttr{Type: qp.RC, SendCQ: small, RecvCQ: small,
+		Cap: QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	require.NoError(t, err)
+	b := nb.qp(t, qp.RC)
+	connect(t, a, na.d, b, nb.d, defaultAttrs())
+	src, dst := na.mr(t, 64), nb.mr(t, 64)
+	for i := range 3 {
+		require.NoError(t, a.PostSend(SendWR{WRID: uint64(i), Opcode: qp.OpRDMAWrite, Flags: qp.Signaled,
+			SGL: sge(src, 0, 8), RemoteAddr: dst.IOVA, Rkey: dst.Rkey}))
+		require.Eventually(t, func() bool { return a.Conn().Counters().Snapshot()["rcvd_pkts"] > uint64(i) },
+			5*time.Second, time.Millisecond, "WRITE %d's ACK", i)
+	}
+	require.Eventually(t, func() bool { return a.State() == qp.Err }, 5*time.Second, time.Millisecond,
+		"QP in %v after its CQ overflowed", a.State())
+	require.ErrorIs(t, small.Err(), cq.ErrOverflow)
+	wcs := make([]WC, 4)
+	require.Equal(t, 2, small.Poll(wcs), "the two completions the CQ held")
+	require.Equal(t, b.State(), qp.RTS, "the peer is not touched")
 }

@@ -553,8 +553,10 @@ func (c *Conn) runCallbacks(o *outbox) {
 		return
 	}
 	c.e.callbacks.Add(1)
+	lost := false
 	for _, d := range o.due {
 		d.due.Call(d.cq)
+		lost = lost || d.due.Lost()
 	}
 	for _, ev := range o.evs {
 		c.e.event(ev)
@@ -562,6 +564,13 @@ func (c *Conn) runCallbacks(o *outbox) {
 	c.e.callbacks.Add(-1)
 	clear(o.due)
 	o.due, o.evs = o.due[:0], o.evs[:0]
+	if lost {
+		// A completion of this QP found its CQ full: the QP goes to ERR
+		// (IBTA class G, as rxe's responder and rdmavt do) rather than
+		// go on with work whose completions no one will see. (The
+		// flushes are lost too: an overflowed CQ takes nothing more.)
+		_ = c.Modify(&qp.Attr{State: qp.Err}, qp.AttrState)
+	}
 }
 
 // Modify applies ibv_modify_qp and the engine's reaction to the transition.
