@@ -97,6 +97,10 @@ var (
 	ErrNoListener = errors.New("cm: no listener for the service ID")
 	// ErrClosed: the ID, listener, connection or agent was closed.
 	ErrClosed = errors.New("cm: closed")
+	// ErrDeviceRemoved: the device under the agent closed, or the agent
+	// did (rdma_cm's DEVICE_REMOVAL): the ID, listener or connection is
+	// over, and every later call on it fails with this error.
+	ErrDeviceRemoved = errors.New("cm: device removed")
 	// ErrAddrInUse: a listener already holds the port (EADDRINUSE).
 	ErrAddrInUse = errors.New("cm: address in use")
 	// ErrInvalidState: the operation does not fit the ID's state.
