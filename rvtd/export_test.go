@@ -1,6 +1,10 @@
 package rvtd
 
-import "time"
+import (
+	"time"
+
+	"github.com/softverbs/softverbs/cm"
+)
 
 // Test hooks for the external test package.
 
@@ -56,4 +60,14 @@ func ProcGoneForTest(pid int, addr uint64, wait func()) (readFails, gone bool, e
 	}
 	_, rerr := p.ReadAt(b[:], addr)
 	return rerr != nil, p.Gone(), nil
+}
+
+// CloseCMAgentForTest closes the connection manager's agent of the named
+// device, as an embedding program may, while the sessions live.
+func CloseCMAgentForTest(s *Server, name string) error {
+	a, err := cm.AgentFor(s.byName[name].dev)
+	if err != nil {
+		return err
+	}
+	return a.Close()
 }
