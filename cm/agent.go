@@ -13,9 +13,10 @@
 // built on it for Go programs.
 //
 // Each device has one Agent, which the device keeps (rvt.Device.Service)
-// and closes when it closes: it owns the GSI QP, posts its receives,
-// answers from the address of each received MAD, and runs every protocol
-// step in one run-to-completion task. Timers run on the device's clock and
+// and closes when it closes, telling every ID (DEVICE_REMOVAL,
+// ErrDeviceRemoved; see Agent.Close): it owns the GSI QP, posts its
+// receives, answers from the address of each received MAD, and runs every
+// protocol step in one run-to-completion task. Timers run on the device's clock and
 // only flag work for that task. See docs/cm.md.
 package cm
 
