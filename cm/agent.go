@@ -13,9 +13,10 @@
 // built on it for Go programs.
 //
 // Each device has one Agent, which the device keeps (rvt.Device.Service)
-// and closes when it closes: it owns the GSI QP, posts its receives,
-// answers from the address of each received MAD, and runs every protocol
-// step in one run-to-completion task. Timers run on the device's clock and
+// and closes when it closes, telling every ID (DEVICE_REMOVAL,
+// ErrDeviceRemoved; see Agent.Close): it owns the GSI QP, posts its
+// receives, answers from the address of each received MAD, and runs every
+// protocol step in one run-to-completion task. Timers run on the device's clock and
 // only flag work for that task. See docs/cm.md.
 package cm
 
@@ -329,8 +330,19 @@ func (a *Agent) cleanup() {
 	}
 }
 
-// Close stops the agent: every ID's timer stops, QP 1 is destroyed and the
-// device may get a new agent. IDs are not told (as on device removal).
+// Close stops the agent; the device closes it when it closes (and Close
+// lets the device open a new one). As Linux's cma does for every ID
+// bound to a removed device (cma_process_remove), every ID of the agent
+// that is not destroyed is told once: events already queued are
+// delivered, then DEVICE_REMOVAL (Err ErrDeviceRemoved), on the caller's
+// goroutine; an ID from NewID belongs to its agent's device from the
+// start, so every one is told. Before that, the QPs given to Connect and
+// Accept move to ERR (their posted work requests flush), as a
+// disconnection moves them. No MAD is sent: peers are not told (they
+// learn by their own timeouts, as when an HCA goes). Every timer stops,
+// QP 1 is destroyed and the agent forgets its IDs, ports and listeners;
+// later calls on its IDs fail with ErrDeviceRemoved, and Destroy of
+// them only marks them destroyed.
 func (a *Agent) Close() error {
 	if a.remote != nil {
 		return a.closeRemote()
@@ -342,21 +354,68 @@ func (a *Agent) Close() error {
 	}
 	a.closed = true
 	a.stopParkedLocked()
-	for id := range a.ids {
-		if id.timer != nil {
-			id.timer.Stop()
-		}
-		id.timerGen++
-	}
+	told, qps := a.removeAllLocked()
+	evs := a.events
+	a.events, a.out = nil, nil
 	ahs := a.ahs
 	a.ahs = nil
 	a.mu.Unlock()
-	a.task.Stop()
+	a.task.Stop() // a batch under way delivers its events first
+	for _, q := range qps {
+		_ = q.Modify(&rvt.QPAttr{State: qp.Err}, qp.AttrState)
+	}
+	for _, pe := range evs {
+		pe.id.deliver(pe.ev)
+	}
+	for _, id := range told {
+		id.deliverRemoval()
+	}
 	for _, ah := range ahs {
 		_ = a.dev.DestroyAH(ah)
 	}
 	a.cleanup()
 	a.dev.DropService(agentKey{}, a)
+	return nil
+}
+
+// removeAllLocked stops every ID's timer, forgets what the agent holds
+// and returns the IDs to tell of the removal (not destroyed, not told
+// yet) and the QPs of connections, to move to ERR.
+func (a *Agent) removeAllLocked() (told []*ID, qps []*rvt.QP) {
+	for id := range a.ids {
+		if id.timer != nil {
+			id.timer.Stop()
+			id.timer = nil
+		}
+		id.timerGen++
+		id.timerOn = false
+		id.resolve = nil
+		id.epoch++ // actions of a batch under way are dropped
+		if id.reg.qp && id.q != nil && !id.destroyed {
+			qps = append(qps, id.q)
+		}
+		id.reg = struct{ comm, remote, qpn, qp bool }{}
+		id.portBound = false
+		id.state = StateIdle
+		if !id.destroyed {
+			told = append(told, id)
+		}
+	}
+	clear(a.ids)
+	clear(a.byComm)
+	clear(a.byRemote)
+	clear(a.byQPN)
+	clear(a.qpUsers)
+	clear(a.ports)
+	clear(a.listeners)
+	return told, qps
+}
+
+// removedErrLocked is the error of a call on an ID of a closed agent.
+func (a *Agent) removedErrLocked(op string) error {
+	if a.closed {
+		return fmt.Errorf("%s: %w", op, ErrDeviceRemoved)
+	}
 	return nil
 }
 

@@ -51,7 +51,9 @@ type Event struct {
 	// passive ID (its Listener is the listening one).
 	ID *ID
 	// Err is set for ADDR_ERROR, ROUTE_ERROR, UNREACHABLE (ErrUnreachable),
-	// CONNECT_ERROR and REJECTED (a *RejectError).
+	// CONNECT_ERROR, REJECTED (a *RejectError) and DEVICE_REMOVAL
+	// (ErrDeviceRemoved: the device under the agent, or the agent, closed;
+	// each ID gets it once, see Agent.Close).
 	Err error
 	// Param is what the peer sent: CONNECT_REQUEST, CONNECT_RESPONSE,
 	// ESTABLISHED (active side), REJECTED (private data), DISCONNECTED

@@ -26,6 +26,10 @@ func (id *ID) NotifyCommEst() error {
 	}
 	a := id.a
 	a.mu.Lock()
+	if err := a.removedErrLocked("notify"); err != nil {
+		a.mu.Unlock()
+		return err
+	}
 	switch id.state {
 	case StateREPSent, StateMRAREPRcvd:
 		a.establishPassiveLocked(id, nil)

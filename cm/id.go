@@ -26,6 +26,7 @@ type ID struct {
 	state     State
 	ud        bool // SIDR (UD service resolution)
 	destroyed bool
+	told      bool   // DEVICE_REMOVAL delivered (deliverRemoval)
 	epoch     uint64 // moves when queued actions of the ID must be dropped
 
 	portBound     bool
@@ -87,7 +88,9 @@ func (a *Agent) NewID(ch *EventChannel, ps PortSpace, ctx any) *ID {
 func (a *Agent) newID(ps PortSpace, ctx any, sink func(Event)) *ID {
 	id := &ID{a: a, ps: ps, ctx: ctx, sink: sink}
 	a.mu.Lock()
-	a.ids[id] = struct{}{}
+	if !a.closed { // an ID of a closed agent only fails (ErrDeviceRemoved)
+		a.ids[id] = struct{}{}
+	}
 	a.mu.Unlock()
 	if a.remote != nil {
 		a.newRemoteID(id)
@@ -101,6 +104,18 @@ func (id *ID) deliver(ev Event) {
 	id.a.mu.Unlock()
 	if sink != nil && !gone {
 		sink(ev)
+	}
+}
+
+// deliverRemoval gives the ID DEVICE_REMOVAL, once: from Agent.Close,
+// and for an ID of a remote device also when the daemon sends it.
+func (id *ID) deliverRemoval() {
+	id.a.mu.Lock()
+	sink, skip := id.sink, id.destroyed || id.told
+	id.told = true
+	id.a.mu.Unlock()
+	if sink != nil && !skip {
+		sink(Event{Type: EventDeviceRemoval, ID: id, Err: ErrDeviceRemoved})
 	}
 }
 
@@ -220,6 +235,9 @@ func (id *ID) BindAddr(addr netip.AddrPort) error {
 	a := id.a
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if err := a.removedErrLocked(fmt.Sprintf("bind %v", addr)); err != nil {
+		return err
+	}
 	if id.portBound {
 		return fmt.Errorf("bind %v: %w: bound already", addr, ErrInvalidState)
 	}
@@ -288,6 +306,9 @@ func (id *ID) Listen() error {
 	a.mu.Lock()
 	defer a.kick() // a REQ that waited for this listener (park.go)
 	defer a.mu.Unlock()
+	if err := a.removedErrLocked("listen"); err != nil {
+		return err
+	}
 	if id.state != StateIdle || id.destroyed {
 		return fmt.Errorf("listen: %w: %v", ErrInvalidState, id.state)
 	}
@@ -334,6 +355,9 @@ func (id *ID) ResolveRoute() error {
 	a.mu.Lock()
 	defer a.kick()
 	defer a.mu.Unlock()
+	if err := a.removedErrLocked("resolve route"); err != nil {
+		return err
+	}
 	if !id.addrOK || id.state != StateIdle {
 		return fmt.Errorf("resolve route: %w: address not resolved", ErrInvalidState)
 	}
@@ -386,6 +410,10 @@ func (id *ID) Connect(q *rvt.QP, p *ConnParam) error {
 		return fmt.Errorf("connect: %w: %d bytes of private data, at most %d", ErrInvalidArgument, len(prm.PrivateData), maxPD)
 	}
 	a.mu.Lock()
+	if err := a.removedErrLocked("connect"); err != nil {
+		a.mu.Unlock()
+		return err
+	}
 	if id.state != StateIdle || !id.addrOK || id.destroyed {
 		a.mu.Unlock()
 		return fmt.Errorf("connect: %w: %v (address resolved: %v)", ErrInvalidState, id.state, id.addrOK)
@@ -422,6 +450,9 @@ func (id *ID) Connect(q *rvt.QP, p *ConnParam) error {
 	a.mu.Lock()
 	defer a.kick()
 	defer a.mu.Unlock()
+	if err := a.removedErrLocked("connect"); err != nil {
+		return err
+	}
 	if id.state != StateIdle || id.destroyed {
 		a.releaseQPLocked(id)
 		return fmt.Errorf("connect: %w: %v", ErrInvalidState, id.state)
@@ -521,6 +552,9 @@ func (id *ID) Accept(q *rvt.QP, p *ConnParam) error {
 	a := id.a
 	a.mu.Lock()
 	switch {
+	case a.closed:
+		a.mu.Unlock()
+		return fmt.Errorf("accept: %w", ErrDeviceRemoved)
 	case id.destroyed:
 		a.mu.Unlock()
 		return fmt.Errorf("accept: %w", ErrClosed)
@@ -590,6 +624,9 @@ func (id *ID) Accept(q *rvt.QP, p *ConnParam) error {
 	a.mu.Lock()
 	defer a.kick()
 	defer a.mu.Unlock()
+	if err := a.removedErrLocked("accept"); err != nil {
+		return err
+	}
 	if id.epoch != epoch || (id.state != StateREQRcvd && id.state != StateMRAREQSent) {
 		return fmt.Errorf("accept: %w: the request ended meanwhile (%v)", ErrInvalidState, id.state)
 	}
@@ -629,6 +666,9 @@ func (id *ID) Reject(priv []byte) error {
 	a.mu.Lock()
 	defer a.kick()
 	defer a.mu.Unlock()
+	if err := a.removedErrLocked("reject"); err != nil {
+		return err
+	}
 	switch id.state {
 	case StateSIDRREQRcvd:
 		a.sidrReplyLocked(id, SIDRReject, 0, priv)
@@ -653,6 +693,10 @@ func (id *ID) Disconnect() error {
 	}
 	a := id.a
 	a.mu.Lock()
+	if err := a.removedErrLocked("disconnect"); err != nil {
+		a.mu.Unlock()
+		return err
+	}
 	q := id.q
 	switch id.state {
 	case StateEstablished:
@@ -693,6 +737,10 @@ func (id *ID) Destroy() {
 		return
 	}
 	id.destroyed = true
+	if a.closed { // the agent forgot the ID already (Close)
+		a.mu.Unlock()
+		return
+	}
 	q := id.q
 	toErr := false
 	switch id.state {
@@ -760,6 +808,9 @@ func (id *ID) InitQPAttr(state qp.State) (rvt.QPAttr, rvt.QPAttrMask, error) {
 	a := id.a
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if err := a.removedErrLocked("init qp attr"); err != nil {
+		return rvt.QPAttr{}, 0, err
+	}
 	typ := qp.RC
 	if id.qpUC {
 		typ = qp.UC

@@ -61,6 +61,9 @@ func (id *ID) JoinMulticast(group netip.Addr, q *rvt.QP, sendOnly bool) error {
 	a := id.a
 	a.mu.Lock()
 	switch {
+	case id.r == nil && a.closed:
+		a.mu.Unlock()
+		return fmt.Errorf("join %v: %w", g, ErrDeviceRemoved)
 	case id.destroyed:
 		a.mu.Unlock()
 		return fmt.Errorf("join %v: %w", g, ErrClosed)

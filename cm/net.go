@@ -29,10 +29,11 @@ const defaultBacklog = 1024
 
 // Listener accepts connection requests for one port.
 type Listener struct {
-	id   *ID
-	reqs chan *Request
-	done chan struct{}
-	once sync.Once
+	id      *ID
+	reqs    chan *Request
+	done    chan struct{}
+	once    sync.Once
+	removed chan struct{} // closed on DEVICE_REMOVAL
 }
 
 // Listen listens on addr (an unspecified address: every GID of the
@@ -57,7 +58,7 @@ func (a *Agent) Listen(addr netip.AddrPort, o *ListenOptions) (*Listener, error)
 	if lo.Backlog <= 0 {
 		lo.Backlog = defaultBacklog
 	}
-	l := &Listener{reqs: make(chan *Request, lo.Backlog), done: make(chan struct{})}
+	l := &Listener{reqs: make(chan *Request, lo.Backlog), done: make(chan struct{}), removed: make(chan struct{})}
 	l.id = a.newID(lo.PortSpace, nil, l.onEvent)
 	if err := l.id.BindAddr(addr); err != nil {
 		l.id.Destroy()
@@ -71,6 +72,10 @@ func (a *Agent) Listen(addr netip.AddrPort, o *ListenOptions) (*Listener, error)
 }
 
 func (l *Listener) onEvent(ev Event) {
+	if ev.Type == EventDeviceRemoval {
+		close(l.removed) // once: the agent tells an ID once
+		return
+	}
 	if ev.Type != EventConnectRequest {
 		return
 	}
@@ -89,13 +94,22 @@ func (l *Listener) onEvent(ev Event) {
 	}
 }
 
-// Accept waits for the next connection request.
+// Accept waits for the next connection request. It returns ErrClosed
+// after Close, ErrDeviceRemoved once the device (or its agent) closed,
+// ctx.Err() when ctx ends first.
 func (l *Listener) Accept(ctx context.Context) (*Request, error) {
+	select {
+	case <-l.removed:
+		return nil, ErrDeviceRemoved // requests still queued were told too
+	default:
+	}
 	select {
 	case r := <-l.reqs:
 		return r, nil
 	case <-l.done:
 		return nil, ErrClosed
+	case <-l.removed:
+		return nil, ErrDeviceRemoved
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
@@ -105,7 +119,8 @@ func (l *Listener) Accept(ctx context.Context) (*Request, error) {
 func (l *Listener) Addr() netip.AddrPort { return l.id.LocalAddr() }
 
 // Close stops listening; requests not yet accepted are rejected.
-// Connections already made are not affected.
+// Connections already made are not affected. It returns nil, also after
+// the device was removed.
 func (l *Listener) Close() error {
 	l.once.Do(func() {
 		close(l.done)
@@ -278,6 +293,19 @@ func (c *Conn) established(ev Event) {
 // onEvent handles the events of an established connection.
 func (c *Conn) onEvent(ev Event) {
 	switch ev.Type {
+	case EventDeviceRemoval:
+		// An embedded agent moved the QP to ERR and forgot the ID; a
+		// daemon's device goes with its session.
+		c.mu.Lock()
+		if c.err == nil {
+			c.err = ErrDeviceRemoved
+		}
+		first := !c.doneClosed
+		c.doneClosed = true
+		c.mu.Unlock()
+		if first {
+			close(c.done)
+		}
 	case EventDisconnected:
 		c.mu.Lock()
 		if c.err == nil {
@@ -301,7 +329,8 @@ func (c *Conn) onEvent(ev Event) {
 
 // Dial connects q to raddr through the device's agent: address and route
 // resolution, REQ, REP, RTU. It returns the established connection, a
-// *RejectError, ErrUnreachable, or ctx.Err().
+// *RejectError (ErrNoListener when nobody listens), ErrUnreachable,
+// ErrDeviceRemoved when the device closes meanwhile, or ctx.Err().
 func Dial(ctx context.Context, dev *rvt.Device, raddr netip.AddrPort, q *rvt.QP, o *DialOptions) (*Conn, error) {
 	a, err := AgentFor(dev)
 	if err != nil {
@@ -370,11 +399,13 @@ func (c *Conn) PeerPrivateData() []byte {
 	return c.peerPrivate
 }
 
-// Done is closed when the connection is over: the peer disconnected, or
-// Disconnect finished. Err says which.
+// Done is closed when the connection is over: the peer disconnected,
+// Disconnect finished, or the device (or its agent) closed. Err says
+// which.
 func (c *Conn) Done() <-chan struct{} { return c.done }
 
-// Err returns nil while connected, then ErrPeerDisconnected or ErrClosed.
+// Err returns nil while connected, then ErrPeerDisconnected, ErrClosed or
+// ErrDeviceRemoved (the QP is in ERR then; the peer was not told).
 func (c *Conn) Err() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()

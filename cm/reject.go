@@ -90,11 +90,17 @@ var (
 	// ErrUnreachable: the peer never answered (REQ, REP, DREQ or SIDR_REQ
 	// retried max CM retries times); rdma_cm's UNREACHABLE.
 	ErrUnreachable = errors.New("cm: peer unreachable: no response after the CM retries")
-	// ErrNoListener: a SIDR_REQ found no service (SIDR status UNSUPPORTED).
-	// A REQ with no listener is a *RejectError with RejInvalidServiceID.
+	// ErrNoListener matches the *RejectError of a request nobody listens
+	// for, the ECONNREFUSED of rdma_cm: REJ 8 (RejInvalidServiceID) for a
+	// REQ, SIDR status UNSUPPORTED for a SIDR_REQ. It is never returned
+	// alone: errors.As still gives the *RejectError.
 	ErrNoListener = errors.New("cm: no listener for the service ID")
 	// ErrClosed: the ID, listener, connection or agent was closed.
 	ErrClosed = errors.New("cm: closed")
+	// ErrDeviceRemoved: the device under the agent closed, or the agent
+	// did (rdma_cm's DEVICE_REMOVAL): the ID, listener or connection is
+	// over, and every later call on it fails with this error.
+	ErrDeviceRemoved = errors.New("cm: device removed")
 	// ErrAddrInUse: a listener already holds the port (EADDRINUSE).
 	ErrAddrInUse = errors.New("cm: address in use")
 	// ErrInvalidState: the operation does not fit the ID's state.
@@ -125,10 +131,15 @@ func (e *RejectError) Error() string {
 }
 
 // Is matches ErrRejected and the reason, so errors.Is(err, ErrRejected)
-// and errors.Is(err, RejConsumerDefined) both work.
+// and errors.Is(err, RejConsumerDefined) both work, and ErrNoListener
+// for reason RejInvalidServiceID (REJ 8, or SIDR status UNSUPPORTED:
+// nobody listens on the service ID).
 func (e *RejectError) Is(target error) bool {
-	if target == ErrRejected {
+	switch target {
+	case ErrRejected:
 		return true
+	case ErrNoListener:
+		return e.Reason == RejInvalidServiceID
 	}
 	if r, ok := target.(RejectReason); ok {
 		return r == e.Reason

@@ -59,7 +59,9 @@ func newRemoteAgent(dev *rvt.Device, o Options) (*Agent, error) {
 	return a, nil
 }
 
-// closeRemote destroys the agent's IDs in the daemon and its channel.
+// closeRemote tells the agent's IDs of the removal (those the daemon
+// has not told already, at its shutdown), then destroys them in the
+// daemon, and the channel.
 func (a *Agent) closeRemote() error {
 	ra := a.remote
 	a.mu.Lock()
@@ -73,6 +75,9 @@ func (a *Agent) closeRemote() error {
 		ids = append(ids, id)
 	}
 	a.mu.Unlock()
+	for _, id := range ids {
+		id.deliverRemoval()
+	}
 	for _, id := range ids {
 		id.Destroy()
 	}
@@ -111,6 +116,10 @@ func (a *Agent) remoteRun() {
 			continue
 		}
 		ev.ID = id
+		if ev.Type == EventDeviceRemoval {
+			id.deliverRemoval() // once, whoever tells first
+			continue
+		}
 		id.deliver(ev)
 	}
 }
@@ -142,6 +151,8 @@ func remoteEvent(r proto.CMEvent) Event {
 		}
 	case EventConnectError:
 		ev.Err = ErrInvalidArgument
+	case EventDeviceRemoval:
+		ev.Err = ErrDeviceRemoved
 	}
 	if r.UD {
 		ev.UD = &UDParam{QPN: r.QPNum, QKey: r.QKey, AV: rvt.AddressVector{DGID: r.AH.DGID, SGIDIndex: r.AH.SGIDIndex,

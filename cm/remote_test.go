@@ -153,6 +153,7 @@ func TestRemoteDialAcceptUD(t *testing.T) {
 	// Nobody listens: a reject with reason 8.
 	_, err = cm.Dial(ctx, b.dev, laddr, b.qp(t, qp.RC), nil)
 	require.ErrorIs(t, err, cm.RejInvalidServiceID)
+	require.ErrorIs(t, err, cm.ErrNoListener)
 
 	// UD through SIDR.
 	lu, err := cm.Listen(a.dev, netip.MustParseAddrPort("198.18.0.1:0"), &cm.ListenOptions{PortSpace: cm.PSUDP})

@@ -49,6 +49,9 @@ func (id *ID) ResolveAddrTimeout(src netip.Addr, dst netip.AddrPort, timeout tim
 	a.mu.Lock()
 	defer a.kick()
 	defer a.mu.Unlock()
+	if err := a.removedErrLocked("resolve addr"); err != nil {
+		return err
+	}
 	if id.state != StateIdle || id.destroyed || id.resolve != nil {
 		return fmt.Errorf("resolve addr: %w: %v", ErrInvalidState, id.state)
 	}

@@ -3,6 +3,7 @@ package rvtd
 import (
 	"errors"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -64,6 +65,7 @@ type cmIDObj struct {
 	ackTO    uint8
 	q        *qpObj // the QP given to connect or accept
 	dead     bool
+	removed  bool // DEVICE_REMOVAL reported (removalLocked)
 
 	mc map[netip.Addr]bool // multicast groups joined (cmmcast.go; session.mu)
 	// mcLost: joined groups MULTICAST_ERROR has reported lost, once each
@@ -865,6 +867,16 @@ func (ss *session) cmEvent(ev cm.Event) {
 		ss.mu.Unlock()
 		return
 	}
+	if ev.Type == cm.EventDeviceRemoval {
+		// The agent of a device closed (cm.Agent.Close).
+		rec := ss.removalLocked(o, ev.ID)
+		ch := o.ch
+		ss.mu.Unlock()
+		if rec != nil {
+			ch.send(ss, rec)
+		}
+		return
+	}
 	rec := cmEventRecord(o, listenH, ev, src, dst)
 	ch, q := o.ch, o.q
 	o.reported++
@@ -927,7 +939,8 @@ func cmEventRecord(o *cmIDObj, listen uint32, ev cm.Event, src, dst netip.AddrPo
 }
 
 // cmDeviceRemoval tells every ID that has a device that it is going
-// (RDMA_CM_EVENT_DEVICE_REMOVAL), at shutdown.
+// (RDMA_CM_EVENT_DEVICE_REMOVAL), at shutdown; an ID told already, when
+// the agent under it closed, is not told again.
 func (ss *session) cmDeviceRemoval() {
 	ss.mu.Lock()
 	type out struct {
@@ -936,17 +949,41 @@ func (ss *session) cmDeviceRemoval() {
 	}
 	var l []out
 	for _, o := range ss.objs {
-		if o, ok := o.(*cmIDObj); ok && !o.dead && (o.b.id != nil || o.wild != nil) {
-			var ev cm.Event
-			ev.Type = cm.EventDeviceRemoval
-			l = append(l, out{o.ch, cmEventRecord(o, 0, ev, netip.AddrPort{}, netip.AddrPort{})})
-			o.reported++
+		if o, ok := o.(*cmIDObj); ok {
+			if rec := ss.removalLocked(o, nil); rec != nil {
+				l = append(l, out{o.ch, rec})
+			}
 		}
 	}
 	ss.mu.Unlock()
 	for _, x := range l {
 		x.ch.send(ss, x.rec)
 	}
+}
+
+// removalLocked returns the DEVICE_REMOVAL record of o, once, or nil: o
+// is dead, has no device, or was told. gone is the cm.ID whose agent
+// closed (nil: every device goes, at shutdown). As Linux tells only the
+// IDs bound to the removed device (cma_process_remove), a wildcard ID
+// that still has other devices only loses gone's binding.
+func (ss *session) removalLocked(o *cmIDObj, gone *cm.ID) []byte {
+	if o.dead || o.removed || (o.b.id == nil && o.wild == nil) {
+		return nil
+	}
+	if gone != nil && gone != o.b.id {
+		i := slices.IndexFunc(o.wild, func(b cmBinding) bool { return b.id == gone })
+		if i < 0 {
+			return nil
+		}
+		delete(ss.cm.byID, gone)
+		if len(o.wild) > 1 {
+			o.wild = slices.Delete(o.wild, i, i+1)
+			return nil
+		}
+	}
+	o.removed = true
+	o.reported++
+	return cmEventRecord(o, 0, cm.Event{Type: cm.EventDeviceRemoval}, netip.AddrPort{}, netip.AddrPort{})
 }
 
 // cmTeardown destroys the session's IDs as the kernel does when a

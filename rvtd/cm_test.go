@@ -1037,6 +1037,62 @@ func TestCMDeviceRemoval(t *testing.T) {
 	n.c.Close()
 }
 
+// TestCMDeviceRemovalOnce: when the agent under an ID goes while the
+// daemon runs, the ID gets DEVICE_REMOVAL from the agent; the daemon's
+// own at shutdown does not tell it again. A wildcard ID, on every device,
+// is not told when one device's agent goes (Linux tells only the IDs
+// bound to the removed device), and is told once at shutdown.
+func TestCMDeviceRemovalOnce(t *testing.T) {
+	srv, err := rvtd.New(nil, rvtd.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := t.TempDir() + "/rvtd.sock"
+	if err := srv.Listen(sock); err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve()
+	n, err := newCMNode(sock, "rvt0", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.c.Close()
+	lid, _, err := listen(n.ch, 0x77, proto.PSTCP, 2, netip.AddrPortFrom(ip0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wid, _, err := listen(n.ch, 0x88, proto.PSTCP, 2, netip.AddrPortFrom(netip.IPv4Unspecified(), 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rvtd.CloseCMAgentForTest(srv, "rvt0"); err != nil {
+		t.Fatal(err)
+	}
+	ev, err := waitEvent(n.ch, 11)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.ID != lid.Handle || ev.Context != 0x77 {
+		t.Errorf("DEVICE_REMOVAL %+v, want the ID bound to rvt0's address", ev)
+	}
+	if ev, err := n.ch.GetEvent(200 * time.Millisecond); err == nil {
+		t.Errorf("an event %+v after the first DEVICE_REMOVAL", ev)
+	}
+	if err := srv.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ev, err = waitEvent(n.ch, 11)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.ID != wid.Handle || ev.Context != 0x88 {
+		t.Errorf("DEVICE_REMOVAL %+v at shutdown, want the wildcard ID's only", ev)
+	}
+	if ev, err := n.ch.GetEvent(time.Second); err == nil {
+		t.Errorf("a second event %+v", ev)
+	}
+}
+
 // TestCMManyConnections: 32 connections between two sessions at once,
 // all requests issued before any answer; then one session closes with all
 // of them established, and the other sees 32 DISCONNECTED.

@@ -1,6 +1,10 @@
 package rvtd
 
-import "time"
+import (
+	"time"
+
+	"github.com/softverbs/softverbs/cm"
+)
 
 // Test hooks for the external test package.
 
@@ -68,4 +72,14 @@ func (s *Server) SessionFDsForTest() map[uint32]int {
 		ss.mu.Unlock()
 	}
 	return m
+}
+
+// CloseCMAgentForTest closes the connection manager's agent of the named
+// device, as an embedding program may, while the sessions live.
+func CloseCMAgentForTest(s *Server, name string) error {
+	a, err := cm.AgentFor(s.byName[name].dev)
+	if err != nil {
+		return err
+	}
+	return a.Close()
 }
