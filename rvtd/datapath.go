@@ -390,6 +390,12 @@ func (o *cqObj) destroy() {
 // drain moves completions from the engine CQ to the client's ring and
 // reports whether it wrote any.
 func (o *cqObj) drain() (did bool) {
+	overflowed := false
+	defer func() { // after the unlock below: QP locks come before CQ locks
+		if overflowed {
+			o.errorQPs()
+		}
+	}()
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for !o.dead && o.prod.Status() == 0 {
@@ -411,13 +417,13 @@ func (o *cqObj) drain() (did bool) {
 					return
 				}
 			}
-			o.overflowLocked() // a completion and no room
+			overflowed = o.overflowLocked() // a completion and no room
 			return
 		}
 		n := o.cq.Poll(o.wcs[:min(free, len(o.wcs))])
 		if n == 0 {
 			if o.failed.Load() { // the engine's CQ overflowed: what it held is delivered
-				o.overflowLocked()
+				overflowed = o.overflowLocked()
 				return
 			}
 			if queued, _ := o.cq.ArmAndCheck(false); !queued {
@@ -454,17 +460,43 @@ func (o *cqObj) drain() (did bool) {
 }
 
 // overflowLocked puts the CQ in error: the ring is no longer served (EIO
-// in its status word) and the client gets IBV_EVENT_CQ_ERR.
-// The engine's CQ, twice the ring's size, has raised the event already if
-// it overflowed first.
-func (o *cqObj) overflowLocked() {
+// in its status word) and the client gets IBV_EVENT_CQ_ERR. It reports
+// whether the ring overflowed just now; the caller then moves the CQ's QPs
+// to ERR (errorQPs). The engine's CQ, twice the ring's size, has raised
+// the event already if it overflowed first (and the engine has moved the
+// QPs whose completions it lost).
+func (o *cqObj) overflowLocked() bool {
+	first := o.prod.Status() == 0
 	o.prod.Fail(uint32(proto.EIO))
 	o.sess.log.Info("CQ overflow", "cq", o.handle)
 	if o.failed.Swap(true) {
-		return
+		return first
 	}
 	o.asyncEvents.Add(1)
 	o.sess.asyncEvent(o.ctx, o.cookie, o.handle, uint32(rvt.EventType(0)))
+	return first
+}
+
+// errorQPs moves the QPs that complete to o to ERR once its ring has
+// overflowed, as the engine does for a QP whose completion finds its CQ
+// full (IBTA class G): their completions can no longer be seen.
+func (o *cqObj) errorQPs() {
+	ss := o.sess
+	var qs []*qpObj
+	ss.mu.Lock()
+	for _, x := range ss.objs {
+		if q, ok := x.(*qpObj); ok && (q.scq == o || q.rcq == o) {
+			qs = append(qs, q)
+		}
+	}
+	ss.mu.Unlock()
+	for _, q := range qs {
+		q.mu.Lock()
+		if !q.dead {
+			q.toErrLocked()
+		}
+		q.mu.Unlock()
+	}
 }
 
 func putCQE(e ring.CQE, wc *cq.WC) {
