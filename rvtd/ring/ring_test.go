@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
 // pair makes a CQ-sized ring in a fresh region with a producer and a
@@ -242,4 +243,31 @@ func TestMapRefusesUnsealed(t *testing.T) {
 	fd := plainMemfd(t, 4096)
 	_, err = Map(fd, 4096, true)
 	require.ErrorIs(t, err, ErrNotSealed)
+}
+
+// TestMapSealRace: a client that shrinks its memfd and then seals it while
+// the daemon maps it must not get a mapping past the file's end (a SIGBUS
+// in the daemon at the first access). The seals are checked first, so a
+// file unsealed then is refused, and one sealed then cannot shrink.
+func TestMapSealRace(t *testing.T) {
+	shrinkAndSeal := func(fd int) {
+		_ = unix.Ftruncate(fd, 0)
+		_, _ = unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK)
+	}
+	testHookMapBetween = shrinkAndSeal
+	defer func() { testHookMapBetween = nil }()
+
+	fd, err := unix.MemfdCreate("sealable", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	require.NoError(t, err)
+	require.NoError(t, unix.Ftruncate(fd, 4096))
+	_, err = Map(fd, 4096, true)
+	require.ErrorIs(t, err, ErrNotSealed, "unsealed when looked at")
+
+	reg, err := Create("ring-test", 4096)
+	require.NoError(t, err)
+	defer reg.Close()
+	r2, err := Map(dupFD(t, reg.FD()), 4096, true)
+	require.NoError(t, err, "sealed first: the shrink is refused")
+	r2.Bytes()[4095] = 1 // would fault past the end of a shrunk file
+	require.NoError(t, r2.Close())
 }

@@ -47,8 +47,21 @@ func Create(name string, size int) (*Region, error) {
 // Map maps size bytes of a memfd received from the other side, taking the
 // descriptor. It refuses a file shorter than size, and one that is not
 // sealed against shrinking (requireSeal: the daemon mapping a client's
-// segment, whose shrinking would fault the daemon).
+// segment, whose shrinking would fault the daemon). The seals are looked
+// at before the size: a file measured first could be shrunk and then
+// sealed between the two, and the mapping's pages past its end would
+// fault (SIGBUS) in the daemon.
 func Map(fd int, size int, requireSeal bool) (*Region, error) {
+	if requireSeal {
+		seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
+		if err != nil || seals&unix.F_SEAL_SHRINK == 0 {
+			unix.Close(fd)
+			return nil, fmt.Errorf("%w: not a memfd sealed against shrinking", ErrNotSealed)
+		}
+	}
+	if testHookMapBetween != nil {
+		testHookMapBetween(fd)
+	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		unix.Close(fd)
@@ -58,15 +71,12 @@ func Map(fd int, size int, requireSeal bool) (*Region, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("%w: memfd of %d bytes, %d needed", ErrLayout, st.Size, size)
 	}
-	if requireSeal {
-		seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
-		if err != nil || seals&unix.F_SEAL_SHRINK == 0 {
-			unix.Close(fd)
-			return nil, fmt.Errorf("%w: not a memfd sealed against shrinking", ErrNotSealed)
-		}
-	}
 	return mapFD(fd, size)
 }
+
+// testHookMapBetween, if set, runs between Map's two checks: what a client
+// racing the daemon could do there (TestMapSealRace).
+var testHookMapBetween func(fd int)
 
 // ErrNotSealed: a segment that could shrink under the daemon's mapping. It
 // wraps EBADF, the errno the protocol answers it with (proto.ErrnoOf;
