@@ -1,9 +1,11 @@
 package rvtd
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/softverbs/softverbs/cm"
+	"golang.org/x/sys/unix"
 )
 
 // Test hooks for the external test package.
@@ -21,8 +23,8 @@ func (f failProbe) Probe(addr, length uint64) error { return f.err }
 // function restores the real accessor.
 func SetProbeErrorForTest(err error) (restore func()) {
 	old := openProcAccessor
-	openProcAccessor = func(pid int) (procAccessor, error) {
-		p, e := openProcMem(pid)
+	openProcAccessor = func(pid int, uid uint32) (procAccessor, error) {
+		p, e := openProcMem(pid, uid)
 		if e != nil {
 			return nil, e
 		}
@@ -34,9 +36,9 @@ func SetProbeErrorForTest(err error) (restore func()) {
 // ProbeProcessForTest probes length bytes at addr in process pid as the
 // daemon does at reg_mr: nil, proto.EPERM or proto.EFAULT.
 func ProbeProcessForTest(pid int, addr, length uint64) error {
-	p, err := openProcMem(pid)
+	p, err := openProcMem(pid, procUID(pid))
 	if err != nil {
-		return err
+		return probeErrno(err) // as reg_mr answers when hello could not open it
 	}
 	defer p.Close()
 	return p.Probe(addr, length)
@@ -45,7 +47,7 @@ func ProbeProcessForTest(pid int, addr, length uint64) error {
 // ProcGoneForTest opens pid's accessor and reports, after wait returns,
 // whether reads through it fail and the pidfd reported the exit.
 func ProcGoneForTest(pid int, addr uint64, wait func()) (readFails, gone bool, err error) {
-	p, err := openProcMem(pid)
+	p, err := openProcMem(pid, procUID(pid))
 	if err != nil {
 		return false, false, err
 	}
@@ -82,4 +84,24 @@ func CloseCMAgentForTest(s *Server, name string) error {
 		return err
 	}
 	return a.Close()
+}
+
+// procUID is the owner of /proc/<pid> (the uid openProcMem wants), or
+// ^0 when it cannot be read.
+func procUID(pid int) uint32 {
+	var st unix.Stat_t
+	if unix.Stat(fmt.Sprintf("/proc/%d", pid), &st) != nil {
+		return ^uint32(0)
+	}
+	return st.Uid
+}
+
+// OpenProcMemForTest opens pid's memory as hello does for a client of
+// user uid, and closes it: nil, or why it was refused.
+func OpenProcMemForTest(pid int, uid uint32) error {
+	p, err := openProcMem(pid, uid)
+	if err == nil {
+		p.Close()
+	}
+	return err
 }

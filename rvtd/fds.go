@@ -12,8 +12,8 @@ import (
 // every session, where over the kernel each process has its own: so each
 // session may hold at most limits.fds of it, and a create that would take
 // a session past that is refused, as a device refuses a QP past max_qp.
-// What a session holds: its socket and the pidfd of its client (from
-// hello on, never refused: they exist before any request), then one
+// What a session holds: its socket, and its client's /proc/<pid>/mem and
+// pidfd (from hello on, never refused: they exist before any request), then one
 // descriptor per device context (the async event socket), completion
 // channel, rdma_cm event channel and QP (its doorbell eventfd). A memfd
 // the daemon passes is counted from its creation until the reply has
@@ -30,8 +30,8 @@ import (
 const (
 	fdShares     = 4
 	fdReserveMax = 256 // or an eighth of the limit, if less
-	// MinFDLimit is the least limits.fds: a session's socket and pidfd,
-	// a device context, a QP while it is made.
+	// MinFDLimit is the least limits.fds: a session's socket, mem file
+	// and pidfd, a device context, a QP while it is made.
 	MinFDLimit = 8
 )
 

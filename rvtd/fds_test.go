@@ -44,11 +44,12 @@ func TestSessionDescriptorShare(t *testing.T) {
 		}
 		return srv.SessionFDsForTest()[id]
 	}
-	// Its socket, its pidfd (if the kernel has pidfd_open) and the device
-	// context's async event socket; the CQ's memfd was passed and closed.
+	// Its socket, the client's /proc/<pid>/mem, its pidfd (if the kernel
+	// has pidfd_open) and the device context's async event socket; the
+	// CQ's memfd was passed and closed.
 	base := fds()
-	if base < 2 || base > 3 {
-		t.Fatalf("a session with one device context and a CQ holds %d descriptors, want 3 (2 without a pidfd)", base)
+	if base < 3 || base > 4 {
+		t.Fatalf("a session with one device context and a CQ holds %d descriptors, want 4 (3 without a pidfd)", base)
 	}
 	capa := proto.Cap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
 	var qps []*client.QP

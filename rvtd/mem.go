@@ -31,9 +31,10 @@ func (ss *session) regMRVM(h uint32, m *proto.RegMR) (proto.Body, []int, error) 
 		return nil, nil, proto.EINVAL
 	}
 	if ss.proc == nil {
-		// No pidfd for the client (logged at hello): the daemon could not
-		// tell the client from a later process with its pid.
-		return nil, nil, proto.EOPNOTSUPP
+		// No access to the client's memory (logged at hello): the system
+		// refused it (EPERM: ptrace rules, or the process is no longer
+		// the client's user), or there is no pid to reach it by.
+		return nil, nil, ss.procErr
 	}
 	ss.mu.Lock()
 	p := lookupLocked[pdObj](ss, h)

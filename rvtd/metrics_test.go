@@ -86,10 +86,10 @@ func TestMetrics(t *testing.T) {
 		fmt.Sprintf(`rvtd_client_objects{comm=%q,kind="pd",pid="%d",session="2"} 1`, cm, pid),
 		fmt.Sprintf(`rvtd_client_objects{comm=%q,kind="mw",pid="%d",session="2"} 0`, cm, pid),
 		fmt.Sprintf(`rvtd_client_shm_bytes{comm=%q,pid="%d",session="1"} %s`, cm, pid, strconv.FormatFloat(shmSize, 'g', -1, 64)),
-		// The session's socket, its client's pidfd, the device context's
-		// async socket and the QP's doorbell (the memfds are passed and
-		// closed: the daemon keeps its mappings).
-		fmt.Sprintf(`rvtd_client_descriptors{comm=%q,pid="%d",session="1"} 4`, cm, pid),
+		// The session's socket, its client's /proc/<pid>/mem and pidfd,
+		// the device context's async socket and the QP's doorbell (the
+		// memfds are passed and closed: the daemon keeps its mappings).
+		fmt.Sprintf(`rvtd_client_descriptors{comm=%q,pid="%d",session="1"} 5`, cm, pid),
 		fmt.Sprintf(`rvtd_client_descriptors_limit %d`, srv.FDLimit()),
 		fmt.Sprintf(`rvtd_qp_ring_entries{device="rvt0",qpn="%d",ring="send",session="1"} 64`, a.qp.QPN),
 		fmt.Sprintf(`rvtd_qp_ring_depth{device="rvt0",qpn="%d",ring="send",session="1"} 0`, a.qp.QPN),

@@ -3,9 +3,9 @@ package rvtd
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"sync/atomic"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -13,26 +13,28 @@ import (
 	"github.com/softverbs/softverbs/rvtd/proto"
 )
 
-// Client memory through process_vm_readv/writev (reg_mr kind 2,
-// docs/rvtd-protocol.md section 8). A session has one procAccessor for its
-// client's pid (SO_PEERCRED), opened at hello; every kind-2 MR of the
-// session reads and writes through it.
+// Client memory (reg_mr kind 2, docs/rvtd-protocol.md section 8). A
+// session has one procAccessor for its client's pid (SO_PEERCRED), opened
+// at hello; every kind-2 MR of the session reads and writes through it.
 //
-// Pid reuse. The pid names the client only while it lives: after it exits
-// and is reaped, the kernel may give the number to a new process. At hello
-// the session opens a pidfd for the pid, which names that very process, and
-// watches it in Go's netpoller; once it reports exit, every access fails
-// (ESRCH) without a system call on the pid. The window that remains: an
-// access that checked the flag just before the client exited, was reaped
-// and its pid reused by a process of a user the daemon may ptrace, all
-// before the process_vm call, would reach the new process. A read checks
-// the flag again after the call and discards what it read, so such a
-// read never leaks the new process's bytes; a write cannot be undone. The
-// session's teardown (the socket closes when the client dies) deregisters
-// its MRs first, so the window is the few microseconds between the client's
-// death and the daemon noticing it, and pid reuse within them needs pid
-// wrap-around on a busy system. Linux has no process_vm_readv on a pidfd
-// that would close it.
+// The address space, not the pid. The accessor reads and writes through
+// /proc/<pid>/mem opened at hello, which holds the address space the
+// process had then: as over the kernel, where an MR pins the registering
+// process's pages, an MR never reaches the image an exec puts in its place
+// (the old address space is gone and every access fails). process_vm_readv
+// would follow the pid into the new image with the daemon's privileges:
+// a client that forked, kept the session in the child and exec'd a setuid
+// program in the parent could read and write that program's memory (found
+// by a QA pass with passwd). At hello, after the open, the process must
+// still be the client's: /proc/<pid> owned by the client's uid, which a
+// setuid exec or a non-dumpable process would make root's.
+//
+// Pid reuse. The pid names the client only while it lives. At hello the
+// session opens a pidfd for the pid before the mem file, and after it
+// checks that the pidfd has not seen an exit: the mem file is then the
+// client's. Later accesses go to that address space whatever becomes of
+// the pid; the pidfd, watched in Go's netpoller, makes them fail at once
+// (ESRCH) once the client exits, without a system call.
 
 // procAccessor is a session's access to its client's memory.
 type procAccessor interface {
@@ -46,39 +48,77 @@ type procAccessor interface {
 
 // openProcAccessor opens the accessor of a session's client; tests replace
 // it to inject failures.
-var openProcAccessor = func(pid int) (procAccessor, error) { return openProcMem(pid) }
+var openProcAccessor = func(pid int, uid uint32) (procAccessor, error) { return openProcMem(pid, uid) }
 
 // procMem is a procAccessor on a live process.
 type procMem struct {
 	pid   int
+	mem   *os.File // /proc/<pid>/mem: the client's address space at hello
+	memFD int      // mem's descriptor
 	pidfd *os.File // nil if the kernel has no pidfd_open (before 5.3)
 	gone  atomic.Bool
 	done  chan struct{}
 }
 
-// hasPidfd reports whether p holds a descriptor (its pidfd).
-func (p *procMem) hasPidfd() bool { return p.pidfd != nil }
+// descriptors is how many descriptors p holds (its mem file and pidfd).
+func (p *procMem) descriptors() int {
+	if p.pidfd != nil {
+		return 2
+	}
+	return 1
+}
 
 var errGone = fmt.Errorf("client process exited: %w", unix.ESRCH)
 
-func openProcMem(pid int) (*procMem, error) {
+// openProcMem opens the address space of process pid, whose user is uid
+// (the session's SO_PEERCRED).
+func openProcMem(pid int, uid uint32) (*procMem, error) {
 	if pid <= 0 {
-		return nil, fmt.Errorf("process_vm: no peer pid: %w", unix.ESRCH)
+		return nil, fmt.Errorf("process memory: no peer pid: %w", unix.ESRCH)
 	}
 	p := &procMem{pid: pid, done: make(chan struct{})}
 	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
-	if err != nil {
-		if !errors.Is(err, unix.ENOSYS) {
-			return nil, os.NewSyscallError("pidfd_open", err)
+	switch {
+	case err == nil:
+		p.pidfd = os.NewFile(uintptr(fd), "pidfd")
+	case !errors.Is(err, unix.ENOSYS):
+		return nil, os.NewSyscallError("pidfd_open", err)
+	}
+	fail := func(err error) (*procMem, error) {
+		if p.mem != nil {
+			p.mem.Close()
 		}
+		if p.pidfd != nil {
+			p.pidfd.Close()
+		}
+		return nil, err
+	}
+	p.mem, err = os.OpenFile(fmt.Sprintf("/proc/%d/mem", pid), os.O_RDWR, 0)
+	if err != nil {
+		return fail(err)
+	}
+	p.memFD = int(p.mem.Fd())
+	// The process, after the open: still the client's user and dumpable
+	// (a setuid exec, or PR_SET_DUMPABLE 0, makes /proc/<pid> root's),
+	// and still the client (no exit since the pidfd was opened).
+	var st unix.Stat_t
+	if err := unix.Stat(fmt.Sprintf("/proc/%d", pid), &st); err != nil {
+		return fail(os.NewSyscallError("stat", err))
+	}
+	if st.Uid != uid {
+		return fail(fmt.Errorf("process memory: /proc/%d is uid %d's, the client is uid %d's: %w", pid, st.Uid, uid, unix.EPERM))
+	}
+	if p.pidfd == nil {
 		close(p.done) // an old kernel: no exit watch, the window is teardown's
 		return p, nil
 	}
-	p.pidfd = os.NewFile(uintptr(fd), "pidfd")
+	pfd := []unix.PollFd{{Fd: int32(p.pidfd.Fd()), Events: unix.POLLIN}}
+	if n, err := unix.Poll(pfd, 0); err != nil || n > 0 {
+		return fail(errGone)
+	}
 	rc, err := p.pidfd.SyscallConn()
 	if err != nil {
-		p.pidfd.Close()
-		return nil, err
+		return fail(err)
 	}
 	go func() {
 		defer close(p.done)
@@ -104,15 +144,10 @@ func (p *procMem) Close() {
 		p.pidfd.Close()
 	}
 	<-p.done
+	p.mem.Close()
 }
 
-func (p *procMem) ReadAt(b []byte, addr uint64) (int, error) {
-	n, err := p.rw(b, addr, false)
-	if p.gone.Load() {
-		return 0, errGone // see the pid reuse note above
-	}
-	return n, err
-}
+func (p *procMem) ReadAt(b []byte, addr uint64) (int, error) { return p.rw(b, addr, false) }
 
 func (p *procMem) WriteAt(b []byte, addr uint64) (int, error) { return p.rw(b, addr, true) }
 
@@ -124,7 +159,7 @@ func (p *procMem) rw(b []byte, addr uint64, write bool) (int, error) {
 		if p.gone.Load() {
 			return n, errGone
 		}
-		k, err := processVM(p.pid, b[n:], addr+uint64(n), write)
+		k, err := p.access(b[n:], addr+uint64(n), write)
 		if k > 0 {
 			n += k
 		}
@@ -138,22 +173,20 @@ func (p *procMem) rw(b []byte, addr uint64, write bool) (int, error) {
 	return n, nil
 }
 
-// processVM is one process_vm_readv or process_vm_writev of b at addr in
-// pid.
-func processVM(pid int, b []byte, addr uint64, write bool) (int, error) {
+// access is one read or write of b at addr in the client's address space.
+// After the address space is gone (an exec, or the exit), it moves 0
+// bytes, which rw reports as EFAULT.
+func (p *procMem) access(b []byte, addr uint64, write bool) (int, error) {
 	if len(b) == 0 {
 		return 0, nil
 	}
-	if addr > uint64(^uintptr(0)) {
+	if addr > math.MaxInt64 {
 		return 0, unix.EFAULT
 	}
-	local := []unix.Iovec{{Base: unsafe.SliceData(b)}}
-	local[0].SetLen(len(b))
-	remote := []unix.RemoteIovec{{Base: uintptr(addr), Len: len(b)}}
 	if write {
-		return unix.ProcessVMWritev(pid, local, remote, 0)
+		return unix.Pwrite(p.memFD, b, int64(addr))
 	}
-	return unix.ProcessVMReadv(pid, local, remote, 0)
+	return unix.Pread(p.memFD, b, int64(addr))
 }
 
 func (p *procMem) Probe(addr, length uint64) error {

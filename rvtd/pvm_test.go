@@ -629,3 +629,18 @@ func TestFastRegBadWQEs(t *testing.T) {
 
 // poll0 posts wr on n's QP and returns its completion.
 func (n *node) poll0(wr client.SendWR) (client.WC, error) { return n.one(wr) }
+
+// TestProcessMemoryOwner: hello opens a client's memory only while
+// /proc/<pid> belongs to the client's user (SO_PEERCRED): a process that
+// exec'd a setuid program since it connected, or made itself
+// non-dumpable, is root's there, and reg_mr kind 2 is refused (EPERM).
+func TestProcessMemoryOwner(t *testing.T) {
+	uid := uint32(os.Getuid())
+	if err := rvtd.OpenProcMemForTest(os.Getpid(), uid); err != nil {
+		t.Fatalf("own memory as own user: %v", err)
+	}
+	err := rvtd.OpenProcMemForTest(os.Getpid(), uid+1)
+	if !errors.Is(err, unix.EPERM) {
+		t.Fatalf("own memory as another user: %v, want EPERM", err)
+	}
+}

@@ -45,9 +45,12 @@ type session struct {
 	// fdsRefused: a create was refused for descriptors (logged once).
 	fdsRefused bool
 
-	proc  procAccessor // the client's memory (reg_mr kind 2), from hello on; nil if unavailable
-	minor uint16       // the agreed minor protocol version
-	cm    cmSession    // rdma_cm IDs (cm.go)
+	proc procAccessor // the client's memory (reg_mr kind 2), from hello on; nil if unavailable
+	// procErr is reg_mr kind 2's status when proc is nil: EPERM if the
+	// system refused the daemon the client's memory, EOPNOTSUPP else.
+	procErr proto.Errno
+	minor   uint16    // the agreed minor protocol version
+	cm      cmSession // rdma_cm IDs (cm.go)
 }
 
 // The session's objects, named by handles.
@@ -273,15 +276,19 @@ func (ss *session) hello(msg proto.Msg) bool {
 		return false
 	}
 	ss.helloed = true
-	if p, err := openProcAccessor(int(ss.pid)); err == nil {
+	if p, err := openProcAccessor(int(ss.pid), ss.uid); err == nil {
 		ss.proc = p
-		if pm, ok := p.(interface{ hasPidfd() bool }); ok && pm.hasPidfd() {
+		if pm, ok := p.(interface{ descriptors() int }); ok {
 			ss.mu.Lock()
-			ss.fds++ // the pidfd: counted, never refused
+			ss.fds += pm.descriptors() // the mem file and pidfd: counted, never refused
 			ss.mu.Unlock()
 		}
 	} else {
-		ss.log.Info("no process_vm access to the client: reg_mr kind 2 refused", "err", err)
+		ss.procErr = proto.EOPNOTSUPP
+		if probeErrno(err) == proto.EPERM {
+			ss.procErr = proto.EPERM
+		}
+		ss.log.Info("no access to the client's memory: reg_mr kind 2 refused", "err", err)
 	}
 	ss.minor = min(m.Minor, proto.Minor)
 	ss.log.Info("hello", "client", m.Client, "version", fmt.Sprintf("%d.%d", m.Major, m.Minor))

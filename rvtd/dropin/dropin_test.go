@@ -371,3 +371,23 @@ func TestASan(t *testing.T) {
 		}
 	}
 }
+
+// TestExecLeavesSession (verbs_test exec, RVTD_MR=vm): a process opens
+// rvt0, forks, and execs another program while its child keeps the
+// session. The child's kind-2 MR of the process's memory reads before the
+// exec and not after, and a registration after it is refused: as over the
+// kernel, the session never reaches the new image (which, for a setuid
+// program, would have handed a user root's memory).
+func TestExecLeavesSession(t *testing.T) {
+	build := libs(t)
+	sock := startDaemon(t)
+	bin := filepath.Join(build, "test", "verbs_test")
+	p := start(t, build, sock, 60*time.Second, []string{"RVTD_MR=vm"}, bin, "exec", bin, "sleep", "2")
+	err, out := p.wait()
+	if strings.Contains(out, "NOKIND2") && externalDaemon() {
+		t.Skip("the daemon at DROPIN_RVTD_SOCKET has no reg_mr kind 2")
+	}
+	if err != nil || !strings.Contains(out, "PASS") || strings.Contains(out, "FAIL") {
+		t.Fatalf("verbs_test exec: %v\n%s", err, out)
+	}
+}

@@ -7,9 +7,11 @@
  * interface, UD with an AH made from a received GRH (ibv_create_ah_from_wc),
  * and verbs rvtd does not serve failing cleanly. Run by
  * rvtd/dropin's TestVerbsC with RVTD_SOCKET set; prints PASS. With the
- * argument "fatal", the daemon's death instead (fatal_mode). */
+ * argument "fatal", the daemon's death instead (fatal_mode); with "exec
+ * PROG...", an exec under a session (exec_mode). */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <poll.h>
 #include <setjmp.h>
@@ -19,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/personality.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -1064,10 +1067,123 @@ static int fatal_mode(void)
 	return 0;
 }
 
+/* exec_mode (verbs_test exec, with RVTD_MR=vm): this process opens rvt0, so
+ * the session's memory is its own; it forks, and then execs another image
+ * (prog) while the child keeps the session. Over the kernel an MR pins the
+ * pages of the process that registered it and never reaches the image an
+ * exec puts in its place; so here a kind-2 MR registered before the exec
+ * must stop reading (a peer's RDMA READ completes in error), and one
+ * registered after must be refused. Before rvtd held the address space
+ * (/proc/<pid>/mem at hello), it followed the pid: a child could read and
+ * write a setuid program its parent had become. The child prints PASS or
+ * FAIL; the process the test started becomes prog.
+ * prog is this program again ("sleep N"), without address randomization:
+ * the new image has exec_word at the same address, holding its initial
+ * value, where the old image held 0xbef0; a READ that followed the pid
+ * would succeed and see the initial value. */
+static uint64_t exec_word = 0x5eed5eed5eed5eedULL; /* at one address in every image */
+
+static int read_word(struct side *b, struct ibv_qp *qp, uint32_t rkey, struct ibv_wc *wc)
+{
+	struct ibv_sge sge = {.addr = (uintptr_t)b->buf, .length = 8, .lkey = b->mr->lkey};
+	struct ibv_send_wr wr = {.wr_id = 9, .sg_list = &sge, .num_sge = 1,
+				 .opcode = IBV_WR_RDMA_READ, .send_flags = IBV_SEND_SIGNALED}, *bad;
+	wr.wr.rdma.remote_addr = (uintptr_t)&exec_word;
+	wr.wr.rdma.rkey = rkey;
+	memset(b->buf, 0, 8);
+	REQUIRE(ibv_post_send(qp, &wr, &bad) == 0);
+	return wait_wc(b->cq, wc, 1);
+}
+
+static int exec_mode(char **argv, char **prog)
+{
+	int pers = personality(0xffffffff);
+	if (pers != -1 && !(pers & ADDR_NO_RANDOMIZE)) {
+		/* Again without address randomization, which exec keeps. */
+		REQUIRE(personality(pers | ADDR_NO_RANDOMIZE) != -1);
+		execv("/proc/self/exe", argv);
+		REQUIRE(0);
+	}
+	exec_word = 0xbef0; /* the old image's value, in parent and child */
+	int go[2], execd[2];
+	REQUIRE(pipe(go) == 0 && pipe2(execd, O_CLOEXEC) == 0);
+	struct ibv_context *ctx = open_dev("rvt0");
+	pid_t c = fork();
+	REQUIRE(c >= 0);
+	if (c > 0) {
+		/* The session's process: become prog when the child says so
+		 * (execd's write end closes at the exec, which the child sees). */
+		close(execd[0]);
+		char x;
+		REQUIRE(read(go[0], &x, 1) == 1);
+		execvp(prog[0], prog);
+		perror("exec");
+		_exit(1);
+	}
+	close(execd[1]);
+	struct ibv_pd *pd;
+	REQUIRE(pd = ibv_alloc_pd(ctx));
+	struct ibv_mr *before = ibv_reg_mr(pd, &exec_word, sizeof exec_word,
+					   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+	if (!before && errno == EOPNOTSUPP) {
+		printf("NOKIND2: this rvtd does not serve reg_mr kind 2\n");
+		fflush(stdout);
+		if (write(go[1], "x", 1) != 1)
+			perror("write");
+		_exit(77);
+	}
+	REQUIRE(before);
+	struct ibv_cq *cq;
+	REQUIRE(cq = ibv_create_cq(ctx, 16, NULL, NULL, 0));
+	struct ibv_qp_init_attr ia = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+				      .cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1,
+					      .max_recv_sge = 1}};
+	struct ibv_qp *qa;
+	REQUIRE(qa = ibv_create_qp(pd, &ia));
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1,
+				.qp_access_flags = IBV_ACCESS_REMOTE_READ};
+	REQUIRE(ibv_modify_qp(qa, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+					    IBV_QP_ACCESS_FLAGS) == 0);
+	union ibv_gid ga;
+	REQUIRE(ibv_query_gid(ctx, 1, 1, &ga) == 0);
+	struct side b = {0};
+	setup(&b, "rvt1", 0); /* the child's own session */
+	connect_qp(qa, b.qp, b.gid);
+	connect_qp(b.qp, qa, ga);
+
+	struct ibv_wc wc;
+	REQUIRE(read_word(&b, b.qp, before->rkey, &wc) == 1);
+	CHECK(wc.status == IBV_WC_SUCCESS && *(uint64_t *)b.buf == 0xbef0);
+
+	REQUIRE(write(go[1], "x", 1) == 1);
+	char y;
+	CHECK(read(execd[0], &y, 1) == 0); /* the exec happened */
+
+	/* The session's process is another image now: what the MR named is
+	 * gone. rvtd answers the READ with a NAK; the QP pair is in error. */
+	REQUIRE(read_word(&b, b.qp, before->rkey, &wc) == 1);
+	CHECK(wc.status != IBV_WC_SUCCESS);
+	CHECK(*(uint64_t *)b.buf == 0); /* not the new image's 0x5eed... */
+	errno = 0;
+	CHECK(ibv_reg_mr(pd, &exec_word, sizeof exec_word, IBV_ACCESS_LOCAL_WRITE) == NULL);
+	if (failures) {
+		printf("FAIL: %d checks\n", failures);
+		fflush(stdout);
+		_exit(1);
+	}
+	printf("PASS\n");
+	fflush(stdout); /* _exit: stdio is not flushed */
+	_exit(0);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc > 1 && !strcmp(argv[1], "fatal"))
 		return fatal_mode();
+	if (argc > 2 && !strcmp(argv[1], "exec"))
+		return exec_mode(argv, argv + 2);
+	if (argc > 2 && !strcmp(argv[1], "sleep")) /* exec_mode's new image */
+		return sleep((unsigned)atoi(argv[2])) != 0;
 	const char *mode = getenv("RVTD_MR");
 	vm_mode = mode && !strcmp(mode, "vm");
 	struct sigaction at_start;
