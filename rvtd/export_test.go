@@ -1,6 +1,7 @@
 package rvtd
 
 import (
+	"encoding/binary"
 	"time"
 
 	"github.com/softverbs/softverbs/cm"
@@ -82,4 +83,27 @@ func CloseCMAgentForTest(s *Server, name string) error {
 		return err
 	}
 	return a.Close()
+}
+
+// ChannelPendingForTest returns the CQ handles of the completion events
+// the daemon holds for a session's completion channel (its socket was
+// full), oldest first.
+func (s *Server) ChannelPendingForTest(session, channel uint32) []uint32 {
+	s.mu.Lock()
+	ss := s.sessions[session]
+	s.mu.Unlock()
+	if ss == nil {
+		return nil
+	}
+	ch := lookup[chanObj](ss, channel)
+	if ch == nil {
+		return nil
+	}
+	ch.sock.mu.Lock()
+	defer ch.sock.mu.Unlock()
+	var l []uint32
+	for _, rec := range ch.sock.pending {
+		l = append(l, binary.LittleEndian.Uint32(rec[8:]))
+	}
+	return l
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
@@ -54,12 +55,8 @@ type session struct {
 type devCtx struct {
 	handle uint32
 	d      *device
-	refs   int // PDs, CQs, channels (session.mu)
-
-	mu       sync.Mutex // guards the fields below
-	async    int        // our end of the async event socket; -1 once closed
-	pending  [][16]byte // records the full socket has not taken yet
-	flushing chan struct{}
+	refs   int        // PDs, CQs, channels (session.mu)
+	async  *eventSock // the async event socket
 }
 
 // maxPendingEvents bounds the async events kept for a client that does
@@ -119,9 +116,10 @@ type ahObj struct {
 type chanObj struct {
 	handle uint32
 	ctx    *devCtx
-	mu     sync.Mutex
-	fd     int // our end; -1 once closed
-	refs   int // CQs (session.mu)
+	sock   *eventSock
+	refs   int          // CQs (session.mu)
+	cqs    atomic.Int32 // CQs, for notify (refs without session.mu)
+	warned atomic.Bool  // a comp event was dropped (logged once)
 }
 
 func newSession(s *Server, id uint32, c *proto.Conn) *session {
@@ -410,7 +408,7 @@ func (ss *session) openDevice(m *proto.OpenDevice) (proto.Body, []int, error) {
 		return nil, nil, proto.ENOMEM
 	}
 	_ = unix.SetNonblock(keep, true)
-	c := &devCtx{d: d, async: keep}
+	c := &devCtx{d: d, async: newEventSock(keep)}
 	ss.mu.Lock()
 	c.handle = ss.addLocked(c)
 	ss.mu.Unlock()
@@ -432,91 +430,27 @@ func (ss *session) closeDevice(h uint32) error {
 	return nil
 }
 
-func (c *devCtx) close() {
-	c.mu.Lock()
-	if c.async < 0 {
-		c.mu.Unlock()
-		return
-	}
-	fd := c.async
-	c.async = -1 // the flusher, if any, stops
-	fl := c.flushing
-	c.mu.Unlock()
-	if fl != nil {
-		<-fl
-	}
-	// What is still pending goes if the socket takes it now (DEVICE_FATAL
-	// at shutdown).
-	c.mu.Lock()
-	for _, rec := range c.pending {
-		if unix.Send(fd, rec[:], unix.MSG_DONTWAIT) != nil {
-			break
-		}
-	}
-	c.pending = nil
-	c.mu.Unlock()
-	unix.Close(fd)
-}
+// close closes the async event socket; what is still pending goes if
+// the socket takes it now (DEVICE_FATAL at shutdown).
+func (c *devCtx) close() { c.async.close(true) }
 
 // asyncEvent writes one async_event record to the device context's
 // socket without blocking. A full socket keeps the event pending, in
-// order, until the client reads (a goroutine then waits for room).
+// order, until the client reads (eventSock).
 func (ss *session) asyncEvent(c *devCtx, cookie uint64, element, typ uint32) {
 	if c == nil {
 		return
 	}
 	var rec [16]byte
 	asyncEventRecord(rec[:], cookie, element, typ)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.async < 0 {
-		return
-	}
-	if len(c.pending) == 0 {
-		err := unix.Send(c.async, rec[:], unix.MSG_DONTWAIT)
-		if err == nil {
-			return
-		}
-		if err != unix.EAGAIN {
-			ss.log.Debug("async event lost", "type", typ, "err", err)
-			return
-		}
-	}
-	if len(c.pending) >= maxPendingEvents {
+	first, err := c.async.send(rec[:], maxPendingEvents)
+	switch {
+	case errors.Is(err, errEventsFull):
 		ss.log.Warn("async event dropped: the client does not read its events", "type", typ)
-		return
-	}
-	c.pending = append(c.pending, rec)
-	if c.flushing == nil {
+	case err != nil:
+		ss.log.Debug("async event lost", "type", typ, "err", err)
+	case first:
 		ss.log.Debug("async event socket full: events pending")
-		c.flushing = make(chan struct{})
-		go c.flush(c.async, c.flushing)
-	}
-}
-
-// flush sends the pending events as the socket makes room, and ends when
-// none is left or the context closes.
-func (c *devCtx) flush(fd int, done chan struct{}) {
-	defer close(done)
-	for {
-		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
-		_, _ = unix.Poll(pfd, 10) // bounded, to notice close
-		c.mu.Lock()
-		if c.async < 0 {
-			c.flushing = nil
-			c.mu.Unlock()
-			return
-		}
-		for len(c.pending) > 0 && unix.Send(fd, c.pending[0][:], unix.MSG_DONTWAIT) == nil {
-			c.pending = c.pending[1:]
-		}
-		if len(c.pending) == 0 {
-			c.pending = nil
-			c.flushing = nil
-			c.mu.Unlock()
-			return
-		}
-		c.mu.Unlock()
 	}
 }
 
@@ -863,7 +797,7 @@ func (ss *session) createChannel(h uint32) (proto.Body, []int, error) {
 		return nil, nil, proto.ENOMEM
 	}
 	_ = unix.SetNonblock(keep, true)
-	ch := &chanObj{ctx: c, fd: keep}
+	ch := &chanObj{ctx: c, sock: newEventSock(keep)}
 	ss.mu.Lock()
 	ch.handle = ss.addLocked(ch)
 	c.refs++
@@ -886,24 +820,34 @@ func (ss *session) destroyChannel(h uint32) error {
 	return nil
 }
 
-func (ch *chanObj) close() {
-	ch.mu.Lock()
-	if ch.fd >= 0 {
-		unix.Close(ch.fd)
-		ch.fd = -1
-	}
-	ch.mu.Unlock()
-}
+func (ch *chanObj) close() { ch.sock.close(false) }
 
-// notify writes one comp_event record to the channel, without blocking.
-func (ch *chanObj) notify(cookie uint64, cq uint32) {
+// notify writes one comp_event record to the channel without blocking. A
+// full socket keeps it pending, in order, until the client reads, as the
+// kernel queues every completion event. What can wait is bounded: an event
+// is made only for an armed CQ and disarms it, so a client that reads its
+// events before it arms again has at most one outstanding per CQ of the
+// channel; one that arms again first and does not read loses the events
+// past that (logged once).
+func (ch *chanObj) notify(ss *session, cookie uint64, cq uint32) {
 	var b [16]byte
 	compEventRecord(b[:], cookie, cq)
-	ch.mu.Lock()
-	defer ch.mu.Unlock()
-	if ch.fd >= 0 {
-		_ = unix.Send(ch.fd, b[:], unix.MSG_DONTWAIT)
+	first, err := ch.sock.send(b[:], max(int(ch.cqs.Load()), 1))
+	switch {
+	case errors.Is(err, errEventsFull):
+		if !ch.warned.Swap(true) {
+			ss.log.Warn("completion event dropped: the client arms its CQs again without reading their events", "channel", ch.handle, "pending", ch.sock.waiting())
+		}
+	case err != nil:
+		ss.log.Debug("completion event lost", "channel", ch.handle, "err", err)
+	case first:
+		ss.log.Debug("completion channel full: events pending", "channel", ch.handle)
 	}
+}
+
+// forget drops the events of CQ cq still pending (it was destroyed).
+func (ch *chanObj) forget(cq uint32) {
+	ch.sock.forget(func(rec []byte) bool { return binary.LittleEndian.Uint32(rec[8:]) == cq })
 }
 
 // listQPs answers the device's QPs from a QP number on, with the process
