@@ -227,7 +227,7 @@ func (ss *session) cmDestroyChannel(h uint32) error {
 		return err
 	}
 	delete(ss.objs, h)
-	ss.fds--
+	ss.putFDsLocked(1)
 	ss.mu.Unlock()
 	ch.close()
 	return nil

@@ -302,7 +302,7 @@ func (ss *session) createCQ(h uint32, m *proto.CreateCQ) (proto.Body, []int, err
 	fail := func(err error) (proto.Body, []int, error) {
 		ss.mu.Lock()
 		ss.ncqe -= int(entries)
-		ss.fds--
+		ss.putFDsLocked(1)
 		ss.mu.Unlock()
 		if o.reg != nil {
 			o.reg.Close()

@@ -41,7 +41,9 @@ type session struct {
 	nmr     int
 	ncqe    int
 	mem     uint64
-	fds     int // the daemon's descriptors the session holds (fds.go)
+	fds     int         // the daemon's descriptors the session holds (fds.go)
+	user    *userFDs    // its uid's (fds.go); set at accept
+	refused proto.Errno // not 0: the session is refused at hello (fds.go)
 	helloed bool
 	// fdsRefused: a create was refused for descriptors (logged once).
 	fdsRefused bool
@@ -170,6 +172,10 @@ func unusedLocked[T any](ss *session, h uint32, refs func(*T) int) (*T, error) {
 // serve reads requests until the connection ends, then tears the session
 // down.
 func (ss *session) serve() {
+	if ss.refused != 0 {
+		ss.serveRefused()
+		return
+	}
 	ss.log.Info("session start")
 	defer ss.teardown()
 	for {
@@ -275,7 +281,7 @@ func (ss *session) hello(msg proto.Msg) bool {
 		ss.proc = p
 		if pm, ok := p.(interface{ hasPidfd() bool }); ok && pm.hasPidfd() {
 			ss.mu.Lock()
-			ss.fds++ // the pidfd: counted, never refused
+			ss.addFDsLocked(1) // the pidfd: counted, never refused
 			ss.mu.Unlock()
 		}
 	} else {
@@ -424,7 +430,7 @@ func (ss *session) closeDevice(h uint32) error {
 		return err
 	}
 	delete(ss.objs, h)
-	ss.fds--
+	ss.putFDsLocked(1)
 	ss.mu.Unlock()
 	c.close()
 	return nil
@@ -531,7 +537,7 @@ func (ss *session) shmAlloc(h uint32, m *proto.ShmAlloc) (proto.Body, []int, err
 	if err != nil {
 		ss.mu.Lock()
 		ss.mem -= m.Size
-		ss.fds--
+		ss.putFDsLocked(1)
 		ss.mu.Unlock()
 		return nil, nil, proto.ENOMEM
 	}
@@ -814,7 +820,7 @@ func (ss *session) destroyChannel(h uint32) error {
 	}
 	delete(ss.objs, h)
 	ch.ctx.refs--
-	ss.fds--
+	ss.putFDsLocked(1)
 	ss.mu.Unlock()
 	ch.close()
 	return nil
@@ -990,11 +996,11 @@ func (ss *session) teardown() {
 	ss.mu.Lock()
 	clear(ss.objs)
 	clear(ss.lkeys)
-	ss.fds = 0 // the socket is closed, the pidfd goes just below
 	ss.mu.Unlock()
 	if ss.proc != nil {
 		ss.proc.Close() // after the MRs that read through it are gone
 	}
+	ss.release() // the socket is closed, and the pidfd
 	ss.log.Info("session end", "qps", len(qps), "mrs", len(mrs), "cqs", len(cqs))
 }
 
