@@ -4,7 +4,6 @@ import (
 	"errors"
 	"net/netip"
 	"slices"
-	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -36,11 +35,7 @@ const maxPendingCMEvents = 4096
 type cmChanObj struct {
 	handle uint32
 	refs   int // IDs (session.mu)
-
-	mu       sync.Mutex // guards the fields below
-	fd       int        // our end; -1 once closed
-	pending  [][]byte
-	flushing chan struct{}
+	sock   *eventSock
 }
 
 // cmBinding is one cm.ID of an rdma_cm ID and its device.
@@ -217,7 +212,7 @@ func (ss *session) cmCreateChannel() (proto.Body, []int, error) {
 		return nil, nil, proto.ENOMEM
 	}
 	_ = unix.SetNonblock(keep, true)
-	ch := &cmChanObj{fd: keep}
+	ch := &cmChanObj{sock: newEventSock(keep)}
 	ss.mu.Lock()
 	ch.handle = ss.addLocked(ch)
 	ss.mu.Unlock()
@@ -232,77 +227,23 @@ func (ss *session) cmDestroyChannel(h uint32) error {
 		return err
 	}
 	delete(ss.objs, h)
-	ss.fds--
+	ss.putFDsLocked(1)
 	ss.mu.Unlock()
 	ch.close()
 	return nil
 }
 
-func (ch *cmChanObj) close() {
-	ch.mu.Lock()
-	fd := ch.fd
-	ch.fd = -1 // the flusher, if any, stops
-	fl := ch.flushing
-	ch.pending = nil
-	ch.mu.Unlock()
-	if fl != nil {
-		<-fl
-	}
-	if fd >= 0 {
-		unix.Close(fd)
-	}
-}
+func (ch *cmChanObj) close() { ch.sock.close(false) }
 
 // send writes one record without blocking; a full socket keeps it
-// pending, in order, until the client reads.
+// pending, in order, until the client reads (eventSock).
 func (ch *cmChanObj) send(ss *session, rec []byte) {
-	ch.mu.Lock()
-	defer ch.mu.Unlock()
-	if ch.fd < 0 {
-		return
-	}
-	if len(ch.pending) == 0 {
-		err := unix.Send(ch.fd, rec, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
-		if err == nil {
-			return
-		}
-		if err != unix.EAGAIN {
-			ss.log.Debug("cm event lost", "err", err)
-			return
-		}
-	}
-	if len(ch.pending) >= maxPendingCMEvents {
+	_, err := ch.sock.send(rec, maxPendingCMEvents)
+	switch {
+	case errors.Is(err, errEventsFull):
 		ss.log.Warn("cm event dropped: the client does not read its event channel")
-		return
-	}
-	ch.pending = append(ch.pending, rec)
-	if ch.flushing == nil {
-		ch.flushing = make(chan struct{})
-		go ch.flush(ch.fd, ch.flushing)
-	}
-}
-
-func (ch *cmChanObj) flush(fd int, done chan struct{}) {
-	defer close(done)
-	for {
-		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
-		_, _ = unix.Poll(pfd, 10) // bounded, to notice close
-		ch.mu.Lock()
-		if ch.fd < 0 {
-			ch.flushing = nil
-			ch.mu.Unlock()
-			return
-		}
-		for len(ch.pending) > 0 && unix.Send(fd, ch.pending[0], unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL) == nil {
-			ch.pending = ch.pending[1:]
-		}
-		if len(ch.pending) == 0 {
-			ch.pending = nil
-			ch.flushing = nil
-			ch.mu.Unlock()
-			return
-		}
-		ch.mu.Unlock()
+	case err != nil:
+		ss.log.Debug("cm event lost", "err", err)
 	}
 }
 

@@ -23,7 +23,7 @@ type Config struct {
 		Format string `yaml:"format"`
 		Level  string `yaml:"level"`
 	} `yaml:"log"`
-	// Limits are per client session.
+	// Limits are per client session (user_fds: per client user).
 	Limits Limits `yaml:"limits"`
 	// Devices are opened in order; names must be unique.
 	Devices []DeviceConfig `yaml:"devices"`
@@ -41,6 +41,11 @@ type Limits struct {
 	// event channel and QP. 0: a quarter of what RLIMIT_NOFILE leaves
 	// after the daemon's own, worked out when the daemon starts.
 	FDs int `yaml:"fds"`
+	// UserFDs bounds the daemon's descriptors the sessions of one client
+	// user (uid) hold together, their sockets and pidfds included
+	// (fds.go); root is a user like the others. 0: half of what
+	// RLIMIT_NOFILE leaves after the daemon's own (at least limits.fds).
+	UserFDs int `yaml:"user_fds"`
 }
 
 // DeviceConfig is one device and its link. Exactly one of Fabric, TAP, XDP
@@ -163,11 +168,14 @@ func (c *Config) Check() error {
 	default:
 		return fmt.Errorf("log.level %q: want debug, info, warn or error", c.Log.Level)
 	}
-	if c.Limits.QPs < 0 || c.Limits.MRs < 0 || c.Limits.CQEntries < 0 || c.Limits.CMIDs < 0 || c.Limits.FDs < 0 {
+	if c.Limits.QPs < 0 || c.Limits.MRs < 0 || c.Limits.CQEntries < 0 || c.Limits.CMIDs < 0 || c.Limits.FDs < 0 || c.Limits.UserFDs < 0 {
 		return errors.New("limits must not be negative")
 	}
 	if c.Limits.FDs != 0 && c.Limits.FDs < MinFDLimit {
 		return fmt.Errorf("limits.fds %d: want 0 (the default) or at least %d (a session's socket and pidfd, a device context, a QP)", c.Limits.FDs, MinFDLimit)
+	}
+	if c.Limits.UserFDs != 0 && c.Limits.UserFDs < max(c.Limits.FDs, MinFDLimit) {
+		return fmt.Errorf("limits.user_fds %d: want 0 (the default) or at least limits.fds and %d", c.Limits.UserFDs, MinFDLimit)
 	}
 	seen := map[string]bool{}
 	fabricIPs := map[string]string{} // "fabric addr": the device that has it

@@ -302,7 +302,7 @@ func (ss *session) createCQ(h uint32, m *proto.CreateCQ) (proto.Body, []int, err
 	fail := func(err error) (proto.Body, []int, error) {
 		ss.mu.Lock()
 		ss.ncqe -= int(entries)
-		ss.fds--
+		ss.putFDsLocked(1)
 		ss.mu.Unlock()
 		if o.reg != nil {
 			o.reg.Close()
@@ -336,6 +336,7 @@ func (ss *session) createCQ(h uint32, m *proto.CreateCQ) (proto.Body, []int, err
 	c.refs++
 	if ch != nil {
 		ch.refs++
+		ch.cqs.Add(1)
 	}
 	ss.mu.Unlock()
 	c.d.cqs.Store(o.cq, o)
@@ -367,8 +368,12 @@ func (o *cqObj) destroy() {
 		o.mu.Unlock()
 		return
 	}
-	o.dead = true
+	o.dead = true // drain makes no more events
 	o.mu.Unlock()
+	if o.ch != nil {
+		o.ch.forget(o.handle)
+		o.ch.cqs.Add(-1)
+	}
 	o.ctx.d.cqs.Delete(o.cq)
 	if err := o.ctx.d.dev.DestroyCQ(o.cq); err != nil {
 		ss.log.Warn("destroy CQ", "err", err)
@@ -453,7 +458,7 @@ func (o *cqObj) drain() (did bool) {
 		did = true
 		if o.ch != nil && o.prod.TakeArm(notable) {
 			o.compEvents.Add(1)
-			o.ch.notify(o.cookie, o.handle)
+			o.ch.notify(o.sess, o.cookie, o.handle)
 		}
 	}
 	return did

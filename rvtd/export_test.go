@@ -1,6 +1,7 @@
 package rvtd
 
 import (
+	"encoding/binary"
 	"fmt"
 	"time"
 
@@ -104,4 +105,27 @@ func OpenProcMemForTest(pid int, uid uint32) error {
 		p.Close()
 	}
 	return err
+}
+
+// ChannelPendingForTest returns the CQ handles of the completion events
+// the daemon holds for a session's completion channel (its socket was
+// full), oldest first.
+func (s *Server) ChannelPendingForTest(session, channel uint32) []uint32 {
+	s.mu.Lock()
+	ss := s.sessions[session]
+	s.mu.Unlock()
+	if ss == nil {
+		return nil
+	}
+	ch := lookup[chanObj](ss, channel)
+	if ch == nil {
+		return nil
+	}
+	ch.sock.mu.Lock()
+	defer ch.sock.mu.Unlock()
+	var l []uint32
+	for _, rec := range ch.sock.pending {
+		l = append(l, binary.LittleEndian.Uint32(rec[8:]))
+	}
+	return l
 }

@@ -35,6 +35,7 @@ type collector struct {
 	qps                               *prometheus.Desc
 	clientObjects, clientShm          *prometheus.Desc
 	clientFDs, fdLimit                *prometheus.Desc
+	userFDs, userFDLimit              *prometheus.Desc
 	ringDepth, ringEntries, ringInEng *prometheus.Desc
 }
 
@@ -93,6 +94,8 @@ func newCollector(s *Server) *collector {
 		clientShm:     prometheus.NewDesc("rvtd_client_shm_bytes", "Bytes of shared memory a client session has allocated (counted against limits.mem_bytes).", cl, nil),
 		clientFDs:     prometheus.NewDesc("rvtd_client_descriptors", "The daemon's file descriptors a client session holds (counted against limits.fds).", cl, nil),
 		fdLimit:       prometheus.NewDesc("rvtd_client_descriptors_limit", "The daemon's file descriptors one client session may hold (limits.fds, or its default from RLIMIT_NOFILE).", nil, nil),
+		userFDs:       prometheus.NewDesc("rvtd_user_descriptors", "The daemon's file descriptors the sessions of a client user hold together (counted against limits.user_fds).", []string{"uid"}, nil),
+		userFDLimit:   prometheus.NewDesc("rvtd_user_descriptors_limit", "The daemon's file descriptors the sessions of one client user may hold together (limits.user_fds, or its default from RLIMIT_NOFILE).", nil, nil),
 		ringDepth:     prometheus.NewDesc("rvtd_qp_ring_depth", "Work requests in a QP's ring that the daemon has not released: posted by the client, waiting or on the engine.", rg, nil),
 		ringInEng:     prometheus.NewDesc("rvtd_qp_ring_in_engine", "Work requests of a QP's ring handed to the engine and not yet completed.", rg, nil),
 		ringEntries:   prometheus.NewDesc("rvtd_qp_ring_entries", "Slots of a QP's ring.", rg, nil),
@@ -106,7 +109,7 @@ func newCollector(s *Server) *collector {
 
 func (c *collector) descs() []*prometheus.Desc {
 	d := []*prometheus.Desc{c.drops, c.clients, c.sessionsTotal, c.protoErrors, c.badRequests, c.qps,
-		c.clientObjects, c.clientShm, c.clientFDs, c.fdLimit, c.ringDepth, c.ringInEng, c.ringEntries}
+		c.clientObjects, c.clientShm, c.clientFDs, c.fdLimit, c.userFDs, c.userFDLimit, c.ringDepth, c.ringInEng, c.ringEntries}
 	return append(d, c.portCounters[:]...)
 }
 
@@ -138,6 +141,16 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.protoErrors, float64(s.protoErrors.Load()))
 	counter(c.badRequests, float64(s.badRequests.Load()))
 	gauge(c.fdLimit, float64(s.fdLimit))
+	gauge(c.userFDLimit, float64(s.userFDLimit))
+	s.umu.Lock()
+	users := make(map[uint32]int, len(s.users))
+	for uid, u := range s.users {
+		users[uid] = u.fds
+	}
+	s.umu.Unlock()
+	for uid, n := range users {
+		gauge(c.userFDs, float64(n), strconv.FormatUint(uint64(uid), 10))
+	}
 
 	for _, d := range devices {
 		name := d.cfg.Name

@@ -71,7 +71,7 @@ func (ss *session) createQP(h uint32, m *proto.CreateQP) (proto.Body, []int, err
 		}
 		ss.mu.Lock()
 		ss.nqp--
-		ss.fds -= 2
+		ss.putFDsLocked(2)
 		ss.mu.Unlock()
 		return nil, nil, e
 	}
@@ -283,7 +283,7 @@ func (q *qpObj) destroy(toErr bool) {
 	ss.mu.Lock()
 	delete(ss.objs, q.handle)
 	ss.nqp--
-	ss.fds-- // its doorbell, closed above
+	ss.putFDsLocked(1) // its doorbell, closed above
 	q.pd.refs--
 	q.scq.refs--
 	q.rcq.refs--

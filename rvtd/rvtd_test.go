@@ -62,6 +62,8 @@ func runRole(role, sock, dev string) error {
 		return garbageRole(sock)
 	case "many":
 		return manyRole(sock)
+	case "uid-send":
+		return uidSendRole(sock) // userfds_test.go
 	}
 	if strings.HasPrefix(role, "pvm-") {
 		return pvmRole(role, sock, dev) // pvm_test.go

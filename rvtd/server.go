@@ -66,6 +66,12 @@ type Server struct {
 	byName  map[string]*device
 	loops   []*loop
 	fdLimit int // descriptors one session may hold (limits.fds, resolved)
+	// userFDLimit: descriptors the sessions of one uid may hold together
+	// (limits.user_fds, resolved).
+	userFDLimit int
+
+	umu   sync.Mutex          // guards users; a leaf (fds.go)
+	users map[uint32]*userFDs // by uid, while it has sessions
 
 	mu       sync.Mutex
 	ln       *net.UnixListener
@@ -107,7 +113,7 @@ func New(cfg *Config, o Options) (_ *Server, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, log: log, clk: clock.OrReal(o.Clock), byName: map[string]*device{}, sessions: map[uint32]*session{}, done: make(chan struct{})}
+	s := &Server{cfg: cfg, log: log, clk: clock.OrReal(o.Clock), byName: map[string]*device{}, sessions: map[uint32]*session{}, users: map[uint32]*userFDs{}, done: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			s.closeDevices()
@@ -168,7 +174,14 @@ func New(cfg *Config, o Options) (_ *Server, err error) {
 			log.Warn("limits.fds is more than the daemon has left: one session can still take every descriptor", "fds", s.fdLimit, "rlimit_nofile", nofile, "open", open)
 		}
 	}
-	log.Info("descriptors", "per_session", s.fdLimit, "rlimit_nofile", nofile, "open", open)
+	s.userFDLimit = max(DefaultUserFDLimit(), s.fdLimit)
+	if cfg.Limits.UserFDs > 0 {
+		s.userFDLimit = cfg.Limits.UserFDs
+		if s.userFDLimit > nofile-open {
+			log.Warn("limits.user_fds is more than the daemon has left: one user can still take every descriptor", "user_fds", s.userFDLimit, "rlimit_nofile", nofile, "open", open)
+		}
+	}
+	log.Info("descriptors", "per_session", s.fdLimit, "per_user", s.userFDLimit, "rlimit_nofile", nofile, "open", open)
 	return s, nil
 }
 
@@ -294,6 +307,14 @@ func (s *Server) Serve() error {
 		}
 		s.nextSess++
 		ss := newSession(s, s.nextSess, proto.NewConn(c))
+		refuse, closeNow := s.admit(ss)
+		if closeNow {
+			s.mu.Unlock()
+			ss.log.Debug("connection closed: its user has connections being refused already", "uid", ss.uid)
+			c.Close()
+			continue
+		}
+		ss.refused = refuse
 		s.sessions[ss.id] = ss
 		s.wg.Add(1)
 		s.mu.Unlock()

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
@@ -40,7 +41,9 @@ type session struct {
 	nmr     int
 	ncqe    int
 	mem     uint64
-	fds     int // the daemon's descriptors the session holds (fds.go)
+	fds     int         // the daemon's descriptors the session holds (fds.go)
+	user    *userFDs    // its uid's (fds.go); set at accept
+	refused proto.Errno // not 0: the session is refused at hello (fds.go)
 	helloed bool
 	// fdsRefused: a create was refused for descriptors (logged once).
 	fdsRefused bool
@@ -57,12 +60,8 @@ type session struct {
 type devCtx struct {
 	handle uint32
 	d      *device
-	refs   int // PDs, CQs, channels (session.mu)
-
-	mu       sync.Mutex // guards the fields below
-	async    int        // our end of the async event socket; -1 once closed
-	pending  [][16]byte // records the full socket has not taken yet
-	flushing chan struct{}
+	refs   int        // PDs, CQs, channels (session.mu)
+	async  *eventSock // the async event socket
 }
 
 // maxPendingEvents bounds the async events kept for a client that does
@@ -122,9 +121,10 @@ type ahObj struct {
 type chanObj struct {
 	handle uint32
 	ctx    *devCtx
-	mu     sync.Mutex
-	fd     int // our end; -1 once closed
-	refs   int // CQs (session.mu)
+	sock   *eventSock
+	refs   int          // CQs (session.mu)
+	cqs    atomic.Int32 // CQs, for notify (refs without session.mu)
+	warned atomic.Bool  // a comp event was dropped (logged once)
 }
 
 func newSession(s *Server, id uint32, c *proto.Conn) *session {
@@ -175,6 +175,10 @@ func unusedLocked[T any](ss *session, h uint32, refs func(*T) int) (*T, error) {
 // serve reads requests until the connection ends, then tears the session
 // down.
 func (ss *session) serve() {
+	if ss.refused != 0 {
+		ss.serveRefused()
+		return
+	}
 	ss.log.Info("session start")
 	defer ss.teardown()
 	for {
@@ -280,7 +284,7 @@ func (ss *session) hello(msg proto.Msg) bool {
 		ss.proc = p
 		if pm, ok := p.(interface{ descriptors() int }); ok {
 			ss.mu.Lock()
-			ss.fds += pm.descriptors() // the mem file and pidfd: counted, never refused
+			ss.addFDsLocked(pm.descriptors()) // the mem file and pidfd: counted, never refused
 			ss.mu.Unlock()
 		}
 	} else {
@@ -417,7 +421,7 @@ func (ss *session) openDevice(m *proto.OpenDevice) (proto.Body, []int, error) {
 		return nil, nil, proto.ENOMEM
 	}
 	_ = unix.SetNonblock(keep, true)
-	c := &devCtx{d: d, async: keep}
+	c := &devCtx{d: d, async: newEventSock(keep)}
 	ss.mu.Lock()
 	c.handle = ss.addLocked(c)
 	ss.mu.Unlock()
@@ -433,97 +437,33 @@ func (ss *session) closeDevice(h uint32) error {
 		return err
 	}
 	delete(ss.objs, h)
-	ss.fds--
+	ss.putFDsLocked(1)
 	ss.mu.Unlock()
 	c.close()
 	return nil
 }
 
-func (c *devCtx) close() {
-	c.mu.Lock()
-	if c.async < 0 {
-		c.mu.Unlock()
-		return
-	}
-	fd := c.async
-	c.async = -1 // the flusher, if any, stops
-	fl := c.flushing
-	c.mu.Unlock()
-	if fl != nil {
-		<-fl
-	}
-	// What is still pending goes if the socket takes it now (DEVICE_FATAL
-	// at shutdown).
-	c.mu.Lock()
-	for _, rec := range c.pending {
-		if unix.Send(fd, rec[:], unix.MSG_DONTWAIT) != nil {
-			break
-		}
-	}
-	c.pending = nil
-	c.mu.Unlock()
-	unix.Close(fd)
-}
+// close closes the async event socket; what is still pending goes if
+// the socket takes it now (DEVICE_FATAL at shutdown).
+func (c *devCtx) close() { c.async.close(true) }
 
 // asyncEvent writes one async_event record to the device context's
 // socket without blocking. A full socket keeps the event pending, in
-// order, until the client reads (a goroutine then waits for room).
+// order, until the client reads (eventSock).
 func (ss *session) asyncEvent(c *devCtx, cookie uint64, element, typ uint32) {
 	if c == nil {
 		return
 	}
 	var rec [16]byte
 	asyncEventRecord(rec[:], cookie, element, typ)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.async < 0 {
-		return
-	}
-	if len(c.pending) == 0 {
-		err := unix.Send(c.async, rec[:], unix.MSG_DONTWAIT)
-		if err == nil {
-			return
-		}
-		if err != unix.EAGAIN {
-			ss.log.Debug("async event lost", "type", typ, "err", err)
-			return
-		}
-	}
-	if len(c.pending) >= maxPendingEvents {
+	first, err := c.async.send(rec[:], maxPendingEvents)
+	switch {
+	case errors.Is(err, errEventsFull):
 		ss.log.Warn("async event dropped: the client does not read its events", "type", typ)
-		return
-	}
-	c.pending = append(c.pending, rec)
-	if c.flushing == nil {
+	case err != nil:
+		ss.log.Debug("async event lost", "type", typ, "err", err)
+	case first:
 		ss.log.Debug("async event socket full: events pending")
-		c.flushing = make(chan struct{})
-		go c.flush(c.async, c.flushing)
-	}
-}
-
-// flush sends the pending events as the socket makes room, and ends when
-// none is left or the context closes.
-func (c *devCtx) flush(fd int, done chan struct{}) {
-	defer close(done)
-	for {
-		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
-		_, _ = unix.Poll(pfd, 10) // bounded, to notice close
-		c.mu.Lock()
-		if c.async < 0 {
-			c.flushing = nil
-			c.mu.Unlock()
-			return
-		}
-		for len(c.pending) > 0 && unix.Send(fd, c.pending[0][:], unix.MSG_DONTWAIT) == nil {
-			c.pending = c.pending[1:]
-		}
-		if len(c.pending) == 0 {
-			c.pending = nil
-			c.flushing = nil
-			c.mu.Unlock()
-			return
-		}
-		c.mu.Unlock()
 	}
 }
 
@@ -604,7 +544,7 @@ func (ss *session) shmAlloc(h uint32, m *proto.ShmAlloc) (proto.Body, []int, err
 	if err != nil {
 		ss.mu.Lock()
 		ss.mem -= m.Size
-		ss.fds--
+		ss.putFDsLocked(1)
 		ss.mu.Unlock()
 		return nil, nil, proto.ENOMEM
 	}
@@ -870,7 +810,7 @@ func (ss *session) createChannel(h uint32) (proto.Body, []int, error) {
 		return nil, nil, proto.ENOMEM
 	}
 	_ = unix.SetNonblock(keep, true)
-	ch := &chanObj{ctx: c, fd: keep}
+	ch := &chanObj{ctx: c, sock: newEventSock(keep)}
 	ss.mu.Lock()
 	ch.handle = ss.addLocked(ch)
 	c.refs++
@@ -887,30 +827,40 @@ func (ss *session) destroyChannel(h uint32) error {
 	}
 	delete(ss.objs, h)
 	ch.ctx.refs--
-	ss.fds--
+	ss.putFDsLocked(1)
 	ss.mu.Unlock()
 	ch.close()
 	return nil
 }
 
-func (ch *chanObj) close() {
-	ch.mu.Lock()
-	if ch.fd >= 0 {
-		unix.Close(ch.fd)
-		ch.fd = -1
-	}
-	ch.mu.Unlock()
-}
+func (ch *chanObj) close() { ch.sock.close(false) }
 
-// notify writes one comp_event record to the channel, without blocking.
-func (ch *chanObj) notify(cookie uint64, cq uint32) {
+// notify writes one comp_event record to the channel without blocking. A
+// full socket keeps it pending, in order, until the client reads, as the
+// kernel queues every completion event. What can wait is bounded: an event
+// is made only for an armed CQ and disarms it, so a client that reads its
+// events before it arms again has at most one outstanding per CQ of the
+// channel; one that arms again first and does not read loses the events
+// past that (logged once).
+func (ch *chanObj) notify(ss *session, cookie uint64, cq uint32) {
 	var b [16]byte
 	compEventRecord(b[:], cookie, cq)
-	ch.mu.Lock()
-	defer ch.mu.Unlock()
-	if ch.fd >= 0 {
-		_ = unix.Send(ch.fd, b[:], unix.MSG_DONTWAIT)
+	first, err := ch.sock.send(b[:], max(int(ch.cqs.Load()), 1))
+	switch {
+	case errors.Is(err, errEventsFull):
+		if !ch.warned.Swap(true) {
+			ss.log.Warn("completion event dropped: the client arms its CQs again without reading their events", "channel", ch.handle, "pending", ch.sock.waiting())
+		}
+	case err != nil:
+		ss.log.Debug("completion event lost", "channel", ch.handle, "err", err)
+	case first:
+		ss.log.Debug("completion channel full: events pending", "channel", ch.handle)
 	}
+}
+
+// forget drops the events of CQ cq still pending (it was destroyed).
+func (ch *chanObj) forget(cq uint32) {
+	ch.sock.forget(func(rec []byte) bool { return binary.LittleEndian.Uint32(rec[8:]) == cq })
 }
 
 // listQPs answers the device's QPs from a QP number on, with the process
@@ -1053,11 +1003,11 @@ func (ss *session) teardown() {
 	ss.mu.Lock()
 	clear(ss.objs)
 	clear(ss.lkeys)
-	ss.fds = 0 // the socket is closed, the pidfd goes just below
 	ss.mu.Unlock()
 	if ss.proc != nil {
 		ss.proc.Close() // after the MRs that read through it are gone
 	}
+	ss.release() // the socket is closed, and the pidfd
 	ss.log.Info("session end", "qps", len(qps), "mrs", len(mrs), "cqs", len(cqs))
 }
 

@@ -77,7 +77,7 @@ func (ss *session) createSRQ(h uint32, m *proto.CreateSRQ) (proto.Body, []int, e
 	fail := func(err error) (proto.Body, []int, error) {
 		ss.mu.Lock()
 		ss.nqp--
-		ss.fds--
+		ss.putFDsLocked(1)
 		ss.mu.Unlock()
 		return nil, nil, err
 	}

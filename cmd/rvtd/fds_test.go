@@ -201,10 +201,16 @@ func shmAttach(c *client.Client, d *client.Device) error {
 // sessions each make QPs until refused: ENOMEM at their share, before the
 // daemon is out of descriptors. A fourth session still connects, makes
 // two RC QPs and passes a SEND between them, and the daemon never had to
-// wait for descriptors to accept.
+// wait for descriptors to accept. The four sessions are of one user
+// (root): limits.user_fds is set out of the way, to see the session share
+// alone (rvtd's TestUserDescriptorShare has the user's).
 func TestSessionsShareDescriptors(t *testing.T) {
 	const nofile = 400
-	pid, sock, out := startRvtd(t, nofile)
+	cfg := filepath.Join(t.TempDir(), "rvtd.yaml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("limits:\n  user_fds: %d\n", nofile)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pid, sock, out := startRvtd(t, nofile, "--config", cfg)
 	capa := proto.Cap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
 	total := 0
 	for h := 0; h < 3; h++ {

@@ -94,6 +94,12 @@ func run(f flags) error {
 		case cfg.Limits.FDs >= nofile:
 			fmt.Printf("warning: limits.fds %d is not below RLIMIT_NOFILE %d: one session can take every descriptor of the daemon\n", cfg.Limits.FDs, nofile)
 		}
+		switch {
+		case cfg.Limits.UserFDs == 0:
+			fmt.Printf("limits.user_fds: about %d descriptors per client user, root included (half of RLIMIT_NOFILE %d, less the daemon's own)\n", max(rvtd.DefaultUserFDLimit(), cfg.Limits.FDs), nofile)
+		case cfg.Limits.UserFDs >= nofile:
+			fmt.Printf("warning: limits.user_fds %d is not below RLIMIT_NOFILE %d: one user can take every descriptor of the daemon\n", cfg.Limits.UserFDs, nofile)
+		}
 		return nil
 	}
 	log := newLogger(cfg)

@@ -142,12 +142,19 @@ func TestMetricsFlag(t *testing.T) {
 // a limit of 48; a client holding thousands of QPs reaches the default
 // one the same way) keeps serving the sessions it has, waits, and accepts
 // again once some are closed, instead of stopping for everyone (and
-// exiting 0, which a supervisor would not restart).
+// exiting 0, which a supervisor would not restart). Its sessions are of
+// one user (root): limits.user_fds is set out of the way, so that they
+// can take the daemon's every descriptor (TestSessionsShareDescriptors
+// and rvtd's TestUserDescriptorShare have the shares).
 func TestOutOfDescriptors(t *testing.T) {
 	const warning = "accept: waiting for resources"
 	sock := filepath.Join(t.TempDir(), "rvtd.sock")
+	cfg := filepath.Join(t.TempDir(), "rvtd.yaml")
+	if err := os.WriteFile(cfg, []byte("limits:\n  user_fds: 48\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cmd := exec.Command("sh", "-c", `ulimit -n 48 && exec "$0" -test.run='^$'`, os.Args[0])
-	cmd.Env = append(os.Environ(), "RVTD_MAIN=1", "RVTD_ARGS=--socket "+sock)
+	cmd.Env = append(os.Environ(), "RVTD_MAIN=1", "RVTD_ARGS=--socket "+sock+" --config "+cfg)
 	out := &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {

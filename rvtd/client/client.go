@@ -48,6 +48,10 @@ func Dial(path, name string) (*Client, error) {
 		PID: uint32(os.Getpid()), Client: name})
 	if err != nil {
 		conn.Close()
+		var e proto.Errno
+		if errors.As(err, &e) { // EMFILE: the user holds its share of the daemon's descriptors
+			return nil, fmt.Errorf("rvtd at %s refused the session: %w", path, err)
+		}
 		return nil, fmt.Errorf("hello: %w", err)
 	}
 	c.Hello = *r.(*proto.HelloReply)
