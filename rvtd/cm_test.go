@@ -1001,15 +1001,7 @@ func TestCMLibrdmacmOrder(t *testing.T) {
 // TestCMDeviceRemoval: at shutdown, every ID with a device gets
 // DEVICE_REMOVAL on its channel.
 func TestCMDeviceRemoval(t *testing.T) {
-	srv, err := rvtd.New(nil, rvtd.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sock := t.TempDir() + "/rvtd.sock"
-	if err := srv.Listen(sock); err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve()
+	srv, sock := startDaemon(t) // Shutdown again at cleanup: a no-op
 	n, err := newCMNode(sock, "rvt0", 2)
 	if err != nil {
 		t.Fatal(err)
@@ -1043,15 +1035,7 @@ func TestCMDeviceRemoval(t *testing.T) {
 // is not told when one device's agent goes (Linux tells only the IDs
 // bound to the removed device), and is told once at shutdown.
 func TestCMDeviceRemovalOnce(t *testing.T) {
-	srv, err := rvtd.New(nil, rvtd.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sock := t.TempDir() + "/rvtd.sock"
-	if err := srv.Listen(sock); err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve()
+	srv, sock := startDaemon(t) // Shutdown again at cleanup: a no-op
 	n, err := newCMNode(sock, "rvt0", 2)
 	if err != nil {
 		t.Fatal(err)
