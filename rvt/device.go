@@ -327,13 +327,18 @@ func (d *Device) Close() error {
 	// ever on a completion. Its posts and modifies fail with ErrClosed
 	// from before the flush, so that a completion handler reposting what
 	// was flushed is refused rather than flushed again.
-	for _, q := range qps {
-		_ = q.conn.Modify(&QPAttr{State: qp.Err}, qp.AttrState)
+	// A QP in RESET has nothing to flush (and RESET->ERR is no
+	// transition): only those that went to ERR are waited for.
+	flushing := make([]bool, len(qps))
+	for i, q := range qps {
+		flushing[i] = q.conn.Modify(&QPAttr{State: qp.Err}, qp.AttrState) == nil
 		q.QP.Retire(qp.GoneClosed)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), closeFlushWait)
-	for _, q := range qps {
-		_ = q.conn.WaitFlushed(ctx) // a bound, not a clock: the flush takes no time
+	for i, q := range qps {
+		if flushing[i] {
+			_ = q.conn.WaitFlushed(ctx) // a bound, not a clock: the flush takes no time
+		}
 		d.eng.RemoveConn(q.conn)
 	}
 	cancel()
