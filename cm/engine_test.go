@@ -398,3 +398,58 @@ func TestQPReuseAfterTimeWait(t *testing.T) {
 	w.settle(t, 10*time.Millisecond)
 	requireClean(t, w, 1)
 }
+
+// TestFailedAcceptRejects: an Accept that fails past its state check (here
+// 197 bytes of private data, one more than a REP carries; and a QP another
+// connection uses) rejects the request at once with REJ 28, as Linux's
+// rdma_accept does, instead of leaving the peer to time out, and a Reject
+// afterwards fails.
+func TestFailedAcceptRejects(t *testing.T) {
+	for _, tc := range []string{"private data", "QP in use"} {
+		t.Run(tc, func(t *testing.T) {
+			w := newWorld(t, worldOpts{manual: true, agent: FastOptions(), seed: 11})
+			p := newPair(t, w, PSTCP, 7481)
+			b := w.nodes[1]
+			require.NoError(t, p.cid.Connect(w.nodes[0].newQP(t, qp.RC), nil))
+			req := w.expect(t, p.lch, EventConnectRequest)
+			qb := b.newQP(t, qp.RC)
+			param := &ConnParam{PrivateData: make([]byte, REPPrivateDataLen+1)}
+			if tc == "QP in use" {
+				// Another request, accepted on qb first.
+				other := w.nodes[0].agent.NewID(p.cch, PSTCP, nil)
+				require.NoError(t, other.ResolveAddr(netip.Addr{}, netip.AddrPortFrom(b.ip, p.port)))
+				w.expect(t, p.cch, EventAddrResolved)
+				require.NoError(t, other.Connect(w.nodes[0].newQP(t, qp.RC), nil))
+				req2 := w.expect(t, p.lch, EventConnectRequest)
+				require.NoError(t, req2.ID.Accept(qb, nil))
+				param = nil
+				defer other.Destroy()
+				defer req2.ID.Destroy()
+			}
+			start := w.clk.Now()
+			err := req.ID.Accept(qb, param)
+			require.Error(t, err)
+			if tc == "private data" {
+				require.ErrorIs(t, err, ErrInvalidArgument)
+				// It was never modified: RESET->ERR is no transition
+				// (IBTA; Linux's cma_modify_qp_err fails the same way).
+				require.Equal(t, qp.Reset, qb.State())
+			} else {
+				require.ErrorIs(t, err, ErrInvalidState)
+				require.NotEqual(t, qp.Err, qb.State(), "the other connection's QP is not touched")
+			}
+			ev := w.waitEvent(t, p.cch)
+			for ev.ID != p.cid { // the other connection's ESTABLISHED
+				ev = w.waitEvent(t, p.cch)
+			}
+			require.Equal(t, EventRejected, ev.Type, "%v", ev.Err)
+			var re *RejectError
+			require.ErrorAs(t, ev.Err, &re)
+			require.Equal(t, RejConsumerDefined, re.Reason)
+			require.Less(t, w.clk.Now().Sub(start), 100*time.Millisecond, "at once, not after the REP's retries")
+			require.ErrorIs(t, req.ID.Reject(nil), ErrInvalidState)
+			req.ID.Destroy()
+			p.cid.Destroy()
+		})
+	}
+}

@@ -544,7 +544,10 @@ func flowLabel(qpn, salt uint32) uint32 {
 // the RTU. For a SIDR request it sends the SIDR_REP with q's number and
 // the port space's Q_Key. On an active ID in REP_RCVD (Connect without a
 // QP), it sends the RTU. A nil p accepts the REQ's offer (resources and
-// depth swapped, capped by the device; RNR retry 7).
+// depth swapped, capped by the device; RNR retry 7). An Accept that fails
+// past the state check (private data too long, q in use, q's modify)
+// rejects the request, as Linux's rdma_accept does: REJ reason 28 (a SIDR
+// request: SIDR_REP REJECT), q to ERR, the ID idle (Reject then fails).
 func (id *ID) Accept(q *rvt.QP, p *ConnParam) error {
 	if id.r != nil {
 		return id.remoteAccept(q, p)
@@ -563,7 +566,10 @@ func (id *ID) Accept(q *rvt.QP, p *ConnParam) error {
 		defer a.mu.Unlock()
 		prm := checkParam(p)
 		if len(prm.PrivateData) > SIDRREPPrivateDataLen {
-			return fmt.Errorf("accept: %w: private data too long", ErrInvalidArgument)
+			// As Linux's rdma_accept on any failure past its state
+			// check: the request is rejected, not left waiting.
+			a.sidrReplyLocked(id, SIDRReject, 0, nil)
+			return fmt.Errorf("accept: %w: private data too long (the request is rejected)", ErrInvalidArgument)
 		}
 		qpn := prm.QPN
 		if q != nil {
@@ -589,13 +595,13 @@ func (id *ID) Accept(q *rvt.QP, p *ConnParam) error {
 		prm = checkParam(p)
 	}
 	if len(prm.PrivateData) > REPPrivateDataLen {
-		a.mu.Unlock()
-		return fmt.Errorf("accept: %w: %d bytes of private data, at most %d", ErrInvalidArgument, len(prm.PrivateData), REPPrivateDataLen)
+		a.failAcceptLocked(id, q)
+		return fmt.Errorf("accept: %w: %d bytes of private data, at most %d (the request is rejected)", ErrInvalidArgument, len(prm.PrivateData), REPPrivateDataLen)
 	}
 	if q != nil {
 		if a.qpUsers[q.Num()] != nil {
-			a.mu.Unlock()
-			return fmt.Errorf("accept: %w: QP %#x is in use or in TIMEWAIT", ErrInvalidState, q.Num())
+			a.failAcceptLocked(id, nil) // the QP is another connection's
+			return fmt.Errorf("accept: %w: QP %#x is in use or in TIMEWAIT (the request is rejected)", ErrInvalidState, q.Num())
 		}
 		a.qpUsers[q.Num()] = id
 		id.reg.qp = true
@@ -614,10 +620,14 @@ func (id *ID) Accept(q *rvt.QP, p *ConnParam) error {
 	if q != nil {
 		if err := a.connectQP(id, q); err != nil {
 			a.mu.Lock()
-			a.releaseQPLocked(id)
-			id.q = nil
-			a.mu.Unlock()
-			return fmt.Errorf("accept: %w", err)
+			if id.epoch == epoch && (id.state == StateREQRcvd || id.state == StateMRAREQSent) {
+				a.failAcceptLocked(id, q)
+			} else {
+				a.releaseQPLocked(id)
+				id.q = nil
+				a.mu.Unlock()
+			}
+			return fmt.Errorf("accept: %w (the request is rejected)", err)
 		}
 	}
 
@@ -650,6 +660,21 @@ func (id *ID) Accept(q *rvt.QP, p *ConnParam) error {
 	a.sendLocked(id.to, m)
 	a.armLocked(id, convTime(id.peerRespTO))
 	return nil
+}
+
+// failAcceptLocked ends a request whose Accept failed past the state
+// check, as Linux's rdma_accept does on any such failure: REJ reason 28
+// (consumer defined) to the peer, the ID back to idle (a later Reject
+// fails), and q, if given, to ERR. It unlocks a.mu.
+func (a *Agent) failAcceptLocked(id *ID, q *rvt.QP) {
+	a.sendRejLocked(id, MsgREQ, RejConsumerDefined, nil)
+	a.toIdleLocked(id)
+	id.q = nil
+	a.mu.Unlock()
+	a.kick()
+	if q != nil {
+		_ = q.Modify(&rvt.QPAttr{State: qp.Err}, qp.AttrState)
+	}
 }
 
 // Reject refuses a CONNECT_REQUEST with REJ reason 28 (consumer defined)
