@@ -297,8 +297,34 @@ func (a *Agent) onMRA(m MRA) {
 	a.armLocked(id, wait)
 }
 
+// rejectedIDLocked finds the ID a REJ is for, as Linux's
+// cm_acquire_rejected_id does. A REJ TIMEOUT comes from an active side
+// destroyed before it saw a REP (cm_destroy_id in REQ_SENT or
+// MRA_REQ_RCVD): its RemoteCommID is 0, so it is matched by the pair its
+// REQ registered, the sender's comm ID (the REJ's LocalCommID) and CA GUID
+// (the first 8 bytes of the ARI, read whatever RejInfoLen says, as Linux
+// reads them). One whose pair matches nothing but that names one of our
+// comm IDs is matched by it, as every other REJ is.
+func (a *Agent) rejectedIDLocked(m REJ) *ID {
+	if m.Reason() == RejTimeout {
+		guid := binary.BigEndian.Uint64(MAD(m).bytes(rejARI)[:8])
+		if id := a.byRemote[remoteKey{id: m.LocalCommID(), guid: guid}]; id != nil {
+			if !id.state.Handles(AttrREJ) {
+				a.countLocked("drop_state")
+				return nil
+			}
+			return id
+		}
+		if m.RemoteCommID() == 0 {
+			a.countLocked("drop_unknown_comm_id")
+			return nil
+		}
+	}
+	return a.lookupLocked(m.RemoteCommID(), AttrREJ)
+}
+
 func (a *Agent) onREJ(m REJ) {
-	id := a.lookupLocked(m.RemoteCommID(), AttrREJ)
+	id := a.rejectedIDLocked(m)
 	if id == nil {
 		a.dropParkedLocked(m.LocalCommID()) // the active side gave up on a parked REQ
 		return
