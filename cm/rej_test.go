@@ -141,3 +141,84 @@ func TestREJTimeoutNeedsTheGUID(t *testing.T) {
 	w.settle(t, 10*time.Millisecond)
 	requireClean(t, w, 1)
 }
+
+// TestREPToDestroyedActiveGetsREJ: the REJ TIMEOUT is lost; the passive
+// side accepts, and its REP to the dead ID is answered with REJ
+// INVALID_COMM_ID, so the passive side is REJECTED within one round trip
+// instead of UNREACHABLE after its 15 REP retries. If that answer is lost
+// too, the REP's first resend brings another.
+func TestREPToDestroyedActiveGetsREJ(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		lostREJ6 int
+		within   time.Duration
+	}{
+		{name: "answered", within: 0},
+		{name: "answer lost once", lostREJ6: 1, within: 4 * time.Millisecond}, // one REP period: conv(10)
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			w := newWorld(t, worldOpts{manual: true, agent: FastOptions(), seed: 23})
+			var log txLog
+			lost := 0
+			log.drop = func(m MAD) bool {
+				if m.AttrID() != AttrREJ {
+					return false
+				}
+				switch REJ(m).Reason() {
+				case RejTimeout:
+					return true
+				case RejInvalidCommID:
+					if lost < tt.lostREJ6 {
+						lost++
+						return true
+					}
+				}
+				return false
+			}
+			a, b := w.nodes[0], w.nodes[1]
+			a.agent.testDropTx = log.hook
+			var blog txLog
+			b.agent.testDropTx = blog.hook
+			p := newPair(t, w, PSTCP, 7482)
+			require.NoError(t, p.cid.Connect(a.newQP(t, qp.RC), nil))
+			req := w.expect(t, p.lch, EventConnectRequest)
+			ours := commIDOf(p.cid)
+			p.cid.Destroy()
+			require.Equal(t, StateREQRcvd, req.ID.State(), "the REJ TIMEOUT was lost")
+
+			qb := b.newQP(t, qp.RC)
+			start := w.clk.Now()
+			require.NoError(t, req.ID.Accept(qb, nil))
+			ev := w.expect(t, p.lch, EventRejected)
+			require.Equal(t, tt.within, w.clk.Now().Sub(start))
+			require.Same(t, req.ID, ev.ID)
+			require.ErrorIs(t, ev.Err, RejInvalidCommID)
+			require.Equal(t, qp.Err, qb.State())
+			require.Equal(t, uint64(tt.lostREJ6), b.agent.Counters()["retransmit_REP"])
+			require.Equal(t, uint64(tt.lostREJ6+1), a.agent.Counters()["rej_unknown_REP"])
+
+			// The answer is cm_issue_rej's form: the REP's comm IDs
+			// swapped, its TID, "REP" rejected.
+			var rep REP
+			for _, m := range blog.sent {
+				if m.AttrID() == AttrREP {
+					rep = REP(m)
+				}
+			}
+			require.NotNil(t, rep)
+			require.Equal(t, ours, rep.RemoteCommID())
+			rejs := log.rejs()
+			require.Len(t, rejs, 2+tt.lostREJ6)
+			r := rejs[len(rejs)-1]
+			require.Equal(t, RejInvalidCommID, r.Reason())
+			require.Equal(t, MsgREP, r.MsgRejected())
+			require.Equal(t, ours, r.LocalCommID())
+			require.Equal(t, rep.LocalCommID(), r.RemoteCommID())
+			require.Equal(t, MAD(rep).TID(), MAD(r).TID())
+
+			req.ID.Destroy()
+			w.settle(t, 10*time.Millisecond)
+			requireClean(t, w, 1)
+		})
+	}
+}
