@@ -57,7 +57,7 @@ func (a *Agent) receiveLocked(grh []byte, srcQP uint32, b []byte) {
 	case AttrREJ:
 		a.onREJ(REJ(mad))
 	case AttrREP:
-		a.onREP(REP(mad))
+		a.onREP(from, REP(mad))
 	case AttrRTU:
 		a.onRTU(RTU(mad))
 	case AttrDREQ:
@@ -158,7 +158,7 @@ func (a *Agent) onREQ(from peer, dst netip.Addr, r REQ) {
 	if old := a.byQPN[qpnKey{r.LocalQPN(), r.LocalCAGUID()}]; old != nil {
 		// A new REQ from a QP we think is connected: stale (cm_req_handler).
 		a.countLocked("rej_stale")
-		a.issueRejLocked(from, MAD(r).TID(), r.LocalCommID(), MsgREQ, RejStaleConn)
+		a.issueRejLocked(from, MAD(r).TID(), 0, r.LocalCommID(), MsgREQ, RejStaleConn)
 		if old.state == StateEstablished {
 			a.sendDREQLocked(old, nil)
 			a.out = append(a.out, outMAD{act: actErrQP, q: old.q})
@@ -173,7 +173,7 @@ func (a *Agent) onREQ(from peer, dst netip.Addr, r REQ) {
 		hdr = CMAHeader(priv[:CMAHeaderLen])
 		if hdr.Check() != nil {
 			a.countLocked("rej_bad_cma_header")
-			a.issueRejLocked(from, MAD(r).TID(), r.LocalCommID(), MsgREQ, RejConsumerDefined)
+			a.issueRejLocked(from, MAD(r).TID(), 0, r.LocalCommID(), MsgREQ, RejConsumerDefined)
 			return
 		}
 		dst = hdr.DstAddr()
@@ -185,11 +185,11 @@ func (a *Agent) onREQ(from peer, dst netip.Addr, r REQ) {
 			return
 		}
 		a.countLocked("rej_no_listener")
-		a.issueRejLocked(from, MAD(r).TID(), r.LocalCommID(), MsgREQ, RejInvalidServiceID)
+		a.issueRejLocked(from, MAD(r).TID(), 0, r.LocalCommID(), MsgREQ, RejInvalidServiceID)
 		return
 	}
 	if t := r.TransportType(); t != TransportRC && t != TransportUC {
-		a.issueRejLocked(from, MAD(r).TID(), r.LocalCommID(), MsgREQ, RejInvalidTransportType)
+		a.issueRejLocked(from, MAD(r).TID(), 0, r.LocalCommID(), MsgREQ, RejInvalidTransportType)
 		return
 	}
 	id := &ID{a: a, ps: l.ps, ctx: l.ctx, sink: l.sink, listener: l, state: StateREQRcvd}
@@ -236,11 +236,13 @@ func (a *Agent) onREQ(from peer, dst netip.Addr, r REQ) {
 		SRQ: r.SRQ(), QPN: r.LocalQPN()}})
 }
 
-// issueRejLocked rejects a message that has no ID here (cm_issue_rej):
-// LocalCommID 0, RemoteCommID the sender's.
-func (a *Agent) issueRejLocked(to peer, tid uint64, remote uint32, k MsgKind, reason RejectReason) {
+// issueRejLocked rejects a message that has no ID here, in cm_issue_rej's
+// form: the message's comm IDs swapped (local, the RemoteCommID it named,
+// 0 for a REQ; remote, its LocalCommID, the sender's), its TID.
+func (a *Agent) issueRejLocked(to peer, tid uint64, local, remote uint32, k MsgKind, reason RejectReason) {
 	m := replyHeader(AttrREJ, tid)
 	x := REJ(m)
+	x.SetLocalCommID(local)
 	x.SetRemoteCommID(remote)
 	x.SetMsgRejected(k)
 	x.SetReason(reason)
@@ -297,8 +299,34 @@ func (a *Agent) onMRA(m MRA) {
 	a.armLocked(id, wait)
 }
 
+// rejectedIDLocked finds the ID a REJ is for, as Linux's
+// cm_acquire_rejected_id does. A REJ TIMEOUT comes from an active side
+// destroyed before it saw a REP (cm_destroy_id in REQ_SENT or
+// MRA_REQ_RCVD): its RemoteCommID is 0, so it is matched by the pair its
+// REQ registered, the sender's comm ID (the REJ's LocalCommID) and CA GUID
+// (the first 8 bytes of the ARI, read whatever RejInfoLen says, as Linux
+// reads them). One whose pair matches nothing but that names one of our
+// comm IDs is matched by it, as every other REJ is.
+func (a *Agent) rejectedIDLocked(m REJ) *ID {
+	if m.Reason() == RejTimeout {
+		guid := binary.BigEndian.Uint64(MAD(m).bytes(rejARI)[:8])
+		if id := a.byRemote[remoteKey{id: m.LocalCommID(), guid: guid}]; id != nil {
+			if !id.state.Handles(AttrREJ) {
+				a.countLocked("drop_state")
+				return nil
+			}
+			return id
+		}
+		if m.RemoteCommID() == 0 {
+			a.countLocked("drop_unknown_comm_id")
+			return nil
+		}
+	}
+	return a.lookupLocked(m.RemoteCommID(), AttrREJ)
+}
+
 func (a *Agent) onREJ(m REJ) {
-	id := a.lookupLocked(m.RemoteCommID(), AttrREJ)
+	id := a.rejectedIDLocked(m)
 	if id == nil {
 		a.dropParkedLocked(m.LocalCommID()) // the active side gave up on a parked REQ
 		return
@@ -327,7 +355,21 @@ func (a *Agent) onREJ(m REJ) {
 	a.emitLocked(id, ev)
 }
 
-func (a *Agent) onREP(m REP) {
+func (a *Agent) onREP(from peer, m REP) {
+	if a.byComm[m.RemoteCommID()] == nil {
+		// No ID holds the comm ID the REP answers: its active side was
+		// destroyed, or gave up (UNREACHABLE), and the REJ it sent then,
+		// if any, was lost. Tell the passive side now (REJ 6, "REP"
+		// rejected), rather than leave it resending the REP until its
+		// retries run out. Linux drops such a REP (cm_rep_handler, then
+		// cm_dup_rep_handler, finds nothing) and never sends REJ 6; a
+		// Linux passive side takes this REJ (cm_acquire_rejected_id by
+		// its comm ID and ours; cm_rej_handler in REP_SENT: IDLE, and
+		// rdma_cm's REJECTED with status 6).
+		a.countLocked("rej_unknown_REP")
+		a.issueRejLocked(from, MAD(m).TID(), m.RemoteCommID(), m.LocalCommID(), MsgREP, RejInvalidCommID)
+		return
+	}
 	id := a.lookupLocked(m.RemoteCommID(), AttrREP)
 	if id == nil {
 		return

@@ -792,7 +792,9 @@ func (id *ID) Destroy() {
 		}
 		a.removeLocked(id)
 	case StateREQSent, StateMRAREQRcvd:
-		a.sendRejLocked(id, MsgREQ, RejTimeout, nil)
+		// As cm_format_rej forms it in these states: MsgRejected
+		// "other", RemoteCommID still 0, the ARI our CA GUID.
+		a.sendRejLocked(id, MsgOther, RejTimeout, nil)
 		a.toIdleLocked(id)
 	case StateREQRcvd, StateMRAREQSent, StateREPRcvd, StateMRAREPSent:
 		k := MsgREQ

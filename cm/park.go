@@ -97,7 +97,7 @@ func (a *Agent) expireParkedLocked() {
 			continue
 		}
 		a.countLocked("rej_no_listener")
-		a.issueRejLocked(p.from, MAD(p.req).TID(), p.req.LocalCommID(), MsgREQ, RejInvalidServiceID)
+		a.issueRejLocked(p.from, MAD(p.req).TID(), 0, p.req.LocalCommID(), MsgREQ, RejInvalidServiceID)
 	}
 	clear(a.parked[len(keep):])
 	a.parked = keep
