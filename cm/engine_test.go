@@ -453,3 +453,37 @@ func TestFailedAcceptRejects(t *testing.T) {
 		})
 	}
 }
+
+// TestDisconnectAfterEnd: rdma_disconnect on an ID whose connection has
+// ended (TIMEWAIT over, the ID idle) returns 0 and sends nothing, as over
+// Linux (the ID keeps its IB CM ID); on an ID that never connected it is
+// EINVAL.
+func TestDisconnectAfterEnd(t *testing.T) {
+	w := newWorld(t, worldOpts{manual: true, agent: FastOptions(), seed: 12})
+	p := newPair(t, w, PSTCP, 15)
+	require.ErrorIs(t, p.cid.Disconnect(), ErrInvalidState, "never connected")
+	qa, qb := w.nodes[0].newQP(t, qp.RC), w.nodes[1].newQP(t, qp.RC)
+	require.NoError(t, p.cid.Connect(qa, nil))
+	req := w.expect(t, p.lch, EventConnectRequest)
+	require.NoError(t, req.ID.Accept(qb, nil))
+	w.expect(t, p.cch, EventEstablished)
+	w.expect(t, p.lch, EventEstablished)
+	require.NoError(t, p.cid.Disconnect())
+	w.expect(t, p.lch, EventDisconnected)
+	require.NoError(t, req.ID.Disconnect())
+	w.expect(t, p.cch, EventDisconnected)
+	w.expect(t, p.cch, EventTimewaitExit)
+	w.expect(t, p.lch, EventTimewaitExit)
+	require.Equal(t, StateIdle, p.cid.State())
+	sent := func() uint64 {
+		return w.nodes[0].dev.Counters()["sent_pkts"] + w.nodes[1].dev.Counters()["sent_pkts"]
+	}
+	before := sent()
+	require.NotZero(t, before)
+	require.NoError(t, p.cid.Disconnect(), "again, after the end")
+	require.NoError(t, req.ID.Disconnect(), "again, after the end")
+	w.step(10 * time.Millisecond)
+	require.Equal(t, before, sent(), "nothing sent")
+	req.ID.Destroy()
+	p.cid.Destroy()
+}

@@ -732,6 +732,15 @@ func (id *ID) Disconnect() error {
 	case StateDREQSent, StateTimeWait:
 		a.mu.Unlock()
 		return nil
+	case StateIdle:
+		if id.localID != 0 {
+			// The connection ended already (or was refused): as Linux's
+			// rdma_disconnect on an ID that has its IB CM ID, which
+			// sends nothing and returns 0.
+			a.mu.Unlock()
+			return nil
+		}
+		fallthrough
 	default:
 		s := id.state
 		a.mu.Unlock()
