@@ -23,15 +23,21 @@ func (f failProbe) Probe(addr, length uint64) error { return f.err }
 // reg_mr kind 2 with err (a proto.Errno) in their probe; the returned
 // function restores the real accessor.
 func SetProbeErrorForTest(err error) (restore func()) {
-	old := openProcAccessor
-	openProcAccessor = func(pid int, uid uint32) (procAccessor, error) {
+	procOpenMu.Lock()
+	defer procOpenMu.Unlock()
+	old := procOpen
+	procOpen = func(pid int, uid uint32) (procAccessor, error) {
 		p, e := openProcMem(pid, uid)
 		if e != nil {
 			return nil, e
 		}
 		return failProbe{p, err}, nil
 	}
-	return func() { openProcAccessor = old }
+	return func() {
+		procOpenMu.Lock()
+		procOpen = old
+		procOpenMu.Unlock()
+	}
 }
 
 // ProbeProcessForTest probes length bytes at addr in process pid as the

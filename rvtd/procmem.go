@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"sync"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
@@ -46,9 +47,21 @@ type procAccessor interface {
 	Close()
 }
 
-// openProcAccessor opens the accessor of a session's client; tests replace
-// it to inject failures.
-var openProcAccessor = func(pid int, uid uint32) (procAccessor, error) { return openProcMem(pid, uid) }
+// openProcAccessor opens the accessor of a session's client.
+func openProcAccessor(pid int, uid uint32) (procAccessor, error) {
+	procOpenMu.Lock()
+	open := procOpen
+	procOpenMu.Unlock()
+	return open(pid, uid)
+}
+
+// procOpen is what openProcAccessor calls; tests replace it (under
+// procOpenMu: sessions read it on the server's goroutines) to inject
+// failures.
+var (
+	procOpenMu sync.Mutex
+	procOpen   = func(pid int, uid uint32) (procAccessor, error) { return openProcMem(pid, uid) }
+)
 
 // procMem is a procAccessor on a live process.
 type procMem struct {
