@@ -290,37 +290,35 @@ func (c *Conn) established(ev Event) {
 	c.local, c.remote = c.id.LocalAddr(), c.id.RemoteAddr()
 }
 
+// end records why the connection ended, unless a reason is recorded
+// already (why runs under c.mu), and closes Done once.
+func (c *Conn) end(why func() error) {
+	c.mu.Lock()
+	if c.err == nil {
+		c.err = why()
+	}
+	first := !c.doneClosed
+	c.doneClosed = true
+	c.mu.Unlock()
+	if first {
+		close(c.done)
+	}
+}
+
 // onEvent handles the events of an established connection.
 func (c *Conn) onEvent(ev Event) {
 	switch ev.Type {
 	case EventDeviceRemoval:
 		// An embedded agent moved the QP to ERR and forgot the ID; a
 		// daemon's device goes with its session.
-		c.mu.Lock()
-		if c.err == nil {
-			c.err = ErrDeviceRemoved
-		}
-		first := !c.doneClosed
-		c.doneClosed = true
-		c.mu.Unlock()
-		if first {
-			close(c.done)
-		}
+		c.end(func() error { return ErrDeviceRemoved })
 	case EventDisconnected:
-		c.mu.Lock()
-		if c.err == nil {
+		c.end(func() error {
 			if c.closed {
-				c.err = ErrClosed
-			} else {
-				c.err = ErrPeerDisconnected
+				return ErrClosed
 			}
-		}
-		first := !c.doneClosed
-		c.doneClosed = true
-		c.mu.Unlock()
-		if first {
-			close(c.done)
-		}
+			return ErrPeerDisconnected
+		})
 		_ = c.id.Disconnect() // the DREP, when the peer disconnected
 	case EventTimewaitExit:
 		c.id.Destroy()
