@@ -35,6 +35,19 @@ func newPair(t *testing.T, w *world, ps PortSpace, port uint16) *pair {
 	return p
 }
 
+// establish connects p's client on qa to its listener, which accepts on
+// qb, and waits for both ESTABLISHED events; it returns the passive ID's
+// CONNECT_REQUEST.
+func (p *pair) establish(t *testing.T, qa, qb *rvt.QP) Event {
+	t.Helper()
+	require.NoError(t, p.cid.Connect(qa, nil))
+	req := p.w.expect(t, p.lch, EventConnectRequest)
+	require.NoError(t, req.ID.Accept(qb, nil))
+	p.w.expect(t, p.cch, EventEstablished)
+	p.w.expect(t, p.lch, EventEstablished)
+	return req
+}
+
 func requireClean(t *testing.T, w *world, listeners int) {
 	t.Helper()
 	for i, n := range w.nodes {
@@ -139,11 +152,7 @@ func TestStaleConnection(t *testing.T) {
 	w := newWorld(t, worldOpts{manual: true, agent: FastOptions(), seed: 6})
 	p := newPair(t, w, PSTCP, 10)
 	qa, qb := w.nodes[0].newQP(t, qp.RC), w.nodes[1].newQP(t, qp.RC)
-	require.NoError(t, p.cid.Connect(qa, nil))
-	req := w.expect(t, p.lch, EventConnectRequest)
-	require.NoError(t, req.ID.Accept(qb, nil))
-	w.expect(t, p.cch, EventEstablished)
-	w.expect(t, p.lch, EventEstablished)
+	p.establish(t, qa, qb)
 	b := w.nodes[1].agent
 	// A REQ from the same QP with a new comm ID: REJ 10 (stale) and the old
 	// connection is torn down with a DREQ.
@@ -177,11 +186,7 @@ func TestReconnectDuringTimeWait(t *testing.T) {
 	p := newPair(t, w, PSTCP, 14)
 	a, b := w.nodes[0], w.nodes[1]
 	qa, qb := a.newQP(t, qp.RC), b.newQP(t, qp.RC)
-	require.NoError(t, p.cid.Connect(qa, nil))
-	req := w.expect(t, p.lch, EventConnectRequest)
-	require.NoError(t, req.ID.Accept(qb, nil))
-	w.expect(t, p.cch, EventEstablished)
-	w.expect(t, p.lch, EventEstablished)
+	req := p.establish(t, qa, qb)
 	require.NoError(t, p.cid.Disconnect())
 	w.expect(t, p.lch, EventDisconnected)
 	require.NoError(t, req.ID.Disconnect()) // the DREP, as rdma_disconnect sends it
@@ -279,11 +284,7 @@ func TestDisconnectRace(t *testing.T) {
 	w := newWorld(t, worldOpts{manual: true, agent: FastOptions(), seed: 10})
 	p := newPair(t, w, PSTCP, 11)
 	qa, qb := w.nodes[0].newQP(t, qp.RC), w.nodes[1].newQP(t, qp.RC)
-	require.NoError(t, p.cid.Connect(qa, nil))
-	req := w.expect(t, p.lch, EventConnectRequest)
-	require.NoError(t, req.ID.Accept(qb, nil))
-	w.expect(t, p.cch, EventEstablished)
-	w.expect(t, p.lch, EventEstablished)
+	req := p.establish(t, qa, qb)
 	// Queue both DREQs before either is sent: hold the agents' tasks by
 	// disconnecting from inside a timer callback of the manual clock.
 	w.manual.AfterFunc(time.Millisecond, func() {
@@ -463,11 +464,7 @@ func TestDisconnectAfterEnd(t *testing.T) {
 	p := newPair(t, w, PSTCP, 15)
 	require.ErrorIs(t, p.cid.Disconnect(), ErrInvalidState, "never connected")
 	qa, qb := w.nodes[0].newQP(t, qp.RC), w.nodes[1].newQP(t, qp.RC)
-	require.NoError(t, p.cid.Connect(qa, nil))
-	req := w.expect(t, p.lch, EventConnectRequest)
-	require.NoError(t, req.ID.Accept(qb, nil))
-	w.expect(t, p.cch, EventEstablished)
-	w.expect(t, p.lch, EventEstablished)
+	req := p.establish(t, qa, qb)
 	require.NoError(t, p.cid.Disconnect())
 	w.expect(t, p.lch, EventDisconnected)
 	require.NoError(t, req.ID.Disconnect())
