@@ -52,20 +52,7 @@ func TestSessionDescriptorShare(t *testing.T) {
 		t.Fatalf("a session with one device context and a CQ holds %d descriptors, want 4 (3 without a pidfd)", base)
 	}
 	capa := proto.Cap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
-	var qps []*client.QP
-	for {
-		q, err := d.CreateQP(pd, 2, cq, cq, capa)
-		if err != nil {
-			if !errors.Is(err, syscall.ENOMEM) {
-				t.Fatalf("QP %d past the share: %v, want ENOMEM", len(qps)+1, err)
-			}
-			break
-		}
-		qps = append(qps, q)
-		if len(qps) > limit {
-			t.Fatalf("%d QPs with limits.fds %d", len(qps), limit)
-		}
-	}
+	qps := qpsUntilRefused(t, d, pd, cq, limit)
 	// A QP keeps its doorbell and needs its memfd too until the reply has
 	// passed it: the last one is made with 2 left.
 	if want := limit - base - 1; len(qps) != want {
@@ -114,4 +101,26 @@ func TestSessionDescriptorShare(t *testing.T) {
 	}
 	hog.Close()
 	waitFor(t, "the hog's session to end", func() bool { st := srv.Stats(); return st.Sessions == 2 && st.QPs == 2 })
+}
+
+// qpsUntilRefused makes small RC QPs on d until one is refused for
+// descriptors (ENOMEM, else t fails), and returns those it made; more
+// than most fails t.
+func qpsUntilRefused(t *testing.T, d *client.Device, pd uint32, cq *client.CQ, most int) []*client.QP {
+	t.Helper()
+	capa := proto.Cap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
+	var qps []*client.QP
+	for {
+		q, err := d.CreateQP(pd, 2, cq, cq, capa)
+		if err != nil {
+			if !errors.Is(err, syscall.ENOMEM) {
+				t.Fatalf("QP %d past the share: %v, want ENOMEM", len(qps)+1, err)
+			}
+			return qps
+		}
+		qps = append(qps, q)
+		if len(qps) > most {
+			t.Fatalf("%d QPs, at most %d expected", len(qps), most)
+		}
+	}
 }

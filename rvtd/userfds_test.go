@@ -10,7 +10,6 @@ import (
 
 	"github.com/softverbs/softverbs/rvtd"
 	"github.com/softverbs/softverbs/rvtd/client"
-	"github.com/softverbs/softverbs/rvtd/proto"
 )
 
 // otherUID is the user the test's second client runs as (nobody).
@@ -51,7 +50,6 @@ func TestUserDescriptorShare(t *testing.T) {
 		}
 		return n
 	}
-	capa := proto.Cap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
 	var hogs []*client.Client
 	var refused error
 	for len(hogs) <= perUser/3 {
@@ -78,18 +76,7 @@ func TestUserDescriptorShare(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		n := 0
-		for ; ; n++ {
-			if _, err = d.CreateQP(pd, 2, cq, cq, capa); err != nil {
-				break
-			}
-			if n > perSession {
-				t.Fatalf("session %d: %d QPs with limits.fds %d", len(hogs), n, perSession)
-			}
-		}
-		if !errors.Is(err, syscall.ENOMEM) {
-			t.Fatalf("session %d, QP %d: %v, want ENOMEM", len(hogs), n+1, err)
-		}
+		n := len(qpsUntilRefused(t, d, pd, cq, perSession))
 		if _, err := d.CreateCompChannel(); !errors.Is(err, syscall.EMFILE) {
 			t.Errorf("session %d: a channel past its share: %v, want EMFILE", len(hogs), err)
 		}
