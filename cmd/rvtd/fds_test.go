@@ -29,7 +29,7 @@ func startRvtd(t *testing.T, nofile int, args ...string) (pid int, sock string, 
 		script = fmt.Sprintf("ulimit -n %d && %s", nofile, script)
 	}
 	cmd := exec.Command("sh", "-c", script, os.Args[0])
-	cmd.Env = append(os.Environ(), "RVTD_MAIN=1", "RVTD_ARGS="+joinArgs(append([]string{"--socket", sock}, args...)))
+	cmd.Env = append(os.Environ(), "RVTD_MAIN=1", "RVTD_ARGS="+strings.Join(append([]string{"--socket", sock}, args...), " "))
 	out = &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
@@ -61,17 +61,6 @@ func startRvtd(t *testing.T, nofile int, args ...string) (pid int, sock string, 
 		}
 	}
 	return cmd.Process.Pid, sock, out
-}
-
-func joinArgs(a []string) string {
-	s := ""
-	for i, x := range a {
-		if i > 0 {
-			s += " "
-		}
-		s += x
-	}
-	return s
 }
 
 // openFDs is how many descriptors process pid has open.

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/softverbs/softverbs/internal/syncbuf"
 	"github.com/softverbs/softverbs/rvtd/client"
 )
 
@@ -148,32 +147,23 @@ func TestMetricsFlag(t *testing.T) {
 // and rvtd's TestUserDescriptorShare have the shares).
 func TestOutOfDescriptors(t *testing.T) {
 	const warning = "accept: waiting for resources"
-	sock := filepath.Join(t.TempDir(), "rvtd.sock")
 	cfg := filepath.Join(t.TempDir(), "rvtd.yaml")
 	if err := os.WriteFile(cfg, []byte("limits:\n  user_fds: 48\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("sh", "-c", `ulimit -n 48 && exec "$0" -test.run='^$'`, os.Args[0])
-	cmd.Env = append(os.Environ(), "RVTD_MAIN=1", "RVTD_ARGS=--socket "+sock+" --config "+cfg)
-	out := &syncbuf.Buffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
+	// Stopped by SIGTERM at the end (startRvtd's cleanup), after the
+	// sessions below are closed; it must exit 0.
+	_, sock, out := startRvtd(t, 48, "--config", cfg)
+	first, err := client.Dial(sock, "fds")
+	if err != nil {
 		t.Fatal(err)
 	}
-	defer cmd.Process.Kill() // by PID, if still running
-	var held []*client.Client
+	held := []*client.Client{first}
 	defer func() {
 		for _, c := range held {
 			c.Close()
 		}
 	}()
-	for deadline := time.Now().Add(10 * time.Second); len(held) == 0; time.Sleep(10 * time.Millisecond) {
-		if c, err := client.Dial(sock, "fds"); err == nil {
-			held = append(held, c)
-		} else if time.Now().After(deadline) {
-			t.Fatalf("rvtd did not come up: %v\n%s", err, out)
-		}
-	}
 	dev, err := held[0].OpenDevice("rvt0")
 	if err != nil {
 		t.Fatal(err)
@@ -230,12 +220,6 @@ func TestOutOfDescriptors(t *testing.T) {
 		held = append(held, d.c)
 	case <-time.After(30 * time.Second):
 		t.Fatalf("the waiting session was not accepted once descriptors were freed:\n%s", out)
-	}
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("rvtd after SIGTERM: %v\n%s", err, out)
 	}
 }
 
