@@ -28,7 +28,7 @@ func TestCompEventsQueued(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mr, err := d.RegMR(pd, shm, 0, 1<<16, 0xf)
+	mr, err := d.RegMR(pd, shm, 0, 1<<16, accessAll)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -422,13 +422,15 @@ func (o *cqObj) drain() (did bool) {
 					return
 				}
 			}
-			overflowed = o.overflowLocked() // a completion and no room
+			o.overflowLocked() // a completion and no room
+			overflowed = true
 			return
 		}
 		n := o.cq.Poll(o.wcs[:min(free, len(o.wcs))])
 		if n == 0 {
 			if o.failed.Load() { // the engine's CQ overflowed: what it held is delivered
-				overflowed = o.overflowLocked()
+				o.overflowLocked()
+				overflowed = true
 				return
 			}
 			if queued, _ := o.cq.ArmAndCheck(false); !queued {
@@ -465,21 +467,19 @@ func (o *cqObj) drain() (did bool) {
 }
 
 // overflowLocked puts the CQ in error: the ring is no longer served (EIO
-// in its status word) and the client gets IBV_EVENT_CQ_ERR. It reports
-// whether the ring overflowed just now; the caller then moves the CQ's QPs
-// to ERR (errorQPs). The engine's CQ, twice the ring's size, has raised
-// the event already if it overflowed first (and the engine has moved the
-// QPs whose completions it lost).
-func (o *cqObj) overflowLocked() bool {
-	first := o.prod.Status() == 0
+// in its status word) and the client gets IBV_EVENT_CQ_ERR; drain, the
+// only caller, does it once (it serves a ring only while its status is 0)
+// and then moves the CQ's QPs to ERR (errorQPs). The engine's CQ, twice
+// the ring's size, has raised the event already if it overflowed first
+// (and the engine has moved the QPs whose completions it lost).
+func (o *cqObj) overflowLocked() {
 	o.prod.Fail(uint32(proto.EIO))
 	o.sess.log.Info("CQ overflow", "cq", o.handle)
 	if o.failed.Swap(true) {
-		return first
+		return
 	}
 	o.asyncEvents.Add(1)
 	o.sess.asyncEvent(o.ctx, o.cookie, o.handle, uint32(rvt.EventType(0)))
-	return first
 }
 
 // errorQPs moves the QPs that complete to o to ERR once its ring has
