@@ -312,6 +312,21 @@ func TestXDPLinkFlushLazy(t *testing.T) {
 	require.Equal(t, [][]byte{f1, f2}, got)
 	clk.Advance(netdev.LazyFlushDelay)
 	require.Equal(t, kicks+1, la.Stats().TxKicks, "the timer finds the ring empty")
+
+	// An eager Flush while another hold is open, that hold then ending
+	// with FlushLazy (an application's reply posted while the receive
+	// goroutine's batch ends with an ACK): the reply goes at once, not
+	// at the lazy timer.
+	reply := frame(30)
+	kicks = la.Stats().TxKicks
+	la.Hold() // the receive batch
+	la.Hold() // the post
+	require.NoError(t, la.Send(reply))
+	la.Flush()
+	la.FlushLazy()
+	require.Equal(t, kicks+1, la.Stats().TxKicks, "the last holder kicked for the other's frame")
+	got = sink.wait(t, 1, 5*time.Second)
+	require.Equal(t, [][]byte{reply}, got)
 	require.Zero(t, la.Stats().TxDropped)
 }
 

@@ -229,6 +229,7 @@ type Link struct {
 	txFree     []uint64 // free TX chunk offsets
 	kickers    atomic.Int32
 	holders    atomic.Int32 // Hold calls not yet flushed: Send leaves the kick to Flush
+	eager      atomic.Bool  // a holder ended with Flush while others held: the last kicks, even with FlushLazy
 	rxBusy     atomic.Bool  // a goroutine (rxLoop or PollReceive) is consuming the RX ring
 	clk        clock.Clock
 	lazyTimer  rearmTimer // FlushLazy's kick
@@ -739,6 +740,13 @@ func (l *Link) FlushLazy() {
 	if l.holders.Add(-1) != 0 {
 		return
 	}
+	if l.eager.Swap(false) {
+		// Another holder flushed while this one held: what it queued
+		// is not to wait (an application's reply posted while the
+		// receive goroutine ended its batch with an ACK).
+		l.kickIfOpen()
+		return
+	}
 	l.closeMu.RLock()
 	defer l.closeMu.RUnlock()
 	if !l.closing.Load() && l.tx.pending() > 0 && l.lazyTimer.armOnce(netdev.LazyFlushDelay) {
@@ -756,7 +764,11 @@ func (l *Link) lazyKick() {
 
 // Flush ends a Hold; the last one kicks the kernel for the queued frames.
 func (l *Link) Flush() {
+	// Before the decrement: a last holder that decrements after this
+	// one sees it.
+	l.eager.Store(true)
 	if l.holders.Add(-1) == 0 {
+		l.eager.Store(false)
 		l.kickIfOpen()
 	}
 }
