@@ -296,14 +296,13 @@ func TestXDPLinkFlushLazy(t *testing.T) {
 	require.Equal(t, f0, got[0])
 	require.Equal(t, kicks+1, la.Stats().TxKicks, "the timer's sendto")
 
-	// Followed by an eager flush: both go out together, in order, with
-	// one sendto.
+	// Followed by an eager flush: both go out together, with one sendto,
+	// in order while the receive goroutine takes the link's frames.
 	f1, f2 := frame(1), frame(2)
 	kicks = la.Stats().TxKicks
 	la.Hold()
 	require.NoError(t, la.Send(f1))
 	la.FlushLazy()
-	require.EqualValues(t, 2, la.Stats().TxLazyFlushes, "FlushLazy armed its timer again")
 	la.Hold()
 	require.NoError(t, la.Send(f2))
 	la.Flush()
@@ -311,7 +310,52 @@ func TestXDPLinkFlushLazy(t *testing.T) {
 	got = sink.wait(t, 2, 5*time.Second)
 	require.Equal(t, [][]byte{f1, f2}, got)
 	clk.Advance(netdev.LazyFlushDelay)
+
+	// When the application busy-polls the link, the eager frame first (a
+	// reply ahead of the ACK left before it).
+	la.SetPolled(true)
+	f1, f2 = frame(1), frame(2)
+	kicks = la.Stats().TxKicks
+	la.Hold()
+	require.NoError(t, la.Send(f1))
+	la.FlushLazy()
+	require.EqualValues(t, 3, la.Stats().TxLazyFlushes, "FlushLazy armed its timer again")
+	la.Hold()
+	require.NoError(t, la.Send(f2))
+	la.Flush()
+	require.Equal(t, kicks+1, la.Stats().TxKicks, "one sendto for both frames")
+	got = sink.wait(t, 2, 5*time.Second)
+	require.Equal(t, [][]byte{f2, f1}, got)
+	clk.Advance(netdev.LazyFlushDelay)
 	require.Equal(t, kicks+1, la.Stats().TxKicks, "the timer finds the ring empty")
+
+	// Followed by a Send with no hold: the same.
+	f3, f4, f5 := frame(3), frame(4), frame(5)
+	la.Hold()
+	require.NoError(t, la.Send(f3))
+	require.NoError(t, la.Send(f4))
+	la.FlushLazy()
+	require.NoError(t, la.Send(f5))
+	got = sink.wait(t, 3, 5*time.Second)
+	require.Equal(t, [][]byte{f5, f3, f4}, got)
+
+	// Followed by more eager frames than MaxAhead: they queue behind, so
+	// that a burst of data does not hold the ACK back.
+	lazy := frame(6)
+	la.Hold()
+	require.NoError(t, la.Send(lazy))
+	la.FlushLazy()
+	want := [][]byte{lazy}
+	la.Hold()
+	for i := range xdp.MaxAhead + 1 {
+		f := frame(7 + i)
+		want = append(want, f)
+		require.NoError(t, la.Send(f))
+	}
+	la.Flush()
+	got = sink.wait(t, len(want), 5*time.Second)
+	require.Equal(t, want, got)
+	clk.Advance(netdev.LazyFlushDelay)
 
 	// An eager Flush while another hold is open, that hold then ending
 	// with FlushLazy (an application's reply posted while the receive

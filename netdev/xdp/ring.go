@@ -71,6 +71,9 @@ func (r *xskRing) free() uint32 { return r.size - (r.cached - atomic.LoadUint32(
 // submit publishes the entries produced so far.
 func (r *xskRing) submit() { atomic.StoreUint32(r.prod, r.cached) }
 
+// unpublished returns how many entries were produced but not submitted.
+func (r *xskRing) unpublished() uint32 { return r.cached - atomic.LoadUint32(r.prod) }
+
 // pending returns how many published entries the kernel has not consumed.
 func (r *xskRing) pending() uint32 { return atomic.LoadUint32(r.prod) - atomic.LoadUint32(r.cons) }
 
@@ -130,3 +133,21 @@ func (r *descRing) put(d unix.XDPDesc) {
 
 // at returns the i-th available descriptor (consumer side).
 func (r *descRing) at(i uint32) unix.XDPDesc { return r.descs[(r.cached+i)&r.mask] }
+
+// rotate reorders the n unpublished descriptors so that the first k go
+// last, the rest keeping their order (three reversals, in place).
+func (r *descRing) rotate(k, n uint32) {
+	start := r.cached - n
+	r.reverse(start, k)
+	r.reverse(start+k, n-k)
+	r.reverse(start, n)
+}
+
+// reverse reverses the n descriptors from position at (unmasked: positions
+// wrap as the producer index does).
+func (r *descRing) reverse(at, n uint32) {
+	for i, j := uint32(0), n; i+1 < j; i, j = i+1, j-1 {
+		a, b := &r.descs[(at+i)&r.mask], &r.descs[(at+j-1)&r.mask]
+		*a, *b = *b, *a
+	}
+}

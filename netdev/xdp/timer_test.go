@@ -97,6 +97,7 @@ func stubXDPLink(clk clock.Clock) *Link {
 	var words [3]uint32
 	l.tx.prod, l.tx.cons, l.tx.flags = &words[0], &words[1], &words[2]
 	words[0] = 1
+	l.tx.cached = 1 // produced and published
 	l.lazyTimer.init(clk, l.lazyKick)
 	l.flushTimer.init(clk, l.kickIfOpen)
 	return l
