@@ -95,6 +95,7 @@ import (
 
 	"github.com/softverbs/softverbs/clock"
 	"github.com/softverbs/softverbs/netdev"
+	"github.com/softverbs/softverbs/netdev/internal/rearm"
 )
 
 // AttachMode chooses how the XDP program is attached.
@@ -237,8 +238,8 @@ type Link struct {
 	rxBusy     atomic.Bool // a goroutine (rxLoop or PollReceive) is consuming the RX ring
 	polled     atomic.Bool // PollReceive, not rxLoop, took the last frames: the application busy-polls
 	clk        clock.Clock
-	lazyTimer  rearmTimer // FlushLazy's kick
-	flushTimer rearmTimer // armFlush's kick
+	lazyTimer  rearm.Timer // FlushLazy's kick
+	flushTimer rearm.Timer // armFlush's kick
 	txFrames   atomic.Uint64
 	txBytes    atomic.Uint64
 
@@ -333,8 +334,8 @@ func Open(ifname string, opts Options) (*Link, error) {
 		frameSize: uint64(opts.FrameSize), log: log, fd: -1, rxDone: make(chan struct{}),
 		clk: clock.OrReal(opts.Clock), mcFD4: -1, mcFD6: -1,
 	}
-	l.lazyTimer.init(l.clk, l.lazyKick)
-	l.flushTimer.init(l.clk, l.kickIfOpen)
+	l.lazyTimer.Init(l.clk, l.lazyKick)
+	l.flushTimer.Init(l.clk, l.kickIfOpen)
 	ok = false
 	defer func() {
 		if !ok {
@@ -804,7 +805,7 @@ func (l *Link) FlushLazy() {
 	l.lazy = l.tx.unpublished()
 	left := l.lazy != 0 || l.tx.pending() > 0
 	l.txMu.Unlock()
-	if left && l.lazyTimer.armOnce(netdev.LazyFlushDelay) {
+	if left && l.lazyTimer.ArmOnce(netdev.LazyFlushDelay) {
 		l.lazyFlushes.Add(1)
 	}
 }
@@ -925,51 +926,9 @@ func (l *Link) drainRLocked() {
 
 // armFlush schedules one more kick on the clock, unless one is pending.
 func (l *Link) armFlush() {
-	if l.flushTimer.armOnce(flushDelay) {
+	if l.flushTimer.ArmOnce(flushDelay) {
 		l.flushTimers.Add(1)
 	}
-}
-
-// rearmTimer calls f once after a delay each time it is armed, with at
-// most one call pending: armOnce does nothing while a call is pending, and
-// the armed flag is cleared just before f runs, so an arm from inside f
-// (or after it began) schedules another call. It allocates nothing per
-// arm: the callback is bound once, and a timer that can be reset (the
-// real clock's *time.Timer) is made once and reset, which then always
-// finds it stopped or fired. A clock whose timers cannot be reset
-// (clock.Manual) gets one AfterFunc per arm. Its address must not change
-// after init.
-type rearmTimer struct {
-	clk   clock.Clock
-	fire  func() // clears armed, then calls the caller's f
-	armed atomic.Bool
-	t     interface{ Reset(time.Duration) bool } // nil: AfterFunc per arm
-}
-
-// init binds f and makes the timer, stopped.
-func (r *rearmTimer) init(clk clock.Clock, f func()) {
-	r.clk = clk
-	r.fire = func() {
-		r.armed.Store(false)
-		f()
-	}
-	t := clk.AfterFunc(time.Hour, r.fire)
-	t.Stop()
-	r.t, _ = t.(interface{ Reset(time.Duration) bool })
-}
-
-// armOnce schedules a call after d unless one is pending; it reports
-// whether it armed the timer.
-func (r *rearmTimer) armOnce(d time.Duration) bool {
-	if !r.armed.CompareAndSwap(false, true) {
-		return false
-	}
-	if r.t != nil {
-		r.t.Reset(d)
-	} else {
-		r.clk.AfterFunc(d, r.fire)
-	}
-	return true
 }
 
 // Stats returns the link's counters, the socket's kernel statistics and the
