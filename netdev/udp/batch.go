@@ -12,12 +12,17 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/softverbs/softverbs/netdev"
+	"github.com/softverbs/softverbs/netdev/internal/rearm"
 )
 
 // Transmit batching for the UDP link (Holder): between Hold and the last
 // Flush, Send copies each datagram into a buffer of its own and queues it;
 // Flush hands the queue to the kernel with sendmmsg, one call per run of
 // datagrams from the same source-port socket, instead of one sendto each.
+// FlushLazy leaves the queue (acknowledgements) for whatever is sent next,
+// or for a timer after netdev.LazyFlushDelay: the ACK of a SEND then goes
+// with the reply the SEND's completion prompts, in one sendmmsg, instead
+// of costing a system call of its own before the reply.
 
 // udpBatchMax bounds the datagrams queued under a hold: a fuller queue is
 // sent at once.
@@ -32,8 +37,12 @@ type udpQueued struct {
 type udpBatch struct {
 	mu      sync.Mutex
 	holders atomic.Int32  // written under mu; Send reads it without
+	lazy    atomic.Bool   // written under mu: q holds what FlushLazy left; Send reads it without
+	eager   bool          // guarded by mu: a Flush ended a hold while others held
 	q       []udpQueued   // guarded by mu
 	free    [][]udpQueued // guarded by mu: emptied queues, for reuse
+
+	lazyTimer rearm.Timer // sends what FlushLazy left (lazyFlush)
 
 	sendMu sync.Mutex // guards the scratch below, used while sending
 	hdrs   []unix.Mmsghdr
@@ -58,6 +67,46 @@ func (l *Link) Flush() {
 	var q []udpQueued
 	if b.holders.Add(-1) == 0 {
 		q = b.takeLocked()
+	} else {
+		b.eager = true
+	}
+	b.mu.Unlock()
+	l.sendQueued(q)
+}
+
+// FlushLazy ends a Hold; if it is the last, what is queued goes with the
+// next datagram sent, or after netdev.LazyFlushDelay at the latest;
+// unless another holder ended with Flush meanwhile (an application's
+// reply posted while the receive goroutine ended its batch with an ACK):
+// then it is sent now.
+func (l *Link) FlushLazy() {
+	b := &l.batch
+	b.mu.Lock()
+	var q []udpQueued
+	arm := false
+	if b.holders.Add(-1) == 0 {
+		if b.eager {
+			q = b.takeLocked()
+		} else if len(b.q) > 0 {
+			b.lazy.Store(true)
+			arm = true
+		}
+	}
+	b.mu.Unlock()
+	l.sendQueued(q)
+	if arm {
+		b.lazyTimer.ArmOnce(netdev.LazyFlushDelay)
+	}
+}
+
+// lazyFlush sends what FlushLazy left, unless a hold is open again (its
+// last flush will); it is FlushLazy's timer and Close's.
+func (l *Link) lazyFlush() {
+	b := &l.batch
+	b.mu.Lock()
+	var q []udpQueued
+	if b.holders.Load() == 0 {
+		q = b.takeLocked()
 	}
 	b.mu.Unlock()
 	l.sendQueued(q)
@@ -65,6 +114,8 @@ func (l *Link) Flush() {
 
 // takeLocked returns the queue, if not empty, and starts an empty one.
 func (b *udpBatch) takeLocked() []udpQueued {
+	b.eager = false
+	b.lazy.Store(false)
 	q := b.q
 	if len(q) == 0 {
 		return nil
@@ -77,11 +128,9 @@ func (b *udpBatch) takeLocked() []udpQueued {
 	return q
 }
 
-// FlushLazy is Flush: the UDP link sends at once.
-func (l *Link) FlushLazy() { l.Flush() }
-
 // queue copies payload for a later sendmmsg if a hold is open; it reports
-// false if none is (the caller sends at once).
+// false if none is (the caller sends at once). With none open but frames
+// that FlushLazy left queued, it sends them and payload now, in order.
 func (l *Link) queue(c *net.UDPConn, to netip.AddrPort, payload []byte) bool {
 	b := &l.batch
 	buf := l.pool.Get()
@@ -91,14 +140,15 @@ func (l *Link) queue(c *net.UDPConn, to netip.AddrPort, payload []byte) bool {
 	}
 	buf = buf[:copy(buf, payload)]
 	b.mu.Lock()
-	if b.holders.Load() == 0 {
+	held := b.holders.Load() != 0
+	if !held && !b.lazy.Load() {
 		b.mu.Unlock()
 		l.pool.Put(buf)
 		return false
 	}
 	b.q = append(b.q, udpQueued{c: c, to: to, buf: buf})
 	var q []udpQueued
-	if len(b.q) >= udpBatchMax {
+	if !held || len(b.q) >= udpBatchMax {
 		q = b.takeLocked()
 	}
 	b.mu.Unlock()

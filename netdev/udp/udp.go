@@ -23,6 +23,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/softverbs/softverbs/clock"
 	"github.com/softverbs/softverbs/netdev"
 	"github.com/softverbs/softverbs/netdev/internal/netns"
 )
@@ -54,6 +55,8 @@ type Config struct {
 	// (see icrc_id.go): then only senders that use ID 0 (softverbs) pass
 	// the ICRC check, and the ICRC keeps its full 32 bits.
 	StrictICRC bool
+	// Clock runs FlushLazy's timer; nil: the real clock.
+	Clock clock.Clock
 }
 
 // Stats counts a UDP link's traffic.
@@ -177,6 +180,11 @@ func OpenConfig(cfg Config) (*Link, error) {
 		return nil, fmt.Errorf("open udp link %v: %w", l.local, err)
 	}
 	l.main = c
+	clk := cfg.Clock
+	if clk == nil {
+		clk = clock.Real()
+	}
+	l.batch.lazyTimer.Init(clk, l.lazyFlush)
 	l.start(c)
 	return l, nil
 }
@@ -578,7 +586,7 @@ func (l *Link) Send(frame []byte) error {
 	}
 	payload := frame[fi.PayloadOff:fi.End()]
 	to := netip.AddrPortFrom(dst, fi.DstPort)
-	if l.batch.holders.Load() > 0 && dst.Zone() == "" && l.queue(c, to, payload) {
+	if (l.batch.holders.Load() > 0 || l.batch.lazy.Load()) && dst.Zone() == "" && l.queue(c, to, payload) {
 		return nil
 	}
 	if _, err := c.WriteToUDPAddrPort(payload, to); err != nil {
@@ -730,6 +738,13 @@ func (l *Link) Release(frame []byte) { l.pool.Put(frame) }
 
 // Close closes every socket and waits for the readers. Idempotent.
 func (l *Link) Close() error {
+	if l.closed.Load() {
+		return nil
+	}
+	// What FlushLazy left (a last ACK) goes before the sockets close: a
+	// program that closes right after its last receive completion would
+	// otherwise take its last ACK with it, and its peer would retry.
+	l.lazyFlush()
 	if l.closed.Swap(true) {
 		return nil
 	}

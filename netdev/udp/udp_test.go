@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	"github.com/softverbs/softverbs/clock"
 	"github.com/softverbs/softverbs/netdev"
 	"github.com/softverbs/softverbs/netdev/internal/frametest"
 	"github.com/softverbs/softverbs/netdev/nettest"
@@ -49,8 +50,14 @@ func roceFrame(t *testing.T, src, dst netdev.Endpoint, payload []byte) []byte {
 // (rxe, another user).
 func udpLinkPair(t *testing.T) (a, b *Link) {
 	t.Helper()
+	return udpLinkPairClock(t, nil)
+}
+
+// udpLinkPairClock is udpLinkPair with a's clock (FlushLazy's timer) clk.
+func udpLinkPairClock(t *testing.T, clk clock.Clock) (a, b *Link) {
+	t.Helper()
 	if os.Geteuid() != 0 {
-		a, b, err := openUDPLinkPair()
+		a, b, err := openUDPLinkPair(clk)
 		if err != nil {
 			t.Skipf("not root, so no namespace of its own, and cannot bind port 4791 on 127.0.0.1 and 127.0.0.2 (rxe or another user holds it?): %v", err)
 		}
@@ -58,23 +65,23 @@ func udpLinkPair(t *testing.T) (a, b *Link) {
 		return a, b
 	}
 	nettest.RequireRoot(t)
-	return udpLinkPairIn(t, nettest.New(t))
+	return udpLinkPairIn(t, nettest.New(t), clk)
 }
 
 // udpLinkPairIn opens the links of udpLinkPair inside ns.
-func udpLinkPairIn(t *testing.T, ns *nettest.Netns) (a, b *Link) {
+func udpLinkPairIn(t *testing.T, ns *nettest.Netns, clk clock.Clock) (a, b *Link) {
 	t.Helper()
 	require.NoError(t, ns.Do(func() error {
 		var err error
-		a, b, err = openUDPLinkPair()
+		a, b, err = openUDPLinkPair(clk)
 		return err
 	}))
 	t.Cleanup(func() { a.Close(); b.Close() })
 	return a, b
 }
 
-func openUDPLinkPair() (a, b *Link, err error) {
-	if a, err = Open(netip.MustParseAddrPort("127.0.0.1:0")); err != nil {
+func openUDPLinkPair(clk clock.Clock) (a, b *Link, err error) {
+	if a, err = OpenConfig(Config{Addr: netip.MustParseAddrPort("127.0.0.1:0"), Clock: clk}); err != nil {
 		return nil, nil, err
 	}
 	if b, err = Open(netip.MustParseAddrPort("127.0.0.2:4791")); err != nil {
@@ -252,6 +259,86 @@ func TestUDPLinkHoldFlush(t *testing.T) {
 	require.Equal(t, st.TxBatches, a.Stats().TxBatches)
 }
 
+// TestUDPLinkFlushLazy checks that what FlushLazy leaves goes out with
+// the next datagram sent, in one sendmmsg and in order, or on its own
+// after LazyFlushDelay; at once if another holder ended with Flush
+// meanwhile; and at Close.
+func TestUDPLinkFlushLazy(t *testing.T) {
+	clk := clock.NewManual()
+	a, b := udpLinkPairClock(t, clk)
+	got := make(frametest.Chan, 16)
+	b.SetHandler(got.Handler)
+	bMAC, _ := a.Resolve(netip.MustParseAddr("127.0.0.2"))
+	dst := netdev.Endpoint{MAC: bMAC, IP: netip.MustParseAddr("127.0.0.2"), Port: netdev.RoCEv2Port}
+	src := netdev.Endpoint{MAC: a.HardwareAddr(), IP: netip.MustParseAddr("127.0.0.1"), Port: 0xC300}
+	frame := func(i int) []byte { return roceFrame(t, src, dst, bytes.Repeat([]byte{byte(i)}, 64+i)) }
+	none := func(why string) {
+		t.Helper()
+		select {
+		case f := <-got:
+			t.Fatalf("%s: a frame arrived (%d bytes)", why, len(f))
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+
+	// Alone: the timer sends it, not before LazyFlushDelay.
+	f0 := frame(0)
+	a.Hold()
+	require.NoError(t, a.Send(f0))
+	a.FlushLazy()
+	clk.Advance(netdev.LazyFlushDelay - 1)
+	none("before LazyFlushDelay")
+	clk.Advance(1)
+	require.Equal(t, f0, got.Next(t))
+
+	// Followed by an eager flush: both in one sendmmsg, in order.
+	ack, reply := frame(1), frame(2)
+	batches := a.Stats().TxBatches
+	a.Hold()
+	require.NoError(t, a.Send(ack))
+	a.FlushLazy()
+	a.Hold()
+	require.NoError(t, a.Send(reply))
+	a.Flush()
+	require.Equal(t, ack, got.Next(t))
+	require.Equal(t, reply, got.Next(t))
+	require.Equal(t, batches+1, a.Stats().TxBatches, "one sendmmsg for both")
+	clk.Advance(netdev.LazyFlushDelay)
+	none("the timer finds nothing left")
+
+	// Followed by a Send with no hold: the same.
+	ack, reply = frame(3), frame(4)
+	batches = a.Stats().TxBatches
+	a.Hold()
+	require.NoError(t, a.Send(ack))
+	a.FlushLazy()
+	require.NoError(t, a.Send(reply))
+	require.Equal(t, ack, got.Next(t))
+	require.Equal(t, reply, got.Next(t))
+	require.Equal(t, batches+1, a.Stats().TxBatches)
+
+	// An eager Flush while another hold is open, that hold then ending
+	// with FlushLazy (a reply posted while the receive goroutine's batch
+	// ends with an ACK): sent at once, not at the timer.
+	clk.Advance(netdev.LazyFlushDelay)
+	reply = frame(5)
+	a.Hold() // the receive batch
+	a.Hold() // the post
+	require.NoError(t, a.Send(reply))
+	a.Flush()
+	a.FlushLazy()
+	require.Equal(t, reply, got.Next(t))
+
+	// Close sends what FlushLazy left: a program's last ACK.
+	last := frame(6)
+	a.Hold()
+	require.NoError(t, a.Send(last))
+	a.FlushLazy()
+	require.NoError(t, a.Close())
+	require.Equal(t, last, got.Next(t))
+	require.Zero(t, a.Stats().TxErrors)
+}
+
 // TestUDPLinkWireHeader checks on a real capture (AF_PACKET in a fresh
 // namespace) that the kernel puts ID 0 and DF on what the UDP link sends,
 // and that the header the receiving link synthesises equals the one on
@@ -259,7 +346,7 @@ func TestUDPLinkHoldFlush(t *testing.T) {
 func TestUDPLinkWireHeader(t *testing.T) {
 	nettest.RequireRoot(t)
 	ns := nettest.New(t)
-	a, b := udpLinkPairIn(t, ns)
+	a, b := udpLinkPairIn(t, ns, nil)
 	var sock int
 	require.NoError(t, ns.Do(func() error {
 		var err error
