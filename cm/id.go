@@ -3,6 +3,7 @@ package cm
 import (
 	"fmt"
 	"net/netip"
+	"time"
 
 	"github.com/softverbs/softverbs/clock"
 	"github.com/softverbs/softverbs/keys"
@@ -50,6 +51,16 @@ type ID struct {
 	remotePSN         uint32
 	neg               negotiated
 	peerRespTO        uint8
+	// cmTimeout is how long a MAD of ours waits for its answer before it
+	// is resent (Linux's timeout_ms of the CM ID, the same for REQ, REP
+	// and DREQ): on the active side 2 x conv(packet lifetime) +
+	// conv(remote CM response timeout), on the passive side conv(the
+	// REQ's local CM response timeout). avTimeout is the exponent of the
+	// path's timeout (Linux's av.timeout): TIMEWAIT lasts conv(avTimeout),
+	// and a received MRA adds it to the peer's service timeout. See
+	// timers.go.
+	cmTimeout time.Duration
+	avTimeout uint8
 
 	to       peer
 	last     MAD // the MAD the timer resends
@@ -491,6 +502,7 @@ func (id *ID) Connect(q *rvt.QP, p *ConnParam) error {
 		retry: prm.RetryCount, mtu: id.route.PathMTU, ackTimeout: a.opts.PacketLifetime + 1, srq: prm.SRQ,
 	}
 	id.qpUC = q != nil && q.Type() == qp.UC
+	id.cmTimeout, id.avTimeout = a.reqTimeout(), a.opts.PacketLifetime+1
 	m.InitHeader(MethodSend, AttrREQ, id.tid)
 	r := REQ(m)
 	r.SetLocalCommID(id.localID)
@@ -528,7 +540,7 @@ func (id *ID) Connect(q *rvt.QP, p *ConnParam) error {
 	id.state = StateREQSent
 	id.last = m
 	a.sendLocked(id.to, m)
-	a.armLocked(id, a.reqTimeout())
+	a.armLocked(id, id.cmTimeout)
 	return nil
 }
 
@@ -658,7 +670,7 @@ func (id *ID) Accept(q *rvt.QP, p *ConnParam) error {
 	id.last = m
 	id.retries = 0
 	a.sendLocked(id.to, m)
-	a.armLocked(id, convTime(id.peerRespTO))
+	a.armLocked(id, id.cmTimeout)
 	return nil
 }
 
