@@ -191,6 +191,8 @@ func cmErrno(err error) error {
 		return proto.EADDRINUSE
 	case errors.Is(err, cm.ErrNoRoute):
 		return proto.EHOSTUNREACH
+	case errors.Is(err, cm.ErrNetUnreachable):
+		return proto.ENETUNREACH
 	case errors.Is(err, cm.ErrInvalidState), errors.Is(err, cm.ErrInvalidArgument), errors.Is(err, cm.ErrClosed):
 		return proto.EINVAL
 	}
@@ -366,31 +368,49 @@ func (s *Server) deviceOwning(ip netip.Addr) *device {
 	return nil
 }
 
-// deviceFor picks the device to reach dst from: the one that owns it
-// (loopback), else one with an address in dst's subnet, else the first
-// with an address of dst's family.
-func (s *Server) deviceFor(dst netip.Addr) *device {
+// deviceFor picks the device to reach dst from, as Linux's route lookup
+// picks the output interface: the one that owns it (loopback), else the
+// first whose routing table has dst on-link (on its subnet), else the
+// first with a route through a gateway; each with an address of dst's
+// family. None: proto.ENETUNREACH (rdma_resolve_addr's errno when no
+// route covers the destination).
+func (s *Server) deviceFor(dst netip.Addr) (*device, error) {
 	dst = dst.Unmap()
 	if d := s.deviceOwning(dst); d != nil {
-		return d
+		return d, nil
 	}
+	var viaGateway *device
 	for _, d := range s.devices {
-		if p, err := netip.ParsePrefix(d.cfg.IP); err == nil && p.Contains(dst) {
-			return d
+		if !d.hasFamilyOf(dst) {
+			continue
+		}
+		next, err := d.dev.Route(dst)
+		switch {
+		case err != nil:
+		case next == dst:
+			return d, nil
+		case viaGateway == nil:
+			viaGateway = d
 		}
 	}
-	for _, d := range s.devices {
-		for i := 0; ; i++ {
-			g, err := d.dev.QueryGID(1, i)
-			if err != nil {
-				break
-			}
-			if ip := g.IP(); ip.Is4() == dst.Is4() && ip.IsLinkLocalUnicast() == dst.IsLinkLocalUnicast() {
-				return d
-			}
+	if viaGateway != nil {
+		return viaGateway, nil
+	}
+	return nil, proto.ENETUNREACH
+}
+
+// hasFamilyOf reports whether d has an address of dst's kind (IPv4,
+// IPv6 link-local, other IPv6).
+func (d *device) hasFamilyOf(dst netip.Addr) bool {
+	for i := 0; ; i++ {
+		g, err := d.dev.QueryGID(1, i)
+		if err != nil {
+			return false
+		}
+		if ip := g.IP(); ip.Is4() == dst.Is4() && ip.IsLinkLocalUnicast() == dst.IsLinkLocalUnicast() {
+			return true
 		}
 	}
-	return nil
 }
 
 func (ss *session) cmBind(o *cmIDObj, a proto.CMAddr) error {
@@ -491,9 +511,9 @@ func (ss *session) cmResolveAddr(o *cmIDObj, m *proto.CMResolveAddr) error {
 				return proto.EADDRNOTAVAIL
 			}
 		} else {
-			d = ss.srv.deviceFor(dst.Addr())
-			if d == nil {
-				return proto.EHOSTUNREACH
+			var err error
+			if d, err = ss.srv.deviceFor(dst.Addr()); err != nil {
+				return err
 			}
 		}
 		if wild != nil {

@@ -22,6 +22,7 @@ import (
 // rdma_cm event numbers (enum rdma_cm_event_type).
 const (
 	evAddrResolved   = 0
+	evAddrError      = 1
 	evRouteResolved  = 2
 	evConnectRequest = 4
 	evUnreachable    = 7

@@ -121,7 +121,7 @@ func New(cfg *Config, o Options) (_ *Server, err error) {
 	}()
 	fabrics := map[string]*fabric.Fabric{}
 	for _, dc := range cfg.Devices {
-		lc := devopen.Config{TAP: dc.TAP, XDP: dc.XDP, UDP: dc.UDP, IP: dc.IP, MAC: dc.MAC, LinkMTU: dc.MTU}
+		lc := devopen.Config{TAP: dc.TAP, XDP: dc.XDP, UDP: dc.UDP, IP: dc.IP, Gateway: dc.Gateway, MAC: dc.MAC, LinkMTU: dc.MTU}
 		if dc.Fabric != "" {
 			f := fabrics[dc.Fabric]
 			if f == nil {

@@ -445,5 +445,6 @@ func ParseRecord(b []byte, r Body) error {
 // The rdma_cm errno values beside errno.go's.
 const (
 	EADDRNOTAVAIL = Errno(99)  // cm_bind_addr, cm_resolve_addr: an address no device has
-	EHOSTUNREACH  = Errno(113) // cm_resolve_addr: no device reaches the destination
+	EHOSTUNREACH  = Errno(113) // cm_resolve_addr: no device has an address of the destination's kind
+	ENETUNREACH   = Errno(101) // cm_resolve_addr: no device has a route to the destination
 )
