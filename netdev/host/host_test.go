@@ -613,3 +613,24 @@ func TestHostRoutes(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, peerMAC, m, "the gateway's MAC")
 }
+
+// TestHostResolveCadence: asked every 10 ms (as the connection manager
+// polls while rdma_resolve_addr waits), the host sends its ARP requests
+// 1 s apart, as Linux's neighbour layer does (retrans_time 1 s, measured
+// in the rxe guest: three requests in rdma_resolve_addr's 2 s, at 0, 1.0
+// and 2.0 s). It used to send one every 100 ms.
+func TestHostResolveCadence(t *testing.T) {
+	h, cl, clk, _ := newTestHost(t)
+	start := clk.Now()
+	var at []time.Duration
+	for clk.Now().Sub(start) < 2500*time.Millisecond {
+		if _, ok := h.Resolve(peerV4); ok {
+			t.Fatal("resolved with no answer")
+		}
+		for range cl.take() {
+			at = append(at, clk.Now().Sub(start))
+		}
+		clk.Advance(10 * time.Millisecond)
+	}
+	require.Equal(t, []time.Duration{0, time.Second, 2 * time.Second}, at)
+}
