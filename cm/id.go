@@ -766,6 +766,33 @@ func (id *ID) Disconnect() error {
 	return nil
 }
 
+// Discard ends a connection request the consumer will not take without
+// answering it, and destroys the ID, as Linux's rdma_cm does when a
+// listener's backlog is full (ucma's handler fails with ENOMEM and ib_cm
+// forgets the request without a REJ, cm_destroy_id): the peer resends
+// its REQ after its CM period, and the resent REQ is a new request. A
+// SIDR request is answered SIDR_REP REJECT, as Linux answers it then; in
+// any other state Discard is Destroy. An ID of a device served by rvtd is
+// destroyed (the daemon answers as Destroy).
+func (id *ID) Discard() {
+	if id.r != nil {
+		id.Destroy()
+		return
+	}
+	a := id.a
+	a.mu.Lock()
+	if id.destroyed || a.closed || (id.state != StateREQRcvd && id.state != StateMRAREQSent) {
+		a.mu.Unlock()
+		id.Destroy()
+		return
+	}
+	id.destroyed = true
+	a.countLocked("req_discarded")
+	a.toIdleLocked(id)
+	a.mu.Unlock()
+	a.kick()
+}
+
 // Destroy releases the ID (rdma_destroy_id). What is under way ends as
 // Linux ends it: a REQ in flight gets a REJ (timeout), a request not yet
 // answered a REJ (consumer), an established connection a DREQ; the comm

@@ -64,6 +64,9 @@ type Server struct {
 	spinner atomic.Int32  // the id of the loop that spins, 0: none
 	devices []*device
 	byName  map[string]*device
+	// cmRecordCharge is one cm_event record's charge on an event
+	// socket's send queue (recordCharge), for listen backlogs.
+	cmRecordCharge int
 	loops   []*loop
 	fdLimit int // descriptors one session may hold (limits.fds, resolved)
 	// userFDLimit: descriptors the sessions of one uid may hold together
@@ -119,6 +122,7 @@ func New(cfg *Config, o Options) (_ *Server, err error) {
 			s.closeDevices()
 		}
 	}()
+	s.cmRecordCharge = recordCharge(proto.CMEventRecordSize)
 	fabrics := map[string]*fabric.Fabric{}
 	for _, dc := range cfg.Devices {
 		lc := devopen.Config{TAP: dc.TAP, XDP: dc.XDP, UDP: dc.UDP, IP: dc.IP, Gateway: dc.Gateway, MAC: dc.MAC, LinkMTU: dc.MTU}
