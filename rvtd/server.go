@@ -67,8 +67,8 @@ type Server struct {
 	// cmRecordCharge is one cm_event record's charge on an event
 	// socket's send queue (recordCharge), for listen backlogs.
 	cmRecordCharge int
-	loops   []*loop
-	fdLimit int // descriptors one session may hold (limits.fds, resolved)
+	loops          []*loop
+	fdLimit        int // descriptors one session may hold (limits.fds, resolved)
 	// userFDLimit: descriptors the sessions of one uid may hold together
 	// (limits.user_fds, resolved).
 	userFDLimit int
