@@ -107,8 +107,13 @@ const WarmTimeout = 3 * time.Second
 // AwaitNeighbour asks the link's resolver for ip until it answers or
 // WarmTimeout passes, and reports whether it answered. Links whose
 // resolver learns asynchronously (ARP, ND) answer false until the reply
-// is in.
+// is in; a destination the link has no route to, at once.
 func (l *Link) AwaitNeighbour(ip netip.Addr) bool {
+	if l.Route != nil {
+		if _, err := l.Route(ip); err != nil {
+			return false
+		}
+	}
 	deadline := time.Now().Add(WarmTimeout)
 	for {
 		if _, ok := l.Resolve(ip); ok {
