@@ -646,12 +646,6 @@ func (a *Agent) stopTimerLocked(id *ID) {
 	id.timerOn = false
 }
 
-// Timings derived from the options (cm.c).
-func (a *Agent) reqTimeout() time.Duration {
-	return 2*convTime(a.opts.PacketLifetime) + convTime(a.opts.ResponseTimeout)
-}
-func (a *Agent) timeWait() time.Duration { return convTime(a.opts.PacketLifetime + 1) }
-
 // newCommIDLocked allocates a local comm ID (never 0, never in use).
 func (a *Agent) newCommIDLocked() uint32 {
 	for {

@@ -211,6 +211,7 @@ func (a *Agent) onREQ(from peer, dst netip.Addr, r REQ) {
 	id.to = from
 	id.qpUC = r.TransportType() == TransportUC
 	id.peerRespTO = r.LocalCMResponseTimeout()
+	id.cmTimeout, id.avTimeout = convTime(id.peerRespTO), passiveAVTimeout(r.PrimaryLocalAckTimeout())
 	if hdr != nil {
 		id.remote = hdr.Src()
 	} else {
@@ -286,7 +287,7 @@ func (a *Agent) onMRA(m MRA) {
 	if id == nil {
 		return
 	}
-	wait := convTime(m.ServiceTimeout()) + convTime(a.opts.PacketLifetime)
+	wait := convTime(m.ServiceTimeout()) + convTime(a.avTimeoutOf(id))
 	switch {
 	case id.state == StateREQSent && m.MsgMRAed() == MsgREQ:
 		id.state = StateMRAREQRcvd
@@ -396,6 +397,7 @@ func (a *Agent) onREP(from peer, m REP) {
 	id.neg.initDepth = min(id.neg.initDepth, m.ResponderResources())
 	id.neg.respRes = min(id.neg.respRes, m.InitiatorDepth())
 	id.neg.rnr = m.RNRRetryCount()
+	id.avTimeout = ackTimeout(m.TargetAckDelay(), a.avTimeoutOf(id)-1)
 	id.state = StateREPRcvd
 	param := ConnParam{PrivateData: append([]byte(nil), m.PrivateData()...),
 		ResponderResources: m.ResponderResources(), InitiatorDepth: m.InitiatorDepth(),
@@ -457,7 +459,7 @@ func (a *Agent) sendDREQLocked(id *ID, priv []byte) {
 	id.last = m
 	id.retries = 0
 	a.sendLocked(id.to, m)
-	a.armLocked(id, a.reqTimeout())
+	a.armLocked(id, a.cmTimeoutOf(id))
 }
 
 func (a *Agent) sendDREPLocked(id *ID, priv []byte) {
@@ -668,13 +670,10 @@ func (a *Agent) timeoutLocked(id *ID) {
 }
 
 func (a *Agent) periodLocked(id *ID) time.Duration {
-	switch id.state {
-	case StateREPSent:
-		return convTime(id.peerRespTO)
-	case StateSIDRREQSent:
+	if id.state == StateSIDRREQSent {
 		return convTime(a.opts.ResponseTimeout)
 	}
-	return a.reqTimeout()
+	return a.cmTimeoutOf(id)
 }
 
 func (a *Agent) enterTimeWaitLocked(id *ID) {
@@ -685,7 +684,7 @@ func (a *Agent) enterTimeWaitLocked(id *ID) {
 	// not a stale one. Linux's cm_enter_timewait forgets it too
 	// (cm_remove_remote); the comm ID stays, for duplicate REQs.
 	a.forgetQPNLocked(id)
-	a.armLocked(id, a.timeWait())
+	a.armLocked(id, convTime(a.avTimeoutOf(id)))
 }
 
 // forgetQPNLocked drops id's entry of byQPN (REJ 10's table).

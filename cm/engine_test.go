@@ -396,7 +396,9 @@ func TestQPReuseAfterTimeWait(t *testing.T) {
 	sid2 := connect(id2)
 	id2.Destroy()
 	sid2.Destroy()
-	w.settle(t, 10*time.Millisecond)
+	// The active side's TIMEWAIT follows the REP's target ACK delay (15):
+	// conv(ackTimeout(15, 8)) = 128 ms (timers.go).
+	w.settle(t, convTime(ackTimeout(0x0F, FastOptions().PacketLifetime))+time.Millisecond)
 	requireClean(t, w, 1)
 }
 

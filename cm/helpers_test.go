@@ -39,6 +39,9 @@ type worldOpts struct {
 	seed    int64
 	agent   Options
 	workers int
+	// routes, if set, gives node i a routing table (rvt.Options.Route),
+	// and its Resolve resolves through the next hop.
+	routes func(i int) netdev.RouteFunc
 }
 
 func newWorld(tb testing.TB, o worldOpts) *world {
@@ -66,8 +69,20 @@ func newWorld(tb testing.TB, o worldOpts) *world {
 		} else {
 			link = w.fab.NewPort(mac, 1500)
 		}
-		dev, err := rvt.Open(rvt.Options{Name: fmt.Sprintf("rvt%d", i), Link: link, MAC: mac,
-			Addrs: []netip.Addr{ip}, Resolve: w.fab.Resolve, Clock: w.clk, Inline: o.manual, Workers: o.workers})
+		ro := rvt.Options{Name: fmt.Sprintf("rvt%d", i), Link: link, MAC: mac,
+			Addrs: []netip.Addr{ip}, Resolve: w.fab.Resolve, Clock: w.clk, Inline: o.manual, Workers: o.workers}
+		if o.routes != nil {
+			route := o.routes(i)
+			ro.Route = route
+			ro.Resolve = func(ip netip.Addr) (netdev.MAC, bool) {
+				next, err := route(ip)
+				if err != nil {
+					return netdev.MAC{}, false
+				}
+				return w.fab.Resolve(next)
+			}
+		}
+		dev, err := rvt.Open(ro)
 		require.NoError(tb, err)
 		ao := o.agent
 		if ao.Seed == 0 {

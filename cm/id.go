@@ -3,6 +3,7 @@ package cm
 import (
 	"fmt"
 	"net/netip"
+	"time"
 
 	"github.com/softverbs/softverbs/clock"
 	"github.com/softverbs/softverbs/keys"
@@ -50,6 +51,16 @@ type ID struct {
 	remotePSN         uint32
 	neg               negotiated
 	peerRespTO        uint8
+	// cmTimeout is how long a MAD of ours waits for its answer before it
+	// is resent (Linux's timeout_ms of the CM ID, the same for REQ, REP
+	// and DREQ): on the active side 2 x conv(packet lifetime) +
+	// conv(remote CM response timeout), on the passive side conv(the
+	// REQ's local CM response timeout). avTimeout is the exponent of the
+	// path's timeout (Linux's av.timeout): TIMEWAIT lasts conv(avTimeout),
+	// and a received MRA adds it to the peer's service timeout. See
+	// timers.go.
+	cmTimeout time.Duration
+	avTimeout uint8
 
 	to       peer
 	last     MAD // the MAD the timer resends
@@ -491,6 +502,7 @@ func (id *ID) Connect(q *rvt.QP, p *ConnParam) error {
 		retry: prm.RetryCount, mtu: id.route.PathMTU, ackTimeout: a.opts.PacketLifetime + 1, srq: prm.SRQ,
 	}
 	id.qpUC = q != nil && q.Type() == qp.UC
+	id.cmTimeout, id.avTimeout = a.reqTimeout(), a.opts.PacketLifetime+1
 	m.InitHeader(MethodSend, AttrREQ, id.tid)
 	r := REQ(m)
 	r.SetLocalCommID(id.localID)
@@ -528,7 +540,7 @@ func (id *ID) Connect(q *rvt.QP, p *ConnParam) error {
 	id.state = StateREQSent
 	id.last = m
 	a.sendLocked(id.to, m)
-	a.armLocked(id, a.reqTimeout())
+	a.armLocked(id, id.cmTimeout)
 	return nil
 }
 
@@ -658,7 +670,7 @@ func (id *ID) Accept(q *rvt.QP, p *ConnParam) error {
 	id.last = m
 	id.retries = 0
 	a.sendLocked(id.to, m)
-	a.armLocked(id, convTime(id.peerRespTO))
+	a.armLocked(id, id.cmTimeout)
 	return nil
 }
 
@@ -752,6 +764,33 @@ func (id *ID) Disconnect() error {
 		_ = q.Modify(&rvt.QPAttr{State: qp.Err}, qp.AttrState)
 	}
 	return nil
+}
+
+// Discard ends a connection request the consumer will not take without
+// answering it, and destroys the ID, as Linux's rdma_cm does when a
+// listener's backlog is full (ucma's handler fails with ENOMEM and ib_cm
+// forgets the request without a REJ, cm_destroy_id): the peer resends
+// its REQ after its CM period, and the resent REQ is a new request. A
+// SIDR request is answered SIDR_REP REJECT, as Linux answers it then; in
+// any other state Discard is Destroy. An ID of a device served by rvtd is
+// destroyed (the daemon answers as Destroy).
+func (id *ID) Discard() {
+	if id.r != nil {
+		id.Destroy()
+		return
+	}
+	a := id.a
+	a.mu.Lock()
+	if id.destroyed || a.closed || (id.state != StateREQRcvd && id.state != StateMRAREQSent) {
+		a.mu.Unlock()
+		id.Destroy()
+		return
+	}
+	id.destroyed = true
+	a.countLocked("req_discarded")
+	a.toIdleLocked(id)
+	a.mu.Unlock()
+	a.kick()
 }
 
 // Destroy releases the ID (rdma_destroy_id). What is under way ends as

@@ -20,7 +20,12 @@ var ErrPeerDisconnected = errors.New("cm: peer disconnected")
 // ListenOptions configure Listen.
 type ListenOptions struct {
 	PortSpace PortSpace // default PSTCP (PSUDP for UD services)
-	Backlog   int       // requests waiting for Accept (default 1024: what rdma_listen(id, 0) gets, ucma's max_backlog); beyond it they are rejected
+	// Backlog bounds the requests waiting for Accept (default 1024: what
+	// rdma_listen(id, 0) gets, ucma's max_backlog). Beyond it a request
+	// is dropped unanswered, as Linux drops it (ID.Discard): the peer's
+	// REQ is resent after its CM period (6144 ms from Linux) and taken
+	// if Accept has made room by then.
+	Backlog int
 }
 
 // defaultBacklog is Linux's for rdma_listen(id, 0): ucma's max_backlog
@@ -88,9 +93,10 @@ func (l *Listener) onEvent(ev Event) {
 		_ = ev.ID.Reject(nil)
 		ev.ID.Destroy()
 	case l.reqs <- r:
-	default: // backlog full
-		_ = ev.ID.Reject(nil)
-		ev.ID.Destroy()
+	default:
+		// Backlog full: as Linux, no answer; the peer resends the REQ
+		// after its CM period, and it is a new request then.
+		ev.ID.Discard()
 	}
 }
 

@@ -3,6 +3,7 @@ package cm
 import (
 	"errors"
 	"fmt"
+	"github.com/softverbs/softverbs/netdev"
 )
 
 // RejectReason is a REJ reason (IBTA table 105; Linux enum ib_cm_rej_reason).
@@ -109,6 +110,11 @@ var (
 	ErrInvalidArgument = errors.New("cm: invalid argument")
 	// ErrNoRoute: no GID of the device reaches the destination.
 	ErrNoRoute = errors.New("cm: no route to the destination")
+	// ErrNetUnreachable: the device's routing table has no route to the
+	// destination (off its subnets, no gateway): ResolveAddr fails with
+	// it at once, as rdma_resolve_addr fails with ENETUNREACH on Linux.
+	// It is netdev.ErrNetUnreachable.
+	ErrNetUnreachable = netdev.ErrNetUnreachable
 )
 
 // RejectError is a rejection received from the peer (or, for Reason

@@ -189,6 +189,8 @@ func rerr(op string, err error) error {
 		return fmt.Errorf("%s: %w", op, ErrAddrInUse)
 	case proto.EINVAL:
 		return fmt.Errorf("%s: %w (rvtd: %v)", op, ErrInvalidState, err)
+	case proto.ENETUNREACH:
+		return fmt.Errorf("%s: %w (rvtd)", op, ErrNetUnreachable)
 	}
 	return fmt.Errorf("%s: rvtd: %w", op, err)
 }

@@ -34,7 +34,12 @@ type resolveWait struct {
 // link: an ARP or neighbour discovery answer); if it does not within
 // timeout (<= 0: DefaultResolveTimeout), ADDR_ERROR comes with
 // ErrAddrTimeout. A device without a resolver, and a destination that is
-// one of our own addresses, resolve at once.
+// one of our own addresses, resolve at once. A destination the device has
+// no route to (off its subnets, no gateway: rvt.Device.Route) fails at
+// once with ErrNetUnreachable, returned, with no event, unless a source
+// address is given (src, or the address the ID is bound to): then, as on
+// Linux, it is taken as on-link and ends in ADDR_ERROR with
+// ErrAddrTimeout. One beyond a gateway resolves the gateway's MAC.
 func (id *ID) ResolveAddrTimeout(src netip.Addr, dst netip.AddrPort, timeout time.Duration) error {
 	if id.r != nil {
 		return id.remoteResolveAddr(src, dst)
@@ -59,6 +64,11 @@ func (id *ID) ResolveAddrTimeout(src netip.Addr, dst netip.AddrPort, timeout tim
 		src = id.local.Addr()
 	}
 	r, err := a.resolveLocked(src, dst.Addr(), id.tc)
+	if errors.Is(err, ErrNetUnreachable) {
+		// Linux's rdma_resolve_addr returns -ENETUNREACH itself (the
+		// route lookup fails before any request is queued): no event.
+		return fmt.Errorf("resolve addr: %w", err)
+	}
 	if err != nil {
 		a.emitLocked(id, Event{Type: EventAddrError, Err: err})
 		return nil

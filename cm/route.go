@@ -97,9 +97,28 @@ func (a *Agent) resolveLocked(src, dst netip.Addr, tc uint8) (Route, error) {
 		r.HopLimit = 1 // loopback
 	}
 	if r.Src != dst {
-		// Asking starts resolution on the wire (an ARP request) if the
-		// neighbour is unknown, as rdma_resolve_addr does; the route does
-		// not wait for the answer.
+		// The routing table first, as rdma_resolve_addr asks it before
+		// the neighbour table: a destination off the device's subnets
+		// with no gateway fails here, at once (ENETUNREACH).
+		if _, err := a.dev.Route(dst); err != nil {
+			if !src.IsValid() || src.IsUnspecified() {
+				a.countLocked("route_unreachable")
+				return Route{}, fmt.Errorf("resolve %v: %w", dst, ErrNetUnreachable)
+			}
+			// From a given source address Linux looks the route up on
+			// that address's interface, and the kernel takes a
+			// destination it has no route for as on-link there: it asks
+			// for the destination's MAC, and the resolution ends in
+			// ADDR_ERROR (ETIMEDOUT) at its timeout (measured: rping -I,
+			// udaddy -b). So does this one (the device's resolver
+			// knows no MAC for it; unlike Linux, nothing is asked on
+			// the wire).
+			a.countLocked("route_assumed_onlink")
+		}
+		// Asking starts resolution on the wire (an ARP request for the
+		// next hop: the destination, or the gateway) if the neighbour is
+		// unknown, as rdma_resolve_addr does; the route does not wait for
+		// the answer.
 		r.DstMAC, _ = a.dev.ResolveNeighbour(dst)
 	}
 	a.routes[k] = routeEntry{r, now.Add(a.opts.RouteTTL)}

@@ -56,11 +56,12 @@ type KernelNeighbours struct {
 	ifindex int
 	clk     clock.Clock
 
-	mu    sync.Mutex // guards everything below
-	fd    int
-	seq   uint32
-	buf   []byte
-	cache map[netip.Addr]nbrEntry
+	mu     sync.Mutex // guards everything below
+	fd     int
+	seq    uint32
+	buf    []byte
+	cache  map[netip.Addr]nbrEntry
+	routes map[netip.Addr]routeEntry // Route's answers
 }
 
 type nbrEntry struct {
@@ -359,4 +360,92 @@ func (k *KernelNeighbours) roundTripLocked(req []byte, typ uint16, flags int, ea
 			return nil
 		}
 	}
+}
+
+type routeEntry struct {
+	next  netip.Addr
+	err   error
+	until time.Time
+}
+
+// Route asks the kernel's routing table for dst (RTM_GETROUTE, what
+// `ip route get DST` asks, and what Linux's rdma_resolve_addr asks before
+// it resolves a neighbour): the next hop (a gateway, or dst itself on a
+// directly attached subnet), or ErrNetUnreachable when no route covers dst
+// or the route leaves by another interface than this one's (ifindex 0: any
+// interface). Answers are cached for a second. It fits RouteFunc.
+func (k *KernelNeighbours) Route(dst netip.Addr) (netip.Addr, error) {
+	dst = dst.Unmap()
+	if dst.IsMulticast() {
+		return dst, nil
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	now := k.clk.Now()
+	if e, ok := k.routes[dst]; ok && now.Before(e.until) {
+		return e.next, e.err
+	}
+	next, err := k.getRouteLocked(dst)
+	if k.routes == nil {
+		k.routes = make(map[netip.Addr]routeEntry)
+	}
+	if len(k.routes) > 4096 {
+		clear(k.routes)
+	}
+	k.routes[dst] = routeEntry{next, err, now.Add(nbrHitTTL)}
+	return next, err
+}
+
+// getRouteLocked makes one RTM_GETROUTE round trip. The request names no
+// output interface: given one, the kernel takes a destination it has no
+// route for as on-link.
+func (k *KernelNeighbours) getRouteLocked(dst netip.Addr) (netip.Addr, error) {
+	a := dst.AsSlice()
+	alen := unix.SizeofRtAttr + len(a)
+	req := make([]byte, unix.SizeofNlMsghdr+unix.SizeofRtMsg+nlAlign(alen))
+	rt := req[unix.SizeofNlMsghdr:]
+	rt[0] = unix.AF_INET // rtm_family
+	if dst.Is6() {
+		rt[0] = unix.AF_INET6
+	}
+	rt[1] = byte(len(a) * 8) // rtm_dst_len
+	at := req[unix.SizeofNlMsghdr+unix.SizeofRtMsg:]
+	binary.NativeEndian.PutUint16(at[0:], uint16(alen))
+	binary.NativeEndian.PutUint16(at[2:], unix.RTA_DST)
+	copy(at[unix.SizeofRtAttr:], a)
+	var gw netip.Addr
+	oif, typ, found := 0, byte(0), false
+	err := k.roundTripLocked(req, unix.RTM_GETROUTE, unix.NLM_F_REQUEST, func(m syscall.NetlinkMessage) error {
+		if m.Header.Type != unix.RTM_NEWROUTE || len(m.Data) < unix.SizeofRtMsg {
+			return nil
+		}
+		typ = m.Data[7] // rtm_type
+		forEachAttr(m.Data[unix.SizeofRtMsg:], func(t uint16, v []byte) {
+			switch t {
+			case unix.RTA_GATEWAY:
+				gw, _ = netip.AddrFromSlice(v)
+			case unix.RTA_OIF:
+				if len(v) >= 4 {
+					oif = int(binary.NativeEndian.Uint32(v))
+				}
+			}
+		})
+		found = true
+		return nil
+	})
+	switch {
+	case errors.Is(err, unix.ENETUNREACH), errors.Is(err, unix.EHOSTUNREACH):
+		return netip.Addr{}, fmt.Errorf("route %v: %w", dst, ErrNetUnreachable)
+	case err != nil:
+		return netip.Addr{}, fmt.Errorf("route %v: %w", dst, err)
+	case !found:
+		return netip.Addr{}, fmt.Errorf("route %v: %w", dst, ErrNetUnreachable)
+	case typ == unix.RTN_LOCAL:
+		return dst, nil // one of the host's addresses
+	case k.ifindex != 0 && oif != k.ifindex:
+		return netip.Addr{}, fmt.Errorf("route %v: %w (its route leaves by interface %d)", dst, ErrNetUnreachable, oif)
+	case gw.IsValid():
+		return gw.Unmap(), nil
+	}
+	return dst, nil
 }

@@ -85,7 +85,12 @@ type Options struct {
 	MAC     netdev.MAC
 	Addrs   []netip.Addr // GID table sources, in GID index order
 	Resolve func(netip.Addr) (netdev.MAC, bool)
-	MTU     int // Ethernet MTU; default: the link's, or 4096-byte IB MTU for loopback
+	// Route, when set, is the port's routing table (Device.Route): the
+	// next hop of a destination, or netdev.ErrNetUnreachable. Resolve is
+	// expected to resolve a destination through its next hop. nil: every
+	// destination is on-link.
+	Route netdev.RouteFunc
+	MTU   int // Ethernet MTU; default: the link's, or 4096-byte IB MTU for loopback
 
 	// Interface, when set and Addrs is empty, is a kernel interface (in
 	// the network namespace of the thread calling Open) whose addresses

@@ -120,6 +120,19 @@ func (d *Device) closeServices() {
 	}
 }
 
+// Route returns the next hop of a packet to dst by the port's routing
+// table (Options.Route): dst itself on a subnet of the port, a gateway
+// off them, or an error wrapping netdev.ErrNetUnreachable when no route
+// covers dst, as the connection manager's address resolution asks
+// (rdma_resolve_addr fails at once with ENETUNREACH on Linux). A device
+// without a table takes every destination as on-link.
+func (d *Device) Route(dst netip.Addr) (netip.Addr, error) {
+	if d.opts.Route == nil {
+		return dst.Unmap(), nil
+	}
+	return d.opts.Route(dst)
+}
+
 // ResolveNeighbour asks the port's resolver (Options.Resolve) for the MAC
 // of ip, as the transport does for each destination. It is false when the
 // resolver does not know ip (yet) and when the device has none; a

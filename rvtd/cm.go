@@ -36,6 +36,16 @@ type cmChanObj struct {
 	handle uint32
 	refs   int // IDs (session.mu)
 	sock   *eventSock
+	// CONNECT_REQUEST records the client has not read yet (session.mu),
+	// each holding a place in its listener's backlog.
+	reqs []chanReq
+}
+
+// chanReq is a CONNECT_REQUEST record: its place in the channel's stream
+// (eventSock.sendSeq) and its listener.
+type chanReq struct {
+	seq uint64
+	l   *cmIDObj
 }
 
 // cmBinding is one cm.ID of an rdma_cm ID and its device.
@@ -53,14 +63,17 @@ type cmIDObj struct {
 
 	// Guarded by session.mu.
 	ch       *cmChanObj
-	reported uint32    // records written about the ID to ch
-	b        cmBinding // the ID's device and cm.ID, once it has one
-	wild     []cmBinding
-	tos      uint8
-	ackTO    uint8
-	q        *qpObj // the QP given to connect or accept
-	dead     bool
-	removed  bool // DEVICE_REMOVAL reported (removalLocked)
+	reported uint32 // records written about the ID to ch
+	// backlog (a listener's, from cm_listen) bounds its CONNECT_REQUEST
+	// records not yet read (waiting), as ucma's backlog.
+	backlog, waiting int
+	b                cmBinding // the ID's device and cm.ID, once it has one
+	wild             []cmBinding
+	tos              uint8
+	ackTO            uint8
+	q                *qpObj // the QP given to connect or accept
+	dead             bool
+	removed          bool // DEVICE_REMOVAL reported (removalLocked)
 
 	mc map[netip.Addr]bool // multicast groups joined (cmmcast.go; session.mu)
 	// mcLost: joined groups MULTICAST_ERROR has reported lost, once each
@@ -128,6 +141,9 @@ func (ss *session) cmDispatch(m proto.Msg) (proto.Body, []int, error) {
 	case proto.OpCMQuery:
 		return ss.cmQuery(o), nil, nil
 	case proto.OpCMListen:
+		ss.mu.Lock()
+		o.backlog = listenBacklog(m.Body.(*proto.CMListen).Backlog)
+		ss.mu.Unlock()
 		return nil, nil, ss.cmListen(o)
 	case proto.OpCMConnect:
 		return nil, nil, ss.cmConnect(o, m.Body.(*proto.CMConnParam), false)
@@ -191,6 +207,8 @@ func cmErrno(err error) error {
 		return proto.EADDRINUSE
 	case errors.Is(err, cm.ErrNoRoute):
 		return proto.EHOSTUNREACH
+	case errors.Is(err, cm.ErrNetUnreachable):
+		return proto.ENETUNREACH
 	case errors.Is(err, cm.ErrInvalidState), errors.Is(err, cm.ErrInvalidArgument), errors.Is(err, cm.ErrClosed):
 		return proto.EINVAL
 	}
@@ -238,13 +256,20 @@ func (ch *cmChanObj) close() { ch.sock.close(false) }
 // send writes one record without blocking; a full socket keeps it
 // pending, in order, until the client reads (eventSock).
 func (ch *cmChanObj) send(ss *session, rec []byte) {
-	_, err := ch.sock.send(rec, maxPendingCMEvents)
+	_, _ = ch.sendSeq(ss, rec)
+}
+
+// sendSeq is send, and returns the record's place in the channel's
+// stream (see eventSock.sendSeq) or the error that lost it.
+func (ch *cmChanObj) sendSeq(ss *session, rec []byte) (uint64, error) {
+	seq, _, err := ch.sock.sendSeq(rec, maxPendingCMEvents)
 	switch {
 	case errors.Is(err, errEventsFull):
 		ss.log.Warn("cm event dropped: the client does not read its event channel")
 	case err != nil:
 		ss.log.Debug("cm event lost", "err", err)
 	}
+	return seq, err
 }
 
 func (ss *session) cmCreateID(h uint32, m *proto.CMCreateID) (proto.Body, []int, error) {
@@ -366,31 +391,49 @@ func (s *Server) deviceOwning(ip netip.Addr) *device {
 	return nil
 }
 
-// deviceFor picks the device to reach dst from: the one that owns it
-// (loopback), else one with an address in dst's subnet, else the first
-// with an address of dst's family.
-func (s *Server) deviceFor(dst netip.Addr) *device {
+// deviceFor picks the device to reach dst from, as Linux's route lookup
+// picks the output interface: the one that owns it (loopback), else the
+// first whose routing table has dst on-link (on its subnet), else the
+// first with a route through a gateway; each with an address of dst's
+// family. None: proto.ENETUNREACH (rdma_resolve_addr's errno when no
+// route covers the destination).
+func (s *Server) deviceFor(dst netip.Addr) (*device, error) {
 	dst = dst.Unmap()
 	if d := s.deviceOwning(dst); d != nil {
-		return d
+		return d, nil
 	}
+	var viaGateway *device
 	for _, d := range s.devices {
-		if p, err := netip.ParsePrefix(d.cfg.IP); err == nil && p.Contains(dst) {
-			return d
+		if !d.hasFamilyOf(dst) {
+			continue
+		}
+		next, err := d.dev.Route(dst)
+		switch {
+		case err != nil:
+		case next == dst:
+			return d, nil
+		case viaGateway == nil:
+			viaGateway = d
 		}
 	}
-	for _, d := range s.devices {
-		for i := 0; ; i++ {
-			g, err := d.dev.QueryGID(1, i)
-			if err != nil {
-				break
-			}
-			if ip := g.IP(); ip.Is4() == dst.Is4() && ip.IsLinkLocalUnicast() == dst.IsLinkLocalUnicast() {
-				return d
-			}
+	if viaGateway != nil {
+		return viaGateway, nil
+	}
+	return nil, proto.ENETUNREACH
+}
+
+// hasFamilyOf reports whether d has an address of dst's kind (IPv4,
+// IPv6 link-local, other IPv6).
+func (d *device) hasFamilyOf(dst netip.Addr) bool {
+	for i := 0; ; i++ {
+		g, err := d.dev.QueryGID(1, i)
+		if err != nil {
+			return false
+		}
+		if ip := g.IP(); ip.Is4() == dst.Is4() && ip.IsLinkLocalUnicast() == dst.IsLinkLocalUnicast() {
+			return true
 		}
 	}
-	return nil
 }
 
 func (ss *session) cmBind(o *cmIDObj, a proto.CMAddr) error {
@@ -491,9 +534,9 @@ func (ss *session) cmResolveAddr(o *cmIDObj, m *proto.CMResolveAddr) error {
 				return proto.EADDRNOTAVAIL
 			}
 		} else {
-			d = ss.srv.deviceFor(dst.Addr())
-			if d == nil {
-				return proto.EHOSTUNREACH
+			var err error
+			if d, err = ss.srv.deviceFor(dst.Addr()); err != nil {
+				return err
 			}
 		}
 		if wild != nil {
@@ -782,14 +825,20 @@ func (ss *session) cmEvent(ev cm.Event) {
 	ss.mu.Lock()
 	o := ss.cm.byID[ev.ID]
 	var listenH uint32
+	var l *cmIDObj // the listener of a new request
 	if o == nil && ev.Type == cm.EventConnectRequest {
-		l := ss.cm.byID[ev.ID.Listener()]
+		l = ss.cm.byID[ev.ID.Listener()]
 		if l == nil || l.dead || ss.cm.closing || ss.cm.n >= ss.srv.cfg.Limits.CMIDs {
 			ss.mu.Unlock()
 			if l != nil && !ss.cm.closing {
 				ss.log.Warn("rdma_cm request refused: the session's ID limit", "limit", ss.srv.cfg.Limits.CMIDs)
 			}
 			ev.ID.Destroy() // a REJ (or SIDR_REP REJECT) to the peer
+			return
+		}
+		if ss.backlogFullLocked(l) {
+			ss.mu.Unlock()
+			ev.ID.Discard() // no answer: the peer's REQ comes again
 			return
 		}
 		o = &cmIDObj{ps: l.ps, qpType: l.qpType, ctx: l.ctx, ch: l.ch}
@@ -821,11 +870,57 @@ func (ss *session) cmEvent(ev cm.Event) {
 	rec := cmEventRecord(o, listenH, ev, src, dst)
 	ch, q := o.ch, o.q
 	o.reported++
+	if l != nil {
+		// The record takes a place in the listener's backlog until the
+		// client reads it.
+		l.waiting++
+	}
 	ss.mu.Unlock()
 	if q != nil && (ev.Type == cm.EventEstablished || ev.Type == cm.EventDisconnected) {
 		q.loop.kickQP(q)
 	}
-	ch.send(ss, rec)
+	seq, err := ch.sendSeq(ss, rec)
+	if l != nil {
+		ss.mu.Lock()
+		if err == nil {
+			ch.reqs = append(ch.reqs, chanReq{seq, l})
+		} else {
+			l.waiting--
+		}
+		ss.mu.Unlock()
+	}
+}
+
+// listenBacklog is the backlog of cm_listen's value b, as ucma takes
+// rdma_listen's: b if 0 < b < 1024 (net.rdma_ucm.max_backlog), else 1024.
+func listenBacklog(b uint32) int {
+	if b > 0 && b < maxBacklog {
+		return int(b)
+	}
+	return maxBacklog
+}
+
+// maxBacklog is Linux's net.rdma_ucm.max_backlog default.
+const maxBacklog = 1024
+
+// backlogFullLocked reports whether listener l has as many CONNECT_REQUEST
+// records unread as its backlog, after forgetting those its channel's
+// client has read (Linux's rule, ucma: a request takes a place in the
+// listener's backlog from its event until rdma_get_cm_event returns the
+// event; beyond the backlog the request is dropped unanswered).
+func (ss *session) backlogFullLocked(l *cmIDObj) bool {
+	ch := l.ch
+	if len(ch.reqs) > 0 {
+		read := ch.sock.read(ss.srv.cmRecordCharge)
+		ch.reqs = slices.DeleteFunc(ch.reqs, func(r chanReq) bool {
+			if r.seq < read {
+				r.l.waiting--
+				return true
+			}
+			return false
+		})
+	}
+	return l.backlog > 0 && l.waiting >= l.backlog
 }
 
 // cmEventRecord lays out the cm_event record of ev.

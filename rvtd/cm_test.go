@@ -22,6 +22,7 @@ import (
 // rdma_cm event numbers (enum rdma_cm_event_type).
 const (
 	evAddrResolved   = 0
+	evAddrError      = 1
 	evRouteResolved  = 2
 	evConnectRequest = 4
 	evUnreachable    = 7
@@ -116,7 +117,7 @@ func listen(ch *client.CMChannel, ctx uint64, ps uint16, qpType uint8, addr neti
 	if err := id.BindAddr(addr); err != nil {
 		return id, 0, err
 	}
-	if err := id.Listen(8); err != nil {
+	if err := id.Listen(0); err != nil { // 1024, as rdma_listen(id, 0)
 		return id, 0, err
 	}
 	q, err := id.Query()

@@ -61,8 +61,15 @@ type DeviceConfig struct {
 	UDP    string `yaml:"udp"` // the unprivileged UDP link: IP or IP:port
 	// IP is the device's address (ADDR/PFX or ADDR) on a fabric, TAP or
 	// XDP link.
-	IP  string `yaml:"ip"`
-	MAC string `yaml:"mac"` // default: random, locally administered
+	IP string `yaml:"ip"`
+	// Gateway is a TAP device's default gateway (softverbs is the host on
+	// a TAP, with its own routing table: the subnet of IP on-link, any
+	// other destination through Gateway; without one, a destination off
+	// the subnet is unreachable: rdma_resolve_addr fails with
+	// ENETUNREACH, as on Linux). A fabric has no router; XDP and UDP
+	// devices follow the kernel's routing table.
+	Gateway string `yaml:"gateway"`
+	MAC     string `yaml:"mac"` // default: random, locally administered
 	// MTU is the link's Ethernet MTU (0: the interface's; a fabric port
 	// 9000, a TAP enough for a 4096-byte path MTU).
 	MTU int `yaml:"mtu"`
@@ -208,7 +215,10 @@ func (c *Config) Check() error {
 		if d.UDP != "" && d.IP != "" {
 			return fmt.Errorf("device %q: ip is for fabric, tap and xdp devices (a udp device's address is its udp)", d.Name)
 		}
-		lc := devopen.Config{UDP: d.UDP, IP: d.IP, MAC: d.MAC, LinkMTU: d.MTU}
+		if d.Gateway != "" && d.TAP == "" {
+			return fmt.Errorf("device %q: gateway is for tap devices (a fabric has no router; xdp and udp devices use the kernel's routes)", d.Name)
+		}
+		lc := devopen.Config{UDP: d.UDP, IP: d.IP, Gateway: d.Gateway, MAC: d.MAC, LinkMTU: d.MTU}
 		if err := lc.CheckAddrs(); err != nil {
 			return fmt.Errorf("device %q: %w", d.Name, err)
 		}

@@ -20,6 +20,7 @@ type eventSock struct {
 	fd       int           // our end; -1 once closed
 	pending  [][]byte      // records the socket has not taken yet, oldest first
 	flushing chan struct{} // closed when the flusher ends; nil: none runs
+	accepted uint64        // records sent or queued so far (read: see read)
 }
 
 // errEventsFull: a record was dropped, limit records already waiting.
@@ -34,27 +35,77 @@ func newEventSock(fd int) *eventSock { return &eventSock{fd: fd} }
 // limit, or the socket's error if it was lost. A closed socket takes
 // records silently.
 func (e *eventSock) send(rec []byte, limit int) (first bool, err error) {
+	_, first, err = e.sendSeq(rec, limit)
+	return first, err
+}
+
+// sendSeq is send, and returns the record's place in the socket's stream
+// (0 for the first record accepted), for read.
+func (e *eventSock) sendSeq(rec []byte, limit int) (seq uint64, first bool, err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.fd < 0 {
-		return false, nil
+		return 0, false, nil
 	}
+	seq = e.accepted
 	if len(e.pending) == 0 {
 		err := unix.Send(e.fd, rec, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
+		if err == nil {
+			e.accepted++
+		}
 		if err != unix.EAGAIN {
-			return false, err
+			return seq, false, err
 		}
 	}
 	if len(e.pending) >= limit {
-		return false, errEventsFull
+		return 0, false, errEventsFull
 	}
+	e.accepted++
 	e.pending = append(e.pending, slices.Clone(rec))
 	if e.flushing == nil {
 		e.flushing = make(chan struct{})
 		go e.flush(e.fd, e.flushing)
-		return true, nil
+		return seq, true, nil
 	}
-	return false, nil
+	return seq, false, nil
+}
+
+// read returns how many of the records accepted so far (sendSeq's) the
+// client has read: those neither pending here nor unread in the socket.
+// The socket's unread bytes are its send queue (SIOCOUTQ: a Unix
+// socket's sender is charged each record's buffer until the reader takes
+// it), in units of charge, one record's (recordCharge). Without that
+// measure (charge 0), a record counts as read once the socket took it.
+func (e *eventSock) read(charge int) uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	unread := uint64(len(e.pending))
+	if c := charge; e.fd >= 0 && c > 0 {
+		if q, err := unix.IoctlGetInt(e.fd, unix.SIOCOUTQ); err == nil && q > 0 {
+			unread += uint64((q + c - 1) / c)
+		}
+	}
+	return e.accepted - min(unread, e.accepted)
+}
+
+// recordCharge is what one record of size bytes adds to the send queue
+// of a SOCK_SEQPACKET Unix socket until it is read (its buffer's true
+// size), measured on a socket pair of our own; 0 if that fails.
+func recordCharge(size int) int {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return 0
+	}
+	defer unix.Close(fds[0])
+	defer unix.Close(fds[1])
+	if unix.Send(fds[0], make([]byte, size), unix.MSG_DONTWAIT) != nil {
+		return 0
+	}
+	q, err := unix.IoctlGetInt(fds[0], unix.SIOCOUTQ)
+	if err != nil || q <= 0 {
+		return 0
+	}
+	return q
 }
 
 // flush sends the pending records as the socket makes room, and ends when

@@ -64,8 +64,11 @@ type Server struct {
 	spinner atomic.Int32  // the id of the loop that spins, 0: none
 	devices []*device
 	byName  map[string]*device
-	loops   []*loop
-	fdLimit int // descriptors one session may hold (limits.fds, resolved)
+	// cmRecordCharge is one cm_event record's charge on an event
+	// socket's send queue (recordCharge), for listen backlogs.
+	cmRecordCharge int
+	loops          []*loop
+	fdLimit        int // descriptors one session may hold (limits.fds, resolved)
 	// userFDLimit: descriptors the sessions of one uid may hold together
 	// (limits.user_fds, resolved).
 	userFDLimit int
@@ -119,9 +122,10 @@ func New(cfg *Config, o Options) (_ *Server, err error) {
 			s.closeDevices()
 		}
 	}()
+	s.cmRecordCharge = recordCharge(proto.CMEventRecordSize)
 	fabrics := map[string]*fabric.Fabric{}
 	for _, dc := range cfg.Devices {
-		lc := devopen.Config{TAP: dc.TAP, XDP: dc.XDP, UDP: dc.UDP, IP: dc.IP, MAC: dc.MAC, LinkMTU: dc.MTU}
+		lc := devopen.Config{TAP: dc.TAP, XDP: dc.XDP, UDP: dc.UDP, IP: dc.IP, Gateway: dc.Gateway, MAC: dc.MAC, LinkMTU: dc.MTU}
 		if dc.Fabric != "" {
 			f := fabrics[dc.Fabric]
 			if f == nil {

@@ -42,6 +42,7 @@ func cmLinkFlags(fs *pflag.FlagSet, c *cmLinkConfig) {
 	fs.StringVar(&c.XDP, "xdp", c.XDP, "attach AF_XDP to interface `iface` (needs --ip)")
 	fs.StringVar(&c.UDP, "udp", c.UDP, "UDP socket link on `addr` (IP or IP:port; port 4791 by default)")
 	fs.StringVar(&c.IP, "ip", c.IP, "our `addr/prefix` on a TAP or XDP link")
+	fs.StringVar(&c.Gateway, "gateway", c.Gateway, "default gateway `addr` on a TAP link (off the --ip subnet, without one: unreachable)")
 	fs.StringVar(&c.MAC, "mac", c.MAC, "our `MAC` on a TAP or XDP link (default random)")
 	fs.IntVar(&c.LinkMTU, "link-mtu", c.LinkMTU, "Ethernet `MTU` of the link (default: a TAP 1500, other links keep the interface's)")
 	fs.StringVar(&c.PCAP, "pcap", c.PCAP, "write the frames we send and receive to pcap `file` (in-memory pair: rvt0's)")

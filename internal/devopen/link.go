@@ -40,7 +40,13 @@ type Config struct {
 	XDP string // interface to attach AF_XDP to
 	UDP string // local UDP address (IP or IP:port, port 4791 by default) of the UDP link
 	IP  string // our address (ADDR/PFX, or a bare ADDR) on a TAP, XDP or fabric link
-	MAC string // our MAC on a TAP or fabric link (default: random, locally administered)
+	// Gateway is the default gateway of a TAP link (softverbs is the host
+	// there, with its own routing table: IP's subnet on-link, everything
+	// else through Gateway; without one, a destination off the subnet is
+	// unreachable). A fabric has no router, and on XDP and UDP links the
+	// kernel's routing table applies.
+	Gateway string
+	MAC     string // our MAC on a TAP or fabric link (default: random, locally administered)
 
 	// LinkMTU is the Ethernet MTU of the link: 0 keeps an interface's
 	// (XDP, UDP); a TAP then gets enough for PathMTU and at least 1500,
@@ -68,6 +74,9 @@ type Link struct {
 	MAC     netdev.MAC
 	Addrs   []netip.Addr // GID table sources: link-local first, then ours
 	Resolve func(netip.Addr) (netdev.MAC, bool)
+	// Route is the port's routing table (rvt.Options.Route): Resolve
+	// resolves through it.
+	Route netdev.RouteFunc
 
 	// RVTD is the daemon's socket when the device is rvtd's (Config.RVTD);
 	// then the fields above are zero.
@@ -89,7 +98,7 @@ func (l *Link) Close() {
 
 // Options are the rvt.Options of a device named name on l.
 func (l *Link) Options(name string) rvt.Options {
-	return rvt.Options{Name: name, Link: l.Link, MAC: l.MAC, Addrs: l.Addrs, Resolve: l.Resolve}
+	return rvt.Options{Name: name, Link: l.Link, MAC: l.MAC, Addrs: l.Addrs, Resolve: l.Resolve, Route: l.Route}
 }
 
 // WarmTimeout bounds how long AwaitNeighbour waits.
@@ -98,8 +107,13 @@ const WarmTimeout = 3 * time.Second
 // AwaitNeighbour asks the link's resolver for ip until it answers or
 // WarmTimeout passes, and reports whether it answered. Links whose
 // resolver learns asynchronously (ARP, ND) answer false until the reply
-// is in.
+// is in; a destination the link has no route to, at once.
 func (l *Link) AwaitNeighbour(ip netip.Addr) bool {
+	if l.Route != nil {
+		if _, err := l.Route(ip); err != nil {
+			return false
+		}
+	}
 	deadline := time.Now().Add(WarmTimeout)
 	for {
 		if _, ok := l.Resolve(ip); ok {
@@ -140,6 +154,8 @@ func Open(cfg Config) (_ *Link, err error) {
 	switch {
 	case cfg.Fabric != nil && n > 0:
 		return nil, errors.New("a fabric port excludes --tap, --xdp and --udp")
+	case cfg.Gateway != "" && cfg.TAP == "":
+		return nil, errors.New("a gateway is for a TAP link (a fabric has no router; XDP and UDP links use the kernel's routes)")
 	case cfg.Fabric != nil:
 		l, err = openFabric(cfg)
 	case cfg.TAP != "":
@@ -198,7 +214,9 @@ func openFabric(cfg Config) (*Link, error) {
 	if mtu == 0 {
 		mtu = 1500
 	}
-	return FabricPort(cfg.Fabric, mac, netdev.GIDOrder(mac, []netip.Addr{pfx.Addr()}), mtu), nil
+	l := FabricPort(cfg.Fabric, mac, netdev.GIDOrder(mac, []netip.Addr{pfx.Addr()}), mtu)
+	l.Route = netdev.StaticRoutes{OnLink: []netip.Prefix{pfx}}.Route
+	return l, nil
 }
 
 // FabricPort opens a port of fab with mac and Ethernet MTU mtu, and adds

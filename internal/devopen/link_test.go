@@ -1,10 +1,14 @@
 package devopen
 
 import (
+	"errors"
+	"net/netip"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/softverbs/softverbs/netdev"
 )
 
 // openUDP's errors name the flag the address came from (--udp wins
@@ -34,5 +38,36 @@ func TestOpenUDPLinkErrors(t *testing.T) {
 		} else {
 			require.EqualError(t, err, tc.err, "--udp %q --ip %q", tc.udp, tc.ip)
 		}
+	}
+}
+
+// TestTAPRoutes: softverbs as the host on a TAP routes by its --ip subnet
+// and its --gateway: off the subnet through the gateway, or unreachable
+// without one; a gateway off the subnet is refused, and a gateway is for
+// TAP links only.
+func TestTAPRoutes(t *testing.T) {
+	pfx := netip.MustParsePrefix("10.50.0.200/24")
+	r, err := Config{TAP: "x", IP: pfx.String()}.tapRoutes(pfx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Route(netip.MustParseAddr("10.60.0.1")); !errors.Is(err, netdev.ErrNetUnreachable) {
+		t.Fatalf("no gateway: %v, want ErrNetUnreachable", err)
+	}
+	r, err = Config{TAP: "x", IP: pfx.String(), Gateway: "10.50.0.254"}.tapRoutes(pfx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next, err := r.Route(netip.MustParseAddr("10.60.0.1")); err != nil || next != netip.MustParseAddr("10.50.0.254") {
+		t.Fatalf("via gateway: %v, %v", next, err)
+	}
+	if next, err := r.Route(netip.MustParseAddr("10.50.0.2")); err != nil || next != netip.MustParseAddr("10.50.0.2") {
+		t.Fatalf("on-link: %v, %v", next, err)
+	}
+	if err := (Config{TAP: "x", IP: pfx.String(), Gateway: "10.9.0.1"}).CheckAddrs(); err == nil {
+		t.Fatal("a gateway off the subnet passed")
+	}
+	if _, err := Open(Config{UDP: "127.0.0.1", Gateway: "10.50.0.254"}); err == nil {
+		t.Fatal("a gateway on a UDP link was accepted")
 	}
 }

@@ -35,12 +35,40 @@ func openTAP(cfg Config) (*Link, error) {
 	if err != nil {
 		return nil, err
 	}
+	routes, err := cfg.tapRoutes(pfx)
+	if err != nil {
+		return nil, err
+	}
 	l, h, err := OpenTAP(cfg.TAP, cfg.tapMTU(), mac, pfx.Addr())
 	if err != nil {
 		return nil, err
 	}
+	h.SetRoute(routes.Route)
+	l.Route = h.Route
 	h.Announce(pfx.Addr())
 	return l, nil
+}
+
+// tapRoutes is the routing table of softverbs as the host on a TAP: the
+// subnet of --ip on-link, and the default gateway if given.
+func (cfg Config) tapRoutes(pfx netip.Prefix) (netdev.StaticRoutes, error) {
+	r := netdev.StaticRoutes{OnLink: []netip.Prefix{pfx}}
+	if cfg.Gateway == "" {
+		return r, nil
+	}
+	gw, err := netip.ParseAddr(cfg.Gateway)
+	if err != nil {
+		return r, fmt.Errorf("--gateway %q: %w", cfg.Gateway, err)
+	}
+	if gw = gw.Unmap(); gw.Is4() {
+		r.Gateway4 = gw
+	} else {
+		r.Gateway6 = gw
+	}
+	if err := r.Check(); err != nil {
+		return r, fmt.Errorf("--gateway: %w", err)
+	}
+	return r, nil
 }
 
 // OpenTAP creates TAP name with Ethernet MTU mtu and makes softverbs a
@@ -87,7 +115,20 @@ func OpenXDP(iface string, ip netip.Addr) (*Link, error) {
 		_ = x.Close()
 		return nil, err
 	}
-	return &Link{Link: x, MAC: mac, Addrs: addrs, Resolve: x.Neighbours().Resolve,
+	// The kernel keeps the interface, and its routing table: a peer off
+	// the interface's subnets is resolved through its gateway.
+	nb := x.Neighbours()
+	resolve := func(ip netip.Addr) (netdev.MAC, bool) {
+		if m, ok := netdev.MulticastMAC(ip.Unmap()); ok {
+			return m, true
+		}
+		next, err := nb.Route(ip)
+		if err != nil {
+			return netdev.MAC{}, false
+		}
+		return nb.Resolve(next)
+	}
+	return &Link{Link: x, MAC: mac, Addrs: addrs, Resolve: resolve, Route: nb.Route,
 		closers: []func(){func() { _ = x.Close() }}}, nil
 }
 
@@ -136,6 +177,15 @@ func (cfg Config) CheckAddrs() error {
 			return fmt.Errorf("--ip %q: not a unicast address", cfg.IP)
 		}
 	}
+	if cfg.Gateway != "" {
+		pfx, err := ParsePrefix(cfg.IP)
+		if err != nil {
+			return err
+		}
+		if _, err := cfg.tapRoutes(pfx); err != nil {
+			return err
+		}
+	}
 	if cfg.MAC != "" {
 		if _, err := HostMAC(cfg.MAC); err != nil {
 			return err
@@ -167,6 +217,14 @@ func OpenUDP(ap netip.AddrPort, mtu int) (*Link, error) {
 	}
 	mac := u.HardwareAddr()
 	addrs := netdev.GIDOrder(mac, []netip.Addr{ap.Addr()})
-	return &Link{Link: u, MAC: mac, Addrs: addrs, Resolve: u.Resolve,
-		closers: []func(){func() { _ = u.Close() }}}, nil
+	l := &Link{Link: u, MAC: mac, Addrs: addrs, Resolve: u.Resolve,
+		closers: []func(){func() { _ = u.Close() }}}
+	// The kernel sends the datagrams, by its routing table: a destination
+	// it has no route to is unreachable (any interface: the socket is
+	// bound to an address, not to one).
+	if nb, err := netdev.OpenKernelNeighboursIndex(0, nil); err == nil {
+		l.Route = nb.Route
+		l.OnClose(func() { _ = nb.Close() })
+	}
+	return l, nil
 }

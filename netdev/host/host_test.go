@@ -587,3 +587,50 @@ func TestHostsResolveOnFabric(t *testing.T) {
 	require.Equal(t, byte(42), got[0][netdev.EthernetHeaderLen])
 	require.Equal(t, uint64(0), b.Stats().Malformed)
 }
+
+// TestHostRoutes: with a routing table (SetRoute) a destination off the
+// host's subnet is resolved through its gateway (the ARP asks for the
+// gateway, and the gateway's MAC is the answer), and one with no route is
+// not asked for at all.
+func TestHostRoutes(t *testing.T) {
+	h, cl, _, _ := newTestHost(t)
+	gw := peerV4
+	off := netip.MustParseAddr("10.99.0.1")
+	h.SetRoute(netdev.StaticRoutes{OnLink: []netip.Prefix{netip.PrefixFrom(hostV4, 24)}}.Route)
+	_, ok := h.Resolve(off)
+	require.False(t, ok)
+	require.Empty(t, cl.take(), "no route: nothing asked")
+
+	h.SetRoute(netdev.StaticRoutes{OnLink: []netip.Prefix{netip.PrefixFrom(hostV4, 24)}, Gateway4: gw}.Route)
+	_, ok = h.Resolve(off)
+	require.False(t, ok)
+	out := cl.take()
+	require.Len(t, out, 1)
+	a := gopacket.NewPacket(out[0], layers.LayerTypeEthernet, gopacket.Default).Layer(layers.LayerTypeARP).(*layers.ARP)
+	require.Equal(t, gw.AsSlice(), a.DstProtAddress, "the gateway is asked for")
+	cl.handler(arpFrame(t, layers.ARPReply, peerMAC, hostMAC, peerMAC, gw, hostMAC, hostV4))
+	m, ok := h.Resolve(off)
+	require.True(t, ok)
+	require.Equal(t, peerMAC, m, "the gateway's MAC")
+}
+
+// TestHostResolveCadence: asked every 10 ms (as the connection manager
+// polls while rdma_resolve_addr waits), the host sends its ARP requests
+// 1 s apart, as Linux's neighbour layer does (retrans_time 1 s, measured
+// in the rxe guest: three requests in rdma_resolve_addr's 2 s, at 0, 1.0
+// and 2.0 s). It used to send one every 100 ms.
+func TestHostResolveCadence(t *testing.T) {
+	h, cl, clk, _ := newTestHost(t)
+	start := clk.Now()
+	var at []time.Duration
+	for clk.Now().Sub(start) < 2500*time.Millisecond {
+		if _, ok := h.Resolve(peerV4); ok {
+			t.Fatal("resolved with no answer")
+		}
+		for range cl.take() {
+			at = append(at, clk.Now().Sub(start))
+		}
+		clk.Advance(10 * time.Millisecond)
+	}
+	require.Equal(t, []time.Duration{0, time.Second, 2 * time.Second}, at)
+}

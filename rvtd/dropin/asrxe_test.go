@@ -68,3 +68,44 @@ func TestUdaddyNoListener(t *testing.T) {
 		t.Errorf("no %q:\n%s", want, out)
 	}
 }
+
+// TestRdmacmNetUnreachable: Debian's rping and ucmatose to an address off
+// the devices' subnet (the fabric's 198.18.0.0/24, no gateway) fail as
+// over Linux rxe with no route (measured in the rxe guest, 10.50.0.2/24
+// with no default route, to 10.60.0.1): rdma_resolve_addr itself fails
+// with ENETUNREACH at once when no source address is given; from a bound
+// source address (rping -I) the destination is taken as on-link and the
+// resolution ends in ADDR_ERROR -110 at its 2 s timeout. They used to
+// get ADDR_ERROR -110 after 2 s in both cases.
+func TestRdmacmNetUnreachable(t *testing.T) {
+	build := rdmacmLib(t)
+	sock := startDaemon(t)
+	const off = "10.60.0.1"
+	for _, tc := range []struct {
+		tool    string
+		args    []string
+		want    string
+		slowest time.Duration
+	}{
+		{"rping", []string{"-c", "-a", off, "-C", "1"}, "rdma_resolve_addr: Network is unreachable", time.Second},
+		{"ucmatose", []string{"-s", off}, "failure getting addr: Network is unreachable", time.Second},
+		{"rping", []string{"-c", "-a", off, "-I", cmClientAddr, "-C", "1"}, "RDMA_CM_EVENT_ADDR_ERROR, error -110", 15 * time.Second},
+	} {
+		t.Run(tc.tool+" "+strings.Join(tc.args, " "), func(t *testing.T) {
+			bin := tool(t, tc.tool)
+			t0 := time.Now()
+			err, out := run(t, build, sock, 30*time.Second, bin, tc.args...)
+			took := time.Since(t0)
+			var ee *exec.ExitError
+			if err == nil || !errorAs(err, &ee) || ee.ExitCode() <= 0 {
+				t.Errorf("%v, want an exit status\n%s", err, out)
+			}
+			if !strings.Contains(out, tc.want) {
+				t.Errorf("no %q:\n%s", tc.want, out)
+			}
+			if took > tc.slowest {
+				t.Errorf("took %v, want at most %v", took, tc.slowest)
+			}
+		})
+	}
+}

@@ -367,12 +367,12 @@ var cmTable = [...]Spec{
 	{Op: OpCMDestroyID, Name: "cm_destroy_id", Handle: "cm_id", Reply: mk[CMEventsReply](), Doc: "rdma_destroy_id"},
 	{Op: OpCMBindAddr, Name: "cm_bind_addr", Handle: "cm_id", Request: mk[CMBindAddr](), Doc: "rdma_bind_addr"},
 	{Op: OpCMResolveAddr, Name: "cm_resolve_addr", Handle: "cm_id", Request: mk[CMResolveAddr](),
-		Doc: "rdma_resolve_addr; ADDR_RESOLVED or ADDR_ERROR follows"},
+		Doc: "rdma_resolve_addr; ADDR_RESOLVED or ADDR_ERROR follows, or the call fails (ENETUNREACH: no route, no event)"},
 	{Op: OpCMResolveRoute, Name: "cm_resolve_route", Handle: "cm_id", Request: mk[CMTimeout](),
 		Doc: "rdma_resolve_route; ROUTE_RESOLVED or ROUTE_ERROR follows"},
 	{Op: OpCMQuery, Name: "cm_query", Handle: "cm_id", Reply: mk[CMQueryReply](),
 		Doc: "the ID's addresses, device, port and route"},
-	{Op: OpCMListen, Name: "cm_listen", Handle: "cm_id", Request: mk[CMListen](), Doc: "rdma_listen"},
+	{Op: OpCMListen, Name: "cm_listen", Handle: "cm_id", Request: mk[CMListen](), Doc: "rdma_listen; the backlog as Linux's ucma takes it (section 9)"},
 	{Op: OpCMConnect, Name: "cm_connect", Handle: "cm_id", Request: mk[CMConnParam](), Doc: "rdma_connect"},
 	{Op: OpCMAccept, Name: "cm_accept", Handle: "cm_id", Request: mk[CMConnParam](), Doc: "rdma_accept"},
 	{Op: OpCMReject, Name: "cm_reject", Handle: "cm_id", Request: mk[CMReject](), Doc: "rdma_reject"},
@@ -445,5 +445,6 @@ func ParseRecord(b []byte, r Body) error {
 // The rdma_cm errno values beside errno.go's.
 const (
 	EADDRNOTAVAIL = Errno(99)  // cm_bind_addr, cm_resolve_addr: an address no device has
-	EHOSTUNREACH  = Errno(113) // cm_resolve_addr: no device reaches the destination
+	EHOSTUNREACH  = Errno(113) // cm_resolve_addr: no device has an address of the destination's kind
+	ENETUNREACH   = Errno(101) // cm_resolve_addr: no device has a route to the destination
 )
