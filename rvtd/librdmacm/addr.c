@@ -1,4 +1,4 @@
-/* rdma_getaddrinfo over the system resolver, rpoll, SRQs on an ID. */
+/* rdma_getaddrinfo over the system resolver, SRQs on an ID. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <netdb.h>
@@ -98,13 +98,6 @@ RVM_EXPORT int rdma_getaddrinfo(const char *node, const char *service,
 	}
 	*res = ai;
 	return 0;
-}
-
-/* rpoll: rping, ucmatose and udaddy poll ordinary descriptors (event
- * channels, pipes) with it; no rsockets here. */
-RVM_EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
-{
-	return poll(fds, nfds, timeout);
 }
 
 RVM_EXPORT int rdma_create_srq_ex(struct rdma_cm_id *id, struct ibv_srq_init_attr_ex *attr)
