@@ -1,11 +1,15 @@
 package dropin_test
 
 import (
+	"bytes"
 	"fmt"
+	"math/rand"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 // rsockets (rsocket.c) under Debian's unmodified rstream, riostream and
@@ -20,10 +24,22 @@ var rstreamLine = regexp.MustCompile(`(?m)^(\S+)\s+\S+\s+\S+\s+\S+\s+\S+\s+[0-9.
 // least one result line each.
 func rsPair(t *testing.T, build, sock, bin string, args ...string) (string, string) {
 	t.Helper()
+	return rsPairBind(t, build, sock, true, bin, args...)
+}
+
+// rsPairBind is rsPair with the client bound to rvt1's address or not
+// (rstream binds its client to the server's port number too, so a second
+// connection needs the first one's port released).
+func rsPairBind(t *testing.T, build, sock string, bind bool, bin string, args ...string) (string, string) {
+	t.Helper()
 	port := fmt.Sprint(freePort(t))
 	all := append([]string{"-p", port}, args...)
+	cli := []string{"-s", cmServerAddr}
+	if bind {
+		cli = append(cli, "-b", cmClientAddr)
+	}
 	cout, sout := cmPair(t, build, sock, bin, append([]string{"-b", cmServerAddr}, all...),
-		bin, append([]string{"-s", cmServerAddr, "-b", cmClientAddr}, all...))
+		bin, append(cli, all...))
 	for who, out := range map[string]string{"client": cout, "server": sout} {
 		if !rstreamLine.MatchString(out) {
 			t.Errorf("%s %v: %s printed no result:\n%s", filepath.Base(bin), args, who, out)
@@ -47,4 +63,79 @@ func TestRstream(t *testing.T) {
 			rsPair(t, build, sock, bin, args...)
 		})
 	}
+}
+
+// TestRstreamDefault is rstream's own series (latency then bandwidth
+// tests over 64 B .. 64 KiB on two connections, each torn down by
+// rshutdown and rclose).
+func TestRstreamDefault(t *testing.T) {
+	build := rdmacmLib(t)
+	sock := startDaemon(t)
+	cout, _ := rsPairBind(t, build, sock, false, tool(t, "rstream"))
+	for _, name := range []string{"64_lat", "4k_lat", "64k_lat", "64_bw", "64k_bw"} {
+		if !regexp.MustCompile(`(?m)^` + name + `\s`).MatchString(cout) {
+			t.Errorf("rstream: no %s line:\n%s", name, cout)
+		}
+	}
+}
+
+// TestRiostream: riowrite into the peer's riomap (RDMA_IOMAPSIZE 1), the
+// last byte of each transfer a marker the reader spins on.
+func TestRiostream(t *testing.T) {
+	build := rdmacmLib(t)
+	sock := startDaemon(t)
+	bin := tool(t, "riostream")
+	for _, args := range [][]string{
+		{"-C", "100", "-S", "4096", "-T", "v"},
+		{"-C", "20", "-S", "300000", "-T", "b", "-T", "v"},
+		{"-C", "50", "-S", "10000", "-T", "a", "-T", "v"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			rsPair(t, build, sock, bin, args...)
+		})
+	}
+}
+
+// TestRcopy copies a file of 3 MiB and some bytes with rcopy and compares it.
+func TestRcopy(t *testing.T) {
+	build := rdmacmLib(t)
+	sock := startDaemon(t)
+	bin := tool(t, "rcopy")
+	dir := t.TempDir()
+	src, dst := filepath.Join(dir, "src"), filepath.Join(dir, "dst")
+	data := make([]byte, 3<<20+12345)
+	rand.New(rand.NewSource(1)).Read(data)
+	if err := os.WriteFile(src, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	port := fmt.Sprint(freePort(t))
+	waitListeners(sock, func(n int) bool { return n == 0 })
+	srv := start(t, build, sock, 60*time.Second, nil, bin, "-p", port)
+	if !waitListeners(sock, func(n int) bool { return n > 0 }) {
+		time.Sleep(300 * time.Millisecond)
+	}
+	err, out := run(t, build, sock, 30*time.Second, bin, src, cmServerAddr+":"+dst, "-p", port)
+	if err != nil {
+		t.Fatalf("rcopy client: %v\n%s\nserver:\n%s", err, out, srv.stdout.String()+srv.stderr.String())
+	}
+	got, err := os.ReadFile(dst)
+	if err != nil {
+		t.Fatalf("%v\nclient:\n%s\nserver:\n%s", err, out, srv.stdout.String()+srv.stderr.String())
+	}
+	if !bytes.Equal(got, data) {
+		t.Errorf("copy differs: %d bytes, want %d", len(got), len(data))
+	}
+	select {
+	case <-srv.done:
+		_, sout := srv.wait()
+		t.Errorf("rcopy server ended: %v\n%s", srv.err, sout)
+	default:
+	}
+}
+
+// TestRsocketC runs rvtd/librdmacm/tests/rsocket_test.c (edge cases: see
+// its header), then again under ASan and UBSan.
+func TestRsocketC(t *testing.T) {
+	build := rdmacmLib(t)
+	runCTest(t, build, startDaemon(t), "rsocket_test")
 }

@@ -1744,7 +1744,7 @@ RVM_EXPORT off_t riomap(int socket, void *buf, size_t len, int prot, int flags, 
 		return rvm_err(EINVAL);
 	pthread_mutex_lock(&rs->lock);
 	int err = 0, index = -1;
-	if (!rs->id->pd || rs->phase < P_CONNECTED) {
+	if (!rs->id->pd) { /* no QP yet */
 		err = EINVAL;
 	} else if (prot & PROT_WRITE) {
 		if (!rs->slots && rs->riomap.length)
