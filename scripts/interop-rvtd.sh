@@ -62,7 +62,14 @@
 #                         (-m GROUP) is the server, the sender (-s) the
 #                         client; cmtime N: N connections (the server is
 #                         ended when the client is done); rdma_xclient
-#                         PORT: rdma_xserver and rdma_xclient over RC
+#                         PORT: rdma_xserver and rdma_xclient over RC;
+#                         rstream, riostream COUNT SIZE: rsockets (our
+#                         librdmacm's rsocket.c against Linux's), -C COUNT
+#                         -S SIZE, one iteration; both ends must print
+#                         their "custom" result line (with -T v both check
+#                         the data); give each case its own -p (the
+#                         daemon holds a port until the closed
+#                         connection's time-wait ends)
 # The overlap of the two processes of multi and mixed is printed (their
 # start and end times, from the host).
 #
@@ -134,6 +141,16 @@ else
 	add dropincm mckey 239.1.2.31 20 cli:-o
 	add dropincm cmtime 100
 	add dropincm rdma_xclient 7471
+	add dropincm rstream 100 1000 -p 7481 -T v
+	add dropincm rstream 30 100000 -p 7482 -T b -T v
+	# -T a on our end only: Linux's rpoll sets POLLHUP with the data that
+	# came before the peer's disconnect, and rstream -T a then fails its
+	# last receive when the data and the disconnect arrive together (a
+	# slow guest's client, often); docs/rsockets.md.
+	cases+=("dropincm sv-server rstream 100 4096 -p 7483 -T v srv:-T srv:a")
+	cases+=("dropincm rxe-server rstream 100 4096 -p 7483 -T v cli:-T cli:a")
+	add dropincm riostream 50 10000 -p 7484 -T v
+	add dropincm riostream 20 100000 -p 7485 -T b -T v
 fi
 if [ -n "$list" ]; then
 	printf '%s\n' "${cases[@]}"
@@ -369,6 +386,29 @@ run_cm() {
 	[ $ok = 1 ]
 }
 
+# until_rs_listening OUT CMD...: until_listening for rstream and riostream,
+# whose clients print "...: Connection refused" (the REJ) when the guest's
+# server does not listen yet.
+until_rs_listening() {
+	local out=$1 try
+	shift
+	for try in 1 2 3 4 5 6 7 8 9 10; do
+		"$@" >"$out" 2>&1 && return 0
+		grep -q 'Connection refused' "$out" || return 1
+		log "client refused (try $try): the guest's server does not listen yet"
+		sleep 1
+	done
+	return 1
+}
+
+# check_rs_out FILE TOOL WHO: rstream's and riostream's result line
+# ("custom  1000  100  1  195k  0.05s  0.03  263.12"), and no error.
+check_rs_out() {
+	case $2 in rstream | riostream) ;; *) return 0 ;; esac
+	grep -Eq '^custom +[0-9.]+[kmg]? +[0-9.]+[kmg]? +1 +[0-9.]+[kmg]? +[0-9.]+s +[0-9.]+ +[0-9.]+$' "$1" || { log "$3: no result line"; return 1; }
+	! grep -Eq '^(r[a-z]+|async rconnect|riomap|riowrite): ' "$1" || { log "$3: an error"; return 1; }
+}
+
 # run_dropincm NAME ROLE TOOL A [B [OPT...]]: Debian's TOOL on our
 # libraries on the host (in netns $NS) against the guest's. rping: A pings
 # (-C) of B bytes (-S); ucmatose and udaddy: A connections (-c), B messages
@@ -432,6 +472,13 @@ run_dropincm() {
 		rxe_srv="rdma_xserver -p $a"
 		rxe_cli="rdma_xclient -s $myip -p $a"
 		;;
+	rstream | riostream)
+		opt="-C $a -S $b -I 1"
+		sv_srv="$tool -b $myip $opt$(xopts srv "$myip" "$GIP")"
+		sv_cli="$tool -s $GIP $opt$(xopts cli "$myip" "$GIP")"
+		rxe_srv="$tool -b $GIP $opt$(xopts srv "$GIP" "$myip")"
+		rxe_cli="$tool -s $myip $opt$(xopts cli "$GIP" "$myip")"
+		;;
 	esac
 	if [ "$role" = sv-server ]; then
 		# A plain command (not nsx), so that $! is the tool's own PID.
@@ -453,6 +500,8 @@ run_dropincm() {
 		fi
 		[ $ok = 1 ] && check_cm_out "$hout" "$tool" "$name host" server "$a" || ok=0
 		[ $ok = 1 ] && check_cm_out "$gout" "$tool" "$name rxe" client "$a" || ok=0
+		[ $ok = 1 ] && check_rs_out "$hout" "$tool" "$name host" || ok=0
+		[ $ok = 1 ] && check_rs_out "$gout" "$tool" "$name rxe" || ok=0
 	else
 		# --foreground: the tool stays in the job's process group, which
 		# "peer.sh stop" signals (plain timeout makes a group of its own,
@@ -460,7 +509,9 @@ run_dropincm() {
 		guest_job=$("$PEERSH" spawn "$G" "timeout --foreground $T $rxe_srv")
 		sleep "$DELAY"
 		# shellcheck disable=SC2086
-		until_listening "$hout" nsx timeout "$((T + 30))" "${env[@]}" $sv_cli || ok=0
+		local until=until_listening
+		case $tool in rstream | riostream) until=until_rs_listening ;; esac
+		$until "$hout" nsx timeout "$((T + 30))" "${env[@]}" $sv_cli || ok=0
 		if [ -n "$forever" ]; then
 			"$PEERSH" stop "$G" "$guest_job" >/dev/null 2>&1 || true
 			"$PEERSH" wait "$G" "$guest_job" "$((T + 30))" >"$gout" 2>&1 || true
@@ -471,6 +522,8 @@ run_dropincm() {
 		guest_job=
 		[ $ok = 1 ] && check_cm_out "$hout" "$tool" "$name host" client "$a" || ok=0
 		[ $ok = 1 ] && check_cm_out "$gout" "$tool" "$name rxe" server "$a" || ok=0
+		[ $ok = 1 ] && check_rs_out "$hout" "$tool" "$name host" || ok=0
+		[ $ok = 1 ] && check_rs_out "$gout" "$tool" "$name rxe" || ok=0
 	fi
 	bg_pids=("$tcpdump_pid")
 	[ $ok = 1 ]

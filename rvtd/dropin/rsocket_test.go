@@ -65,10 +65,16 @@ func TestRstream(t *testing.T) {
 	}
 }
 
-// TestRstreamDefault is rstream's own series (latency then bandwidth
-// tests over 64 B .. 64 KiB on two connections, each torn down by
-// rshutdown and rclose).
+// TestRstreamDefault (DROPIN_RSTREAM_DEFAULT=1) is rstream's own series:
+// latency then bandwidth tests from 64 B to 1 MiB on two connections,
+// each torn down by rshutdown and rclose. It takes about 40 s on two CPUs
+// (the 64-byte latency test alone is 100000 round trips with both ends
+// spinning), beyond this package's budget, so it runs on request; the
+// custom runs of TestRstream cover the same calls.
 func TestRstreamDefault(t *testing.T) {
+	if os.Getenv("DROPIN_RSTREAM_DEFAULT") == "" {
+		t.Skip("about 40 s: set DROPIN_RSTREAM_DEFAULT=1 to run rstream's default series")
+	}
 	build := rdmacmLib(t)
 	sock := startDaemon(t)
 	cout, _ := rsPairBind(t, build, sock, false, tool(t, "rstream"))
