@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -58,9 +59,19 @@ func TestRstream(t *testing.T) {
 		{"-C", "100", "-S", "70000", "-T", "n", "-T", "v"},
 		{"-C", "100", "-S", "4096", "-T", "a", "-T", "v"},
 		{"-C", "1000", "-S", "10", "-I", "5", "-B", "8192", "-T", "v"},
+		{"-C", "100", "-S", "1000", "-T", "r", "-T", "v"},
+		{"-C", "100", "-S", "1000", "-k", "10"},
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
-			rsPair(t, build, sock, bin, args...)
+			cout, sout := rsPair(t, build, sock, bin, args...)
+			if args[4] == "-k" {
+				// rstream reads back what it set.
+				for who, out := range map[string]string{"client": cout, "server": sout} {
+					if !strings.Contains(out, "Keepalive: ON\n  time: 10\n") {
+						t.Errorf("rstream -k 10: %s does not read its keepalive back:\n%s", who, out)
+					}
+				}
+			}
 		})
 	}
 }
@@ -144,4 +155,16 @@ func TestRcopy(t *testing.T) {
 func TestRsocketC(t *testing.T) {
 	build := rdmacmLib(t)
 	runCTest(t, build, startDaemon(t), "rsocket_test")
+}
+
+// TestRsocketWire runs rvtd/librdmacm/tests/rswire_test.c (with ASan and
+// UBSan): the conn data of a REQ from Linux's rstream, captured against
+// rvtd on TAP, decoded and encoded back byte for byte; immediates; the
+// iomap size scale.
+func TestRsocketWire(t *testing.T) {
+	build := rdmacmLib(t)
+	out, err := exec.Command(filepath.Join(build, "test", "rswire_test")).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "PASS") {
+		t.Fatalf("rswire_test: %v\n%s", err, out)
+	}
 }
