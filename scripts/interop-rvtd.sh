@@ -69,7 +69,10 @@
 #                         their "custom" result line (with -T v both check
 #                         the data); give each case its own -p (the
 #                         daemon holds a port until the closed
-#                         connection's time-wait ends)
+#                         connection's time-wait ends); rcopy BYTES
+#                         PORT: a file of BYTES random bytes copied by
+#                         rcopy (-p PORT) to the other end's server
+#                         (which runs until ended), compared by MD5
 # The overlap of the two processes of multi and mixed is printed (their
 # start and end times, from the host).
 #
@@ -151,6 +154,7 @@ else
 	cases+=("dropincm rxe-server rstream 100 4096 -p 7483 -T v cli:-T cli:a")
 	add dropincm riostream 50 10000 -p 7484 -T v
 	add dropincm riostream 20 100000 -p 7485 -T b -T v
+	add dropincm rcopy 3000000 7486
 fi
 if [ -n "$list" ]; then
 	printf '%s\n' "${cases[@]}"
@@ -409,6 +413,43 @@ check_rs_out() {
 	! grep -Eq '^(r[a-z]+|async rconnect|riomap|riowrite): ' "$1" || { log "$3: an error"; return 1; }
 }
 
+# run_rcopy NAME ROLE BYTES PORT: a file of BYTES random bytes from the
+# client's end to the server's by rcopy (the server never exits: ended
+# once the client is done); both ends' MD5 sums must agree.
+run_rcopy() {
+	local name=$1 role=$2 bytes=$3 port=$4 ok=1 myip=${SVIP%/*} hpid gsum hsum
+	local hout=$WORK/$name.h0.txt gout=$WORK/$name.g0.txt
+	local env=(env LD_LIBRARY_PATH="$LIBDIR" RVTD_SOCKET="$SOCK")
+	if [ "$role" = sv-server ]; then
+		ip netns exec "$NS" timeout "$((T + 30))" "${env[@]}" rcopy -p "$port" >"$hout" 2>&1 &
+		hpid=$!
+		bg_pids+=("$hpid")
+		sleep 1.5
+		kill -0 "$hpid" 2>/dev/null || { log "$name: host server exited early"; ok=0; }
+		if [ $ok = 1 ] && ! "$PEERSH" run "$G" "head -c $bytes /dev/urandom >/tmp/$name.src && timeout $T rcopy /tmp/$name.src $myip:$WORK/$name.dst -p $port && md5sum /tmp/$name.src" >"$gout" 2>&1; then
+			ok=0
+		fi
+		kill "$hpid" 2>/dev/null || { log "$name: host server ended"; ok=0; }
+		wait "$hpid" || true
+		gsum=$(awk -v f="/tmp/$name.src" '$2 == f {print $1}' "$gout")
+		hsum=$(md5sum <"$WORK/$name.dst" 2>/dev/null | awk '{print $1}')
+	else
+		guest_job=$("$PEERSH" spawn "$G" "cd /tmp && timeout --foreground $T rcopy -p $port")
+		sleep "$DELAY"
+		head -c "$bytes" /dev/urandom >"$WORK/$name.src"
+		until_rs_listening "$hout" nsx timeout "$((T + 30))" "${env[@]}" rcopy "$WORK/$name.src" "$GIP:/tmp/$name.dst" -p "$port" || ok=0
+		gsum=$("$PEERSH" run "$G" "md5sum </tmp/$name.dst" 2>/dev/null | awk '{print $1}')
+		"$PEERSH" stop "$G" "$guest_job" >/dev/null 2>&1 || true
+		"$PEERSH" wait "$G" "$guest_job" "$((T + 30))" >"$gout" 2>&1 || true
+		guest_job=
+		hsum=$(md5sum <"$WORK/$name.src" | awk '{print $1}')
+	fi
+	bg_pids=("$tcpdump_pid")
+	[ -n "$gsum" ] && [ "$gsum" = "$hsum" ] || { log "$name: MD5 $hsum (host) and $gsum (guest) differ"; ok=0; }
+	grep -q '^opening\.\.\.transferring\.\.\.closing\.\.\.done$' "$hout" "$gout" || { log "$name: the client did not end with done"; ok=0; }
+	[ $ok = 1 ]
+}
+
 # run_dropincm NAME ROLE TOOL A [B [OPT...]]: Debian's TOOL on our
 # libraries on the host (in netns $NS) against the guest's. rping: A pings
 # (-C) of B bytes (-S); ucmatose and udaddy: A connections (-c), B messages
@@ -420,6 +461,10 @@ run_dropincm() {
 	local hout=$WORK/$name.h0.txt gout=$WORK/$name.g0.txt
 	local env=(env LD_LIBRARY_PATH="$LIBDIR" RVTD_SOCKET="$SOCK")
 	local opt sv_srv sv_cli rxe_srv rxe_cli forever=
+	if [ "$tool" = rcopy ]; then
+		run_rcopy "$name" "$role" "$a" "${rest%% *}"
+		return
+	fi
 	read -r b rest <<<"$rest"
 	[ "$b" = - ] && b=
 	# xopts SIDE SELF PEER: the OPTs for the server or client SIDE.
