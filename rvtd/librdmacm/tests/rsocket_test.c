@@ -191,6 +191,9 @@ int main(void)
 	CHECK(rsetsockopt(c, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one)) == 0);
 	int two = 2; /* the table the server's riomap goes into */
 	CHECK(rsetsockopt(c, SOL_RDMA, RDMA_IOMAPSIZE, &two, sizeof(two)) == 0);
+	int rq = 16, inl = 0; /* 16 credits for the server's sends; data never inline */
+	CHECK(rsetsockopt(c, SOL_RDMA, RDMA_RQSIZE, &rq, sizeof(rq)) == 0);
+	CHECK(rsetsockopt(c, SOL_RDMA, RDMA_INLINE, &inl, sizeof(inl)) == 0);
 	CHECK(rgetsockopt(c, SOL_SOCKET, SO_KEEPALIVE, &v, &len) == 0 && v == 1);
 	int sb = 3000;
 	CHECK(rsetsockopt(c, SOL_SOCKET, SO_SNDBUF, &sb, sizeof(sb)) == 0);
@@ -214,6 +217,9 @@ int main(void)
 	len = sizeof(v);
 	CHECK(rgetsockopt(s, SOL_RDMA, RDMA_IOMAPSIZE, &v, &len) == 0 && v == 1);
 	CHECK(rgetsockopt(s, SOL_RDMA, RDMA_SQSIZE, &v, &len) == 0 && v == 20);
+	CHECK(rgetsockopt(c, SOL_RDMA, RDMA_RQSIZE, &v, &len) == 0 && v == 16);
+	CHECK(rgetsockopt(c, SOL_RDMA, RDMA_INLINE, &v, &len) == 0 && v >= 0); /* what the QP gave */
+	CHECK(rgetsockopt(s, SOL_RDMA, RDMA_INLINE, &v, &len) == 0 && v >= 64);
 	struct sockaddr_in pa;
 	len = sizeof(pa);
 	CHECK(rgetpeername(s, (struct sockaddr *)&pa, &len) == 0 && pa.sin_addr.s_addr == ca.sin_addr.s_addr);
