@@ -2,10 +2,8 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <netdb.h>
-#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
-#include <rdma/rsocket.h>
 #include "internal.h"
 
 static int copy_sa(struct sockaddr **dst, socklen_t *dlen, const struct sockaddr *src, socklen_t len)
