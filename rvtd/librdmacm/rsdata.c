@@ -351,6 +351,7 @@ static ssize_t rs_sendv(int socket, const struct iovec *iov, int iovcnt, int fla
 	size_t total = 0;
 	for (int i = 0; i < iovcnt; i++)
 		total += iov[i].iov_len;
+	int saved = errno; /* kept on success, as in rrecv */
 	pthread_mutex_lock(&rs->lock);
 	int nonblock = rs_nonblocking(rs, flags);
 	size_t left = total;
@@ -392,7 +393,10 @@ static ssize_t rs_sendv(int socket, const struct iovec *iov, int iovcnt, int fla
 			left -= n;
 	}
 	pthread_mutex_unlock(&rs->lock);
-	return ret && left == total ? -1 : (ssize_t)(total - left);
+	if (ret && left == total)
+		return -1;
+	errno = saved;
+	return (ssize_t)(total - left);
 }
 
 RVM_EXPORT ssize_t rsend(int socket, const void *buf, size_t len, int flags)
@@ -470,6 +474,7 @@ static size_t rs_copy_out(struct rsk *rs, uint8_t *dst, size_t n, int consume)
 RVM_EXPORT ssize_t rrecv(int socket, void *buf, size_t len, int flags)
 {
 	RS_GET(rs, socket);
+	int saved = errno; /* kept on success: the EAGAINs of the library's own descriptors are not the caller's */
 	pthread_mutex_lock(&rs->lock);
 	int nonblock = rs_nonblocking(rs, flags);
 	size_t got = 0;
@@ -490,7 +495,10 @@ RVM_EXPORT ssize_t rrecv(int socket, void *buf, size_t len, int flags)
 			break;
 	}
 	pthread_mutex_unlock(&rs->lock);
-	return ret && !got ? -1 : (ssize_t)got;
+	if (ret && !got)
+		return -1;
+	errno = saved;
+	return (ssize_t)got;
 }
 
 RVM_EXPORT ssize_t rrecvfrom(int socket, void *buf, size_t len, int flags, struct sockaddr *src_addr,
@@ -534,7 +542,7 @@ RVM_EXPORT ssize_t rreadv(int socket, const struct iovec *iov, int iovcnt)
 
 /* ---- iomaps ---- */
 
-RVM_EXPORT off_t riomap(int socket, void *buf, size_t len, int prot, int flags, off_t offset)
+static off_t do_riomap(int socket, void *buf, size_t len, int prot, int flags, off_t offset)
 {
 	RS_GET(rs, socket);
 	if (prot & ~(PROT_WRITE | PROT_NONE))
@@ -577,7 +585,7 @@ RVM_EXPORT off_t riomap(int socket, void *buf, size_t len, int prot, int flags, 
 	return err ? rvm_err(err) : (off_t)m->offset;
 }
 
-RVM_EXPORT int riounmap(int socket, void *buf, size_t len)
+static int do_riounmap(int socket, void *buf, size_t len)
 {
 	RS_GET(rs, socket);
 	pthread_mutex_lock(&rs->lock);
@@ -623,6 +631,7 @@ RVM_EXPORT size_t riowrite(int socket, const void *buf, size_t count, off_t offs
 		errno = EBADF;
 		return (size_t)-1;
 	}
+	int saved = errno; /* kept on success, as in rrecv */
 	pthread_mutex_lock(&rs->lock);
 	int nonblock = rs_nonblocking(rs, flags);
 	size_t left = count;
@@ -664,5 +673,31 @@ RVM_EXPORT size_t riowrite(int socket, const void *buf, size_t count, off_t offs
 		}
 	}
 	pthread_mutex_unlock(&rs->lock);
-	return ret && left == count ? (size_t)-1 : count - left;
+	if (ret && left == count)
+		return (size_t)-1;
+	errno = saved;
+	return count - left;
+}
+
+/* ---- errno ----
+ * A call that succeeds leaves errno as its caller had it: the library's
+ * own non-blocking descriptors answer EAGAIN inside it, and programs such
+ * as rstream read errno after a return of 0 (EOF). */
+
+RVM_EXPORT off_t riomap(int socket, void *buf, size_t len, int prot, int flags, off_t offset)
+{
+	int saved = errno;
+	off_t ret = do_riomap(socket, buf, len, prot, flags, offset);
+	if (ret != -1)
+		errno = saved;
+	return ret;
+}
+
+RVM_EXPORT int riounmap(int socket, void *buf, size_t len)
+{
+	int saved = errno;
+	int ret = do_riounmap(socket, buf, len);
+	if (ret == 0)
+		errno = saved;
+	return ret;
 }

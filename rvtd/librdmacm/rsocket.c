@@ -401,7 +401,7 @@ int rs_ready(struct rsk *rs, int nonblock)
 
 /* ---- the socket calls ---- */
 
-RVM_EXPORT int rsocket(int domain, int type, int protocol)
+static int do_rsocket(int domain, int type, int protocol)
 {
 	if ((domain != AF_INET && domain != AF_INET6) || (type != SOCK_STREAM && type != SOCK_DGRAM))
 		return rvm_err(ENOTSUP);
@@ -425,7 +425,7 @@ RVM_EXPORT int rsocket(int domain, int type, int protocol)
 }
 
 
-RVM_EXPORT int rbind(int socket, const struct sockaddr *addr, socklen_t addrlen)
+static int do_rbind(int socket, const struct sockaddr *addr, socklen_t addrlen)
 {
 	RS_GET(rs, socket);
 	pthread_mutex_lock(&rs->lock);
@@ -440,7 +440,7 @@ RVM_EXPORT int rbind(int socket, const struct sockaddr *addr, socklen_t addrlen)
 	return ret;
 }
 
-RVM_EXPORT int rlisten(int socket, int backlog)
+static int do_rlisten(int socket, int backlog)
 {
 	RS_GET(rs, socket);
 	pthread_mutex_lock(&rs->lock);
@@ -466,7 +466,7 @@ static void copy_addr(struct sockaddr *dst, socklen_t *len, const struct sockadd
 	*len = n;
 }
 
-RVM_EXPORT int raccept(int socket, struct sockaddr *addr, socklen_t *addrlen)
+static int do_raccept(int socket, struct sockaddr *addr, socklen_t *addrlen)
 {
 	RS_GET(ls, socket);
 	pthread_mutex_lock(&ls->lock);
@@ -552,7 +552,7 @@ RVM_EXPORT int raccept(int socket, struct sockaddr *addr, socklen_t *addrlen)
 	return rs->fd;
 }
 
-RVM_EXPORT int rconnect(int socket, const struct sockaddr *addr, socklen_t addrlen)
+static int do_rconnect(int socket, const struct sockaddr *addr, socklen_t addrlen)
 {
 	RS_GET(rs, socket);
 	pthread_mutex_lock(&rs->lock);
@@ -626,7 +626,7 @@ static int rs_shutdown_locked(struct rsk *rs, int how)
 	return 0;
 }
 
-RVM_EXPORT int rshutdown(int socket, int how)
+static int do_rshutdown(int socket, int how)
 {
 	RS_GET(rs, socket);
 	pthread_mutex_lock(&rs->lock);
@@ -635,7 +635,7 @@ RVM_EXPORT int rshutdown(int socket, int how)
 	return ret;
 }
 
-RVM_EXPORT int rclose(int socket)
+static int do_rclose(int socket)
 {
 	RS_GET(rs, socket);
 	rs_drop(rs);
@@ -677,7 +677,7 @@ static void set_bit(uint64_t *opts, int name, int on)
 		*opts &= ~(1ULL << name);
 }
 
-RVM_EXPORT int rsetsockopt(int socket, int level, int optname, const void *optval, socklen_t optlen)
+static int do_rsetsockopt(int socket, int level, int optname, const void *optval, socklen_t optlen)
 {
 	RS_GET(rs, socket);
 	if (!optval || optlen < sizeof(int))
@@ -888,5 +888,82 @@ RVM_EXPORT int rfcntl(int socket, int cmd, ... /* arg */)
 	}
 	pthread_mutex_unlock(&rs->lock);
 	va_end(ap);
+	return ret;
+}
+
+/* ---- errno ----
+ * A call that succeeds leaves errno as its caller had it: the library's
+ * own non-blocking descriptors answer EAGAIN inside it, and programs such
+ * as rstream read errno after a return of 0 (EOF). */
+
+RVM_EXPORT int rsocket(int domain, int type, int protocol)
+{
+	int saved = errno;
+	int ret = do_rsocket(domain, type, protocol);
+	if (ret >= 0)
+		errno = saved;
+	return ret;
+}
+
+RVM_EXPORT int rbind(int socket, const struct sockaddr *addr, socklen_t addrlen)
+{
+	int saved = errno;
+	int ret = do_rbind(socket, addr, addrlen);
+	if (ret == 0)
+		errno = saved;
+	return ret;
+}
+
+RVM_EXPORT int rlisten(int socket, int backlog)
+{
+	int saved = errno;
+	int ret = do_rlisten(socket, backlog);
+	if (ret == 0)
+		errno = saved;
+	return ret;
+}
+
+RVM_EXPORT int raccept(int socket, struct sockaddr *addr, socklen_t *addrlen)
+{
+	int saved = errno;
+	int ret = do_raccept(socket, addr, addrlen);
+	if (ret >= 0)
+		errno = saved;
+	return ret;
+}
+
+RVM_EXPORT int rconnect(int socket, const struct sockaddr *addr, socklen_t addrlen)
+{
+	int saved = errno;
+	int ret = do_rconnect(socket, addr, addrlen);
+	if (ret == 0)
+		errno = saved;
+	return ret;
+}
+
+RVM_EXPORT int rshutdown(int socket, int how)
+{
+	int saved = errno;
+	int ret = do_rshutdown(socket, how);
+	if (ret == 0)
+		errno = saved;
+	return ret;
+}
+
+RVM_EXPORT int rclose(int socket)
+{
+	int saved = errno;
+	int ret = do_rclose(socket);
+	if (ret == 0)
+		errno = saved;
+	return ret;
+}
+
+RVM_EXPORT int rsetsockopt(int socket, int level, int optname, const void *optval, socklen_t optlen)
+{
+	int saved = errno;
+	int ret = do_rsetsockopt(socket, level, optname, optval, optlen);
+	if (ret == 0)
+		errno = saved;
 	return ret;
 }

@@ -83,10 +83,14 @@ static int rs_arm(struct rsk *rs, short events, short *rev)
 	return fd;
 }
 
-static int rs_revents(struct rsk *rs, short events, int woke)
+/* rs_revents: what the socket is ready for now. Its completion and CM
+ * events are taken first, whether or not a poll woke for them: a program
+ * that calls rpoll with timeout 0 in a loop (rstream -T a) must still see
+ * a peer that vanished (its DISCONNECTED). */
+static int rs_revents(struct rsk *rs, short events)
 {
 	pthread_mutex_lock(&rs->lock);
-	if (woke && rs->phase == P_CONNECTED)
+	if (rs->phase == P_CONNECTED)
 		rs_take_events(rs);
 	int rev = rs_revents_locked(rs, events);
 	pthread_mutex_unlock(&rs->lock);
@@ -121,6 +125,7 @@ RVM_EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 		free(pf);
 		return poll(fds, nfds, timeout);
 	}
+	int saved = errno; /* kept on success, as in rrecv */
 	struct timespec end;
 	clock_gettime(CLOCK_MONOTONIC, &end);
 	if (timeout > 0) {
@@ -131,12 +136,11 @@ RVM_EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 			end.tv_nsec -= 1000000000;
 		}
 	}
-	int woke = 0;
 	for (;;) {
 		ret = 0;
 		for (nfds_t i = 0; i < nfds; i++) {
 			if (rss[i]) {
-				fds[i].revents = (short)rs_revents(rss[i], fds[i].events, woke && pf[i].revents);
+				fds[i].revents = (short)rs_revents(rss[i], fds[i].events);
 			} else {
 				fds[i].revents = 0;
 				if (fds[i].fd >= 0)
@@ -168,10 +172,11 @@ RVM_EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 				fds[i].revents = 0;
 			break;
 		}
-		woke = 1;
 	}
 	free(rss);
 	free(pf);
+	if (ret >= 0)
+		errno = saved;
 	return ret;
 }
 

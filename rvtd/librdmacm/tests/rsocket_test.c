@@ -3,8 +3,8 @@
  * (EAGAIN, EINPROGRESS), rpoll and rselect over rsockets and a pipe,
  * options, many small sends (credits), large transfers that wrap small
  * buffers, MSG_PEEK and MSG_WAITALL, riomap/riowrite, half-close and EOF,
- * the peer's close (0 from rrecv, ECONNRESET from rsend, POLLHUP), and a
- * refused connect. Prints PASS; run by rvtd/dropin TestRsocketC against
+ * the peer's close (0 from rrecv, ECONNRESET from rsend, POLLHUP), a
+ * refused connect, and a peer process killed mid-stream. Prints PASS; run by rvtd/dropin TestRsocketC against
  * rvtd (RVTD_SOCKET) with LD_LIBRARY_PATH at build/lib. */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -16,7 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <signal.h>
 #include <sys/select.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <rdma/rsocket.h>
 
@@ -151,8 +153,72 @@ static int establish(int l, int c)
 	return s;
 }
 
-int main(void)
+/* peer: the client a second process runs for the peer-death case: it
+ * connects from rvt1 to port and sends until it is killed. */
+static int peer(int port)
 {
+	int c = rsocket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a;
+	set_sin(&a, "198.18.0.2", 0);
+	CHECK(c >= 0 && rbind(c, (struct sockaddr *)&a, sizeof(a)) == 0);
+	set_sin(&a, "198.18.0.1", port);
+	CHECK(rconnect(c, (struct sockaddr *)&a, sizeof(a)) == 0);
+	static uint8_t b[65536];
+	for (;;)
+		CHECK(rsend(c, b, sizeof(b), 0) > 0);
+}
+
+/* peer_killed: a blocked rrecv, and an rpoll loop with timeout 0 (as
+ * rstream -T a polls), learn of a peer process killed mid-stream (the
+ * daemon's DREQ for its ID: EOF, then ECONNRESET and POLLHUP) instead of
+ * waiting for ever. */
+static void peer_killed(const char *self)
+{
+	int l = rsocket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a;
+	set_sin(&a, "198.18.0.1", 0);
+	CHECK(l >= 0 && rbind(l, (struct sockaddr *)&a, sizeof(a)) == 0 && rlisten(l, 1) == 0);
+	socklen_t len = sizeof(a);
+	CHECK(rgetsockname(l, (struct sockaddr *)&a, &len) == 0);
+	char port[16];
+	snprintf(port, sizeof(port), "%d", ntohs(a.sin_port));
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		execl(self, self, "peer", port, (char *)NULL);
+		_exit(127);
+	}
+	int s = raccept(l, NULL, NULL);
+	CHECK(s >= 0);
+	static uint8_t b[65536];
+	size_t got = 0;
+	while (got < (4u << 20)) {
+		ssize_t k = rrecv(s, b, sizeof(b), 0);
+		CHECK(k > 0);
+		got += (size_t)k;
+	}
+	CHECK(kill(pid, SIGKILL) == 0);
+	int st;
+	CHECK(waitpid(pid, &st, 0) == pid && WIFSIGNALED(st));
+	alarm(20); /* a hang is a failure */
+	ssize_t k;
+	while ((k = rrecv(s, b, sizeof(b), 0)) > 0)
+		;
+	CHECK(k == 0 || errno == ECONNRESET);
+	CHECK(rsend(s, b, 1, 0) == -1 && errno == ECONNRESET);
+	struct pollfd p = {s, POLLIN, 0};
+	int n;
+	while ((n = rpoll(&p, 1, 0)) == 0)
+		;
+	CHECK(n == 1 && (p.revents & (POLLHUP | POLLERR)));
+	alarm(0);
+	CHECK(rclose(s) == 0 && rclose(l) == 0);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc == 3 && strcmp(argv[1], "peer") == 0)
+		return peer(atoi(argv[2]));
 	/* What is not served. */
 	CHECK(rsocket(AF_INET, SOCK_DGRAM, 0) == -1 && errno == ESOCKTNOSUPPORT);
 	CHECK(rsocket(AF_UNIX, SOCK_STREAM, 0) == -1 && errno == ENOTSUP);
@@ -342,6 +408,8 @@ int main(void)
 	CHECK(rgetsockopt(c, SOL_SOCKET, SO_ERROR, &v, &len) == 0 && v == ECONNREFUSED);
 	CHECK(rgetsockopt(c, SOL_SOCKET, SO_ERROR, &v, &len) == 0 && v == 0);
 	CHECK(rclose(c) == 0);
+
+	peer_killed(argv[0]);
 
 	free(m);
 	free(srv.buf);
