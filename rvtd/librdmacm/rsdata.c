@@ -142,13 +142,23 @@ static void rs_send_done(struct rsk *rs, const struct ibv_wc *wc)
 		rs_down(rs, P_ERROR, EIO);
 }
 
+/* rs_kick wakes the thread sleeping in rs_process (rs->sleeper): another
+ * thread took the events or completions it waits for. */
+static void rs_kick(struct rsk *rs)
+{
+	uint64_t one = 1;
+	if (rs->sleeper && write(rs->kickfd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		rs_down(rs, P_ERROR, errno);
+}
+
 void rs_poll_cq(struct rsk *rs)
 {
 	struct ibv_wc wc[16];
-	int n, recvd = 0;
+	int n, recvd = 0, total = 0;
 	if (!rs->cq)
 		return;
 	while ((n = ibv_poll_cq(rs->cq, 16, wc)) > 0) {
+		total += n;
 		for (int i = 0; i < n; i++) {
 			if (!(wc[i].wr_id & RS_WR_RECV)) {
 				rs_send_done(rs, &wc[i]);
@@ -168,6 +178,11 @@ void rs_poll_cq(struct rsk *rs)
 		if (err)
 			rs_down(rs, P_ERROR, err);
 	}
+	if (total) {
+		/* What another thread of this socket waits for may be here. */
+		rs_kick(rs);
+		pthread_cond_broadcast(&rs->cond);
+	}
 }
 
 /* rs_take_events reads what woke the socket: completion events (the CQ is
@@ -177,7 +192,9 @@ void rs_take_events(struct rsk *rs)
 {
 	struct ibv_cq *cq;
 	void *ctx;
+	int took = 0;
 	while (rs->cc && !ibv_get_cq_event(rs->cc, &cq, &ctx)) {
+		took = 1;
 		rs->armed = 0;
 		if (++rs->unacked >= 64) {
 			ibv_ack_cq_events(rs->cq, rs->unacked);
@@ -186,10 +203,13 @@ void rs_take_events(struct rsk *rs)
 	}
 	if (rs->cc && errno != EAGAIN && errno != EWOULDBLOCK && rs->phase == P_CONNECTED)
 		rs_down(rs, P_ERROR, EIO);
+	if (took)
+		rs_kick(rs); /* the sleeper's wake-up, taken here */
 	if (rs->phase < P_CONNECTED)
 		return; /* rs_drive reads the CM events while connecting */
 	struct rdma_cm_event *ev;
 	while (!rdma_get_cm_event(rs->ch, &ev)) {
+		rs_kick(rs);
 		enum rdma_cm_event_type t = ev->event;
 		rdma_ack_cm_event(ev);
 		if (rs->phase == P_CONNECTED &&
@@ -201,14 +221,27 @@ void rs_take_events(struct rsk *rs)
 	}
 }
 
-/* rs_sleep waits, unlocked, until the socket's CQ or CM channel has news. */
+/* rs_sleep waits, unlocked, until the socket's CQ or CM channel has news.
+ * One thread at a time sleeps in poll(); others wait until it has taken
+ * what woke it, then look again (rsock.h). */
 static void rs_sleep(struct rsk *rs)
 {
+	if (rs->sleeper) {
+		pthread_cond_wait(&rs->cond, &rs->lock);
+		return;
+	}
+	rs->sleeper = 1;
 	struct pollfd p = {.fd = rs->epfd, .events = POLLIN};
+	int ms = rs->pollers ? RS_SHARED_WAIT_MS : -1;
 	pthread_mutex_unlock(&rs->lock);
-	poll(&p, 1, -1);
+	poll(&p, 1, ms);
 	pthread_mutex_lock(&rs->lock);
+	rs->sleeper = 0;
+	uint64_t kicks;
+	if (read(rs->kickfd, &kicks, sizeof(kicks)) < 0 && errno != EAGAIN)
+		rs_down(rs, P_ERROR, errno);
 	rs_take_events(rs);
+	pthread_cond_broadcast(&rs->cond);
 }
 
 /* rs_process polls the CQ until test holds: 0, or -1 with errno

@@ -40,6 +40,7 @@ enum {
 	RS_OLAP_START = 2048,
 	RS_MAX_XFER = 65536,
 	RS_RESOLVE_MS = 2000,
+	RS_SHARED_WAIT_MS = 50,
 };
 #define RS_WR_RECV (1ULL << 63)
 
@@ -91,6 +92,16 @@ struct rsk {
 	struct ibv_cq *cq;
 	int epfd; /* the completion channel and the CM channel together */
 	int armed;
+	/* Threads waiting in this socket: one sleeps in poll() on epfd for
+	 * rs_process (sleeper), the others wait on cond until it has taken
+	 * what woke it; pollers counts rpoll calls polling epfd. Only the
+	 * sleeper and rpoll take completion events, so while both kinds
+	 * wait, each polls with a bounded timeout (RS_SHARED_WAIT_MS): the
+	 * one that took the event may have left the other's wake-up unarmed. */
+	int sleeper;
+	unsigned pollers;
+	pthread_cond_t cond;
+	int kickfd; /* in epfd: an rpoll that comes while a thread sleeps wakes it to bound its wait */
 	unsigned unacked;
 	int qp_down;
 	struct ibv_mr *smr, *rmr, *tmr;

@@ -9,6 +9,7 @@
 #include <poll.h>
 #include <stdarg.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -76,8 +77,10 @@ static struct rsk *rs_alloc(const struct rsk *from)
 	if (!rs)
 		return NULL;
 	pthread_mutex_init(&rs->lock, NULL);
+	pthread_cond_init(&rs->cond, NULL);
 	rs->fd = -1;
 	rs->epfd = -1;
+	rs->kickfd = -1;
 	if (from) {
 		rs->sq_size = from->sq_size;
 		rs->rq_size = from->rq_size;
@@ -129,6 +132,8 @@ static void rs_free(struct rsk *rs)
 		ibv_destroy_comp_channel(rs->cc);
 	if (rs->epfd >= 0)
 		close(rs->epfd);
+	if (rs->kickfd >= 0)
+		close(rs->kickfd);
 	if (rs->smr)
 		ibv_dereg_mr(rs->smr);
 	if (rs->rmr)
@@ -143,6 +148,7 @@ static void rs_free(struct rsk *rs)
 		rdma_destroy_id(rs->id);
 	if (rs->ch)
 		rdma_destroy_event_channel(rs->ch);
+	pthread_cond_destroy(&rs->cond);
 	pthread_mutex_destroy(&rs->lock);
 	free(rs);
 }
@@ -187,9 +193,13 @@ static int rs_create_ep(struct rsk *rs)
 	rs->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (rs->epfd < 0)
 		return -1;
+	rs->kickfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (rs->kickfd < 0)
+		return -1;
 	struct epoll_event ev = {.events = EPOLLIN};
 	if (epoll_ctl(rs->epfd, EPOLL_CTL_ADD, rs->cc->fd, &ev) ||
-	    epoll_ctl(rs->epfd, EPOLL_CTL_ADD, rs->ch->fd, &ev))
+	    epoll_ctl(rs->epfd, EPOLL_CTL_ADD, rs->ch->fd, &ev) ||
+	    epoll_ctl(rs->epfd, EPOLL_CTL_ADD, rs->kickfd, &ev))
 		return -1;
 
 	struct ibv_qp_init_attr qa = {

@@ -61,6 +61,13 @@ static int rs_arm(struct rsk *rs, short events, short *rev)
 	*rev = 0;
 	switch (rs->phase) {
 	case P_CONNECTED:
+		rs->pollers++; /* until rs_unarm */
+		if (rs->sleeper) {
+			/* It sleeps unbounded: wake it to bound its wait. */
+			uint64_t one = 1;
+			if (write(rs->kickfd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+				rs_down(rs, P_ERROR, errno);
+		}
 		if (!rs->armed) {
 			ibv_req_notify_cq(rs->cq, 0);
 			rs->armed = 1;
@@ -87,6 +94,25 @@ static int rs_arm(struct rsk *rs, short events, short *rev)
  * events are taken first, whether or not a poll woke for them: a program
  * that calls rpoll with timeout 0 in a loop (rstream -T a) must still see
  * a peer that vanished (its DISCONNECTED). */
+/* rs_unarm: this rpoll no longer polls the socket's epfd; a thread
+ * sleeping in rs_process meanwhile is told to look again. */
+static void rs_unarm(struct rsk *rs)
+{
+	pthread_mutex_lock(&rs->lock);
+	if (rs->pollers)
+		rs->pollers--;
+	pthread_mutex_unlock(&rs->lock);
+}
+
+/* rs_sleeping: whether a thread sleeps in rs_process on the socket. */
+static int rs_sleeping(struct rsk *rs)
+{
+	pthread_mutex_lock(&rs->lock);
+	int s = rs->sleeper;
+	pthread_mutex_unlock(&rs->lock);
+	return s;
+}
+
 static int rs_revents(struct rsk *rs, short events)
 {
 	pthread_mutex_lock(&rs->lock);
@@ -150,7 +176,7 @@ RVM_EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 		}
 		if (ret || !timeout)
 			break;
-		for (nfds_t i = 0; i < nfds && !ret; i++) {
+		for (nfds_t i = 0; i < nfds; i++) { /* all of them: rs_unarm below */
 			pf[i] = fds[i];
 			pf[i].revents = 0;
 			if (rss[i]) {
@@ -163,9 +189,23 @@ RVM_EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 				}
 			}
 		}
+		int ms = timeout < 0 ? -1 : ms_left(&end), armed_fd = 0;
+		for (nfds_t i = 0; i < nfds; i++) {
+			if (!rss[i] || pf[i].fd < 0)
+				continue;
+			armed_fd |= pf[i].fd == rss[i]->epfd; /* counted in pollers */
+			if (pf[i].fd == rss[i]->epfd && rs_sleeping(rss[i]) && (ms < 0 || ms > RS_SHARED_WAIT_MS))
+				ms = RS_SHARED_WAIT_MS;
+		}
+		int n = ret ? 0 : poll(pf, nfds, ms);
+		if (armed_fd)
+			for (nfds_t i = 0; i < nfds; i++)
+				if (rss[i] && pf[i].fd >= 0 && pf[i].fd == rss[i]->epfd)
+					rs_unarm(rss[i]);
 		if (ret)
 			break;
-		int n = poll(pf, nfds, timeout < 0 ? -1 : ms_left(&end));
+		if (n == 0 && timeout != 0 && (timeout < 0 || ms_left(&end) > 0))
+			continue; /* a bounded wait (RS_SHARED_WAIT_MS) ended: look again */
 		if (n <= 0) {
 			ret = n;
 			for (nfds_t i = 0; i < nfds; i++)

@@ -4,7 +4,9 @@
  * options, many small sends (credits), large transfers that wrap small
  * buffers, MSG_PEEK and MSG_WAITALL, riomap/riowrite, half-close and EOF,
  * the peer's close (0 from rrecv, ECONNRESET from rsend, POLLHUP), a
- * refused connect, and a peer process killed mid-stream. Prints PASS; run by rvtd/dropin TestRsocketC against
+ * refused connect, a peer process killed mid-stream, and both directions
+ * at once with a sending and a receiving thread per socket (and an rpoll
+ * beside them). Prints PASS; run by rvtd/dropin TestRsocketC against
  * rvtd (RVTD_SOCKET) with LD_LIBRARY_PATH at build/lib. */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -215,6 +217,70 @@ static void peer_killed(const char *self)
 	CHECK(rclose(s) == 0 && rclose(l) == 0);
 }
 
+/* duplex: both ends send 8 MB and receive 8 MB at once, each socket used
+ * by a sending and a receiving thread (they sleep on the same CQ), and a
+ * third thread rpolls the server's socket meanwhile. */
+#define DUPLEX_LEN (8u << 20)
+struct duplex_arg {
+	int s, send;
+	volatile int *stop;
+};
+
+static void *duplex_run(void *arg)
+{
+	struct duplex_arg *d = arg;
+	static __thread uint8_t b[100003];
+	size_t done = 0;
+	while (done < DUPLEX_LEN) {
+		size_t n = DUPLEX_LEN - done < sizeof(b) ? DUPLEX_LEN - done : sizeof(b);
+		ssize_t k;
+		if (d->send) {
+			for (size_t i = 0; i < n; i++)
+				b[i] = pat(done + i);
+			k = rsend(d->s, b, n, 0);
+		} else {
+			k = rrecv(d->s, b, n, 0);
+			for (ssize_t i = 0; i < k; i++)
+				CHECK(b[i] == pat(done + (size_t)i));
+		}
+		CHECK(k > 0);
+		done += (size_t)k;
+	}
+	return NULL;
+}
+
+static void *duplex_poll(void *arg)
+{
+	struct duplex_arg *d = arg;
+	while (!*d->stop) {
+		struct pollfd p = {d->s, POLLIN | POLLOUT, 0};
+		CHECK(rpoll(&p, 1, 100) >= 0);
+	}
+	return NULL;
+}
+
+static void duplex(int l, const struct sockaddr_in *srv, const struct sockaddr_in *cli)
+{
+	int c = rsocket(AF_INET, SOCK_STREAM, 0);
+	CHECK(c >= 0 && rbind(c, (struct sockaddr *)cli, sizeof(*cli)) == 0);
+	CHECK(rfcntl(l, F_SETFL, O_NONBLOCK) == 0 && rfcntl(c, F_SETFL, O_NONBLOCK) == 0);
+	CHECK(rconnect(c, (struct sockaddr *)srv, sizeof(*srv)) == -1 && errno == EINPROGRESS);
+	int s = establish(l, c);
+	CHECK(rfcntl(c, F_SETFL, 0) == 0);
+	volatile int stop = 0;
+	struct duplex_arg a[5] = {{c, 1, &stop}, {c, 0, &stop}, {s, 1, &stop}, {s, 0, &stop}, {s, 0, &stop}};
+	pthread_t th[5];
+	alarm(60); /* a lost wake-up is a failure */
+	for (int i = 0; i < 5; i++)
+		CHECK(pthread_create(&th[i], NULL, i == 4 ? duplex_poll : duplex_run, &a[i]) == 0);
+	for (int i = 0; i < 4; i++)
+		CHECK(pthread_join(th[i], NULL) == 0);
+	stop = 1;
+	CHECK(pthread_join(th[4], NULL) == 0);
+	alarm(0);
+	CHECK(rclose(c) == 0 && rclose(s) == 0);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 3 && strcmp(argv[1], "peer") == 0)
@@ -398,6 +464,7 @@ int main(int argc, char **argv)
 	CHECK(rrecv(c, &x, 1, 0) == 0);
 	CHECK(rsend(c, "z", 1, 0) == -1 && errno == ECONNRESET);
 	CHECK(rclose(s) == 0 && rclose(c) == 0);
+	duplex(l, &a, &ca);
 	CHECK(rclose(l) == 0);
 
 	/* Nobody listens: refused, and so says SO_ERROR. */
