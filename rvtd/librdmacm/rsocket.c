@@ -348,9 +348,12 @@ int rs_drive(struct rsk *rs, int nonblock)
 				errno = EINPROGRESS;
 				return -1;
 			}
+			/* Bounded: another thread of the socket (an rpoll, a
+			 * send beside this receive) may take the event that
+			 * moves it on while this one waits unlocked. */
 			struct pollfd p = {.fd = rs->ch->fd, .events = POLLIN};
 			pthread_mutex_unlock(&rs->lock);
-			poll(&p, 1, -1);
+			poll(&p, 1, RS_SHARED_WAIT_MS);
 			pthread_mutex_lock(&rs->lock);
 			continue;
 		}
