@@ -62,7 +62,17 @@
 #                         (-m GROUP) is the server, the sender (-s) the
 #                         client; cmtime N: N connections (the server is
 #                         ended when the client is done); rdma_xclient
-#                         PORT: rdma_xserver and rdma_xclient over RC
+#                         PORT: rdma_xserver and rdma_xclient over RC;
+#                         rstream, riostream COUNT SIZE: rsockets (our
+#                         librdmacm's rsocket.c against Linux's), -C COUNT
+#                         -S SIZE, one iteration; both ends must print
+#                         their "custom" result line (with -T v both check
+#                         the data); give each case its own -p (the
+#                         daemon holds a port until the closed
+#                         connection's time-wait ends); rcopy BYTES
+#                         PORT: a file of BYTES random bytes copied by
+#                         rcopy (-p PORT) to the other end's server
+#                         (which runs until ended), compared by MD5
 # The overlap of the two processes of multi and mixed is printed (their
 # start and end times, from the host).
 #
@@ -134,6 +144,17 @@ else
 	add dropincm mckey 239.1.2.31 20 cli:-o
 	add dropincm cmtime 100
 	add dropincm rdma_xclient 7471
+	add dropincm rstream 100 1000 -p 7481 -T v
+	add dropincm rstream 30 100000 -p 7482 -T b -T v
+	# -T a on our end only: Linux's rpoll sets POLLHUP with the data that
+	# came before the peer's disconnect, and rstream -T a then fails its
+	# last receive when the data and the disconnect arrive together (a
+	# slow guest's client, often); docs/rsockets.md.
+	cases+=("dropincm sv-server rstream 100 4096 -p 7483 -T v srv:-T srv:a")
+	cases+=("dropincm rxe-server rstream 100 4096 -p 7483 -T v cli:-T cli:a")
+	add dropincm riostream 50 10000 -p 7484 -T v
+	add dropincm riostream 20 100000 -p 7485 -T b -T v
+	add dropincm rcopy 3000000 7486
 fi
 if [ -n "$list" ]; then
 	printf '%s\n' "${cases[@]}"
@@ -369,6 +390,66 @@ run_cm() {
 	[ $ok = 1 ]
 }
 
+# until_rs_listening OUT CMD...: until_listening for rstream and riostream,
+# whose clients print "...: Connection refused" (the REJ) when the guest's
+# server does not listen yet.
+until_rs_listening() {
+	local out=$1 try
+	shift
+	for try in 1 2 3 4 5 6 7 8 9 10; do
+		"$@" >"$out" 2>&1 && return 0
+		grep -q 'Connection refused' "$out" || return 1
+		log "client refused (try $try): the guest's server does not listen yet"
+		sleep 1
+	done
+	return 1
+}
+
+# check_rs_out FILE TOOL WHO: rstream's and riostream's result line
+# ("custom  1000  100  1  195k  0.05s  0.03  263.12"), and no error.
+check_rs_out() {
+	case $2 in rstream | riostream) ;; *) return 0 ;; esac
+	grep -Eq '^custom +[0-9.]+[kmg]? +[0-9.]+[kmg]? +1 +[0-9.]+[kmg]? +[0-9.]+s +[0-9.]+ +[0-9.]+$' "$1" || { log "$3: no result line"; return 1; }
+	! grep -Eq '^(r[a-z]+|async rconnect|riomap|riowrite): ' "$1" || { log "$3: an error"; return 1; }
+}
+
+# run_rcopy NAME ROLE BYTES PORT: a file of BYTES random bytes from the
+# client's end to the server's by rcopy (the server never exits: ended
+# once the client is done); both ends' MD5 sums must agree.
+run_rcopy() {
+	local name=$1 role=$2 bytes=$3 port=$4 ok=1 myip=${SVIP%/*} hpid gsum hsum
+	local hout=$WORK/$name.h0.txt gout=$WORK/$name.g0.txt
+	local env=(env LD_LIBRARY_PATH="$LIBDIR" RVTD_SOCKET="$SOCK")
+	if [ "$role" = sv-server ]; then
+		ip netns exec "$NS" timeout "$((T + 30))" "${env[@]}" rcopy -p "$port" >"$hout" 2>&1 &
+		hpid=$!
+		bg_pids+=("$hpid")
+		sleep 1.5
+		kill -0 "$hpid" 2>/dev/null || { log "$name: host server exited early"; ok=0; }
+		if [ $ok = 1 ] && ! "$PEERSH" run "$G" "head -c $bytes /dev/urandom >/tmp/$name.src && timeout $T rcopy /tmp/$name.src $myip:$WORK/$name.dst -p $port && md5sum /tmp/$name.src" >"$gout" 2>&1; then
+			ok=0
+		fi
+		kill "$hpid" 2>/dev/null || { log "$name: host server ended"; ok=0; }
+		wait "$hpid" || true
+		gsum=$(awk -v f="/tmp/$name.src" '$2 == f {print $1}' "$gout")
+		hsum=$(md5sum <"$WORK/$name.dst" 2>/dev/null | awk '{print $1}')
+	else
+		guest_job=$("$PEERSH" spawn "$G" "cd /tmp && timeout --foreground $T rcopy -p $port")
+		sleep "$DELAY"
+		head -c "$bytes" /dev/urandom >"$WORK/$name.src"
+		until_rs_listening "$hout" nsx timeout "$((T + 30))" "${env[@]}" rcopy "$WORK/$name.src" "$GIP:/tmp/$name.dst" -p "$port" || ok=0
+		gsum=$("$PEERSH" run "$G" "md5sum </tmp/$name.dst" 2>/dev/null | awk '{print $1}')
+		"$PEERSH" stop "$G" "$guest_job" >/dev/null 2>&1 || true
+		"$PEERSH" wait "$G" "$guest_job" "$((T + 30))" >"$gout" 2>&1 || true
+		guest_job=
+		hsum=$(md5sum <"$WORK/$name.src" | awk '{print $1}')
+	fi
+	bg_pids=("$tcpdump_pid")
+	[ -n "$gsum" ] && [ "$gsum" = "$hsum" ] || { log "$name: MD5 $hsum (host) and $gsum (guest) differ"; ok=0; }
+	grep -q '^opening\.\.\.transferring\.\.\.closing\.\.\.done$' "$hout" "$gout" || { log "$name: the client did not end with done"; ok=0; }
+	[ $ok = 1 ]
+}
+
 # run_dropincm NAME ROLE TOOL A [B [OPT...]]: Debian's TOOL on our
 # libraries on the host (in netns $NS) against the guest's. rping: A pings
 # (-C) of B bytes (-S); ucmatose and udaddy: A connections (-c), B messages
@@ -380,6 +461,10 @@ run_dropincm() {
 	local hout=$WORK/$name.h0.txt gout=$WORK/$name.g0.txt
 	local env=(env LD_LIBRARY_PATH="$LIBDIR" RVTD_SOCKET="$SOCK")
 	local opt sv_srv sv_cli rxe_srv rxe_cli forever=
+	if [ "$tool" = rcopy ]; then
+		run_rcopy "$name" "$role" "$a" "${rest%% *}"
+		return
+	fi
 	read -r b rest <<<"$rest"
 	[ "$b" = - ] && b=
 	# xopts SIDE SELF PEER: the OPTs for the server or client SIDE.
@@ -432,6 +517,13 @@ run_dropincm() {
 		rxe_srv="rdma_xserver -p $a"
 		rxe_cli="rdma_xclient -s $myip -p $a"
 		;;
+	rstream | riostream)
+		opt="-C $a -S $b -I 1"
+		sv_srv="$tool -b $myip $opt$(xopts srv "$myip" "$GIP")"
+		sv_cli="$tool -s $GIP $opt$(xopts cli "$myip" "$GIP")"
+		rxe_srv="$tool -b $GIP $opt$(xopts srv "$GIP" "$myip")"
+		rxe_cli="$tool -s $myip $opt$(xopts cli "$GIP" "$myip")"
+		;;
 	esac
 	if [ "$role" = sv-server ]; then
 		# A plain command (not nsx), so that $! is the tool's own PID.
@@ -453,6 +545,8 @@ run_dropincm() {
 		fi
 		[ $ok = 1 ] && check_cm_out "$hout" "$tool" "$name host" server "$a" || ok=0
 		[ $ok = 1 ] && check_cm_out "$gout" "$tool" "$name rxe" client "$a" || ok=0
+		[ $ok = 1 ] && check_rs_out "$hout" "$tool" "$name host" || ok=0
+		[ $ok = 1 ] && check_rs_out "$gout" "$tool" "$name rxe" || ok=0
 	else
 		# --foreground: the tool stays in the job's process group, which
 		# "peer.sh stop" signals (plain timeout makes a group of its own,
@@ -460,7 +554,9 @@ run_dropincm() {
 		guest_job=$("$PEERSH" spawn "$G" "timeout --foreground $T $rxe_srv")
 		sleep "$DELAY"
 		# shellcheck disable=SC2086
-		until_listening "$hout" nsx timeout "$((T + 30))" "${env[@]}" $sv_cli || ok=0
+		local until=until_listening
+		case $tool in rstream | riostream) until=until_rs_listening ;; esac
+		$until "$hout" nsx timeout "$((T + 30))" "${env[@]}" $sv_cli || ok=0
 		if [ -n "$forever" ]; then
 			"$PEERSH" stop "$G" "$guest_job" >/dev/null 2>&1 || true
 			"$PEERSH" wait "$G" "$guest_job" "$((T + 30))" >"$gout" 2>&1 || true
@@ -471,6 +567,8 @@ run_dropincm() {
 		guest_job=
 		[ $ok = 1 ] && check_cm_out "$hout" "$tool" "$name host" client "$a" || ok=0
 		[ $ok = 1 ] && check_cm_out "$gout" "$tool" "$name rxe" server "$a" || ok=0
+		[ $ok = 1 ] && check_rs_out "$hout" "$tool" "$name host" || ok=0
+		[ $ok = 1 ] && check_rs_out "$gout" "$tool" "$name rxe" || ok=0
 	fi
 	bg_pids=("$tcpdump_pid")
 	[ $ok = 1 ]

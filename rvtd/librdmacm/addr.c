@@ -1,11 +1,9 @@
-/* rdma_getaddrinfo over the system resolver, rpoll, SRQs on an ID. */
+/* rdma_getaddrinfo over the system resolver, SRQs on an ID. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <netdb.h>
-#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
-#include <rdma/rsocket.h>
 #include "internal.h"
 
 static int copy_sa(struct sockaddr **dst, socklen_t *dlen, const struct sockaddr *src, socklen_t len)
@@ -98,13 +96,6 @@ RVM_EXPORT int rdma_getaddrinfo(const char *node, const char *service,
 	}
 	*res = ai;
 	return 0;
-}
-
-/* rpoll: rping, ucmatose and udaddy poll ordinary descriptors (event
- * channels, pipes) with it; no rsockets here. */
-RVM_EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
-{
-	return poll(fds, nfds, timeout);
 }
 
 RVM_EXPORT int rdma_create_srq_ex(struct rdma_cm_id *id, struct ibv_srq_init_attr_ex *attr)

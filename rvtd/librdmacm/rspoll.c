@@ -1,0 +1,263 @@
+/* rpoll and rselect over rsockets and ordinary descriptors (rsock.h). */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/select.h>
+#include <time.h>
+#include <unistd.h>
+#include "rsock.h"
+#include <rdma/rsocket.h>
+
+/* ---- poll and select ---- */
+
+static int rs_revents_locked(struct rsk *rs, short events)
+{
+	if (rs->phase >= P_RESOLVING_ADDR && rs->phase <= P_ACCEPTING) {
+		if (rs_drive(rs, 1) && errno == EINPROGRESS)
+			return 0;
+	}
+	switch (rs->phase) {
+	case P_LISTENING: {
+		struct pollfd p = {.fd = rs->ch->fd, .events = events};
+		poll(&p, 1, 0);
+		return p.revents;
+	}
+	case P_CONNECT_ERROR:
+		return (events & (POLLIN | POLLOUT)) | POLLERR;
+	case P_CONNECTED:
+	case P_DISCONNECTED:
+	case P_ERROR: {
+		rs_update_credits(rs);
+		rs_poll_cq(rs);
+		rs_update_credits(rs);
+		int rev = 0;
+		if ((events & POLLIN) && t_rdata(rs))
+			rev |= POLLIN;
+		if ((events & POLLOUT) && rs_can_send(rs))
+			rev |= POLLOUT;
+		/* POLLHUP once the data before the disconnect is read (Linux's
+		 * rsockets set it at once: docs/rsockets.md). */
+		if (rs->phase == P_DISCONNECTED && !rs_have_rdata(rs))
+			rev |= POLLHUP;
+		else if (rs->phase == P_ERROR)
+			rev |= POLLERR;
+		return rev;
+	}
+	default:
+		return 0;
+	}
+}
+
+/* rs_arm: the descriptor that wakes a poll for this socket (-1: none),
+ * once the CQ is armed; *rev is set if something is ready already. */
+static int rs_arm(struct rsk *rs, short events, short *rev)
+{
+	int fd = -1;
+	pthread_mutex_lock(&rs->lock);
+	*rev = 0;
+	switch (rs->phase) {
+	case P_CONNECTED:
+		rs->pollers++; /* until rs_unarm */
+		if (rs->sleeper) {
+			/* It sleeps unbounded: wake it to bound its wait. */
+			uint64_t one = 1;
+			if (write(rs->kickfd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+				rs_down(rs, P_ERROR, errno);
+		}
+		if (!rs->armed) {
+			ibv_req_notify_cq(rs->cq, 0);
+			rs->armed = 1;
+			*rev = (short)rs_revents_locked(rs, events);
+		}
+		fd = rs->epfd;
+		break;
+	case P_LISTENING:
+	case P_RESOLVING_ADDR:
+	case P_RESOLVING_ROUTE:
+	case P_CONNECTING:
+	case P_ACCEPTING:
+		fd = rs->ch->fd;
+		break;
+	default:
+		*rev = (short)rs_revents_locked(rs, events);
+		break;
+	}
+	pthread_mutex_unlock(&rs->lock);
+	return fd;
+}
+
+/* rs_revents: what the socket is ready for now. Its completion and CM
+ * events are taken first, whether or not a poll woke for them: a program
+ * that calls rpoll with timeout 0 in a loop (rstream -T a) must still see
+ * a peer that vanished (its DISCONNECTED). */
+/* rs_unarm: this rpoll no longer polls the socket's epfd; a thread
+ * sleeping in rs_process meanwhile is told to look again. */
+static void rs_unarm(struct rsk *rs)
+{
+	pthread_mutex_lock(&rs->lock);
+	if (rs->pollers)
+		rs->pollers--;
+	pthread_mutex_unlock(&rs->lock);
+}
+
+/* rs_sleeping: whether a thread sleeps in rs_process on the socket. */
+static int rs_sleeping(struct rsk *rs)
+{
+	pthread_mutex_lock(&rs->lock);
+	int s = rs->sleeper;
+	pthread_mutex_unlock(&rs->lock);
+	return s;
+}
+
+static int rs_revents(struct rsk *rs, short events)
+{
+	pthread_mutex_lock(&rs->lock);
+	if (rs->phase == P_CONNECTED)
+		rs_take_events(rs);
+	int rev = rs_revents_locked(rs, events);
+	pthread_mutex_unlock(&rs->lock);
+	return rev;
+}
+
+static int ms_left(const struct timespec *end)
+{
+	struct timespec now;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	long ms = (end->tv_sec - now.tv_sec) * 1000 + (end->tv_nsec - now.tv_nsec) / 1000000;
+	return ms < 0 ? 0 : (int)ms;
+}
+
+/* rpoll: rsockets and ordinary descriptors together. A call with no
+ * rsocket in it is poll() (rping, ucmatose and udaddy poll event
+ * channels with it). */
+RVM_EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
+{
+	struct rsk **rss = calloc(nfds ? nfds : 1, sizeof(*rss));
+	struct pollfd *pf = calloc(nfds ? nfds : 1, sizeof(*pf));
+	int any = 0, ret = 0;
+	if (!rss || !pf) {
+		free(rss);
+		free(pf);
+		return rvm_err(ENOMEM);
+	}
+	for (nfds_t i = 0; i < nfds; i++)
+		any |= !!(rss[i] = rs_get(fds[i].fd));
+	if (!any) {
+		free(rss);
+		free(pf);
+		return poll(fds, nfds, timeout);
+	}
+	int saved = errno; /* kept on success, as in rrecv */
+	struct timespec end;
+	clock_gettime(CLOCK_MONOTONIC, &end);
+	if (timeout > 0) {
+		end.tv_sec += timeout / 1000;
+		end.tv_nsec += (long)(timeout % 1000) * 1000000;
+		if (end.tv_nsec >= 1000000000) {
+			end.tv_sec++;
+			end.tv_nsec -= 1000000000;
+		}
+	}
+	for (;;) {
+		ret = 0;
+		for (nfds_t i = 0; i < nfds; i++) {
+			if (rss[i]) {
+				fds[i].revents = (short)rs_revents(rss[i], fds[i].events);
+			} else {
+				fds[i].revents = 0;
+				if (fds[i].fd >= 0)
+					poll(&fds[i], 1, 0);
+			}
+			ret += !!fds[i].revents;
+		}
+		if (ret || !timeout)
+			break;
+		for (nfds_t i = 0; i < nfds; i++) { /* all of them: rs_unarm below */
+			pf[i] = fds[i];
+			pf[i].revents = 0;
+			if (rss[i]) {
+				short rev;
+				pf[i].fd = rs_arm(rss[i], fds[i].events, &rev);
+				pf[i].events = POLLIN;
+				if (rev) {
+					fds[i].revents = rev;
+					ret = 1;
+				}
+			}
+		}
+		int ms = timeout < 0 ? -1 : ms_left(&end), armed_fd = 0;
+		for (nfds_t i = 0; i < nfds; i++) {
+			if (!rss[i] || pf[i].fd < 0)
+				continue;
+			armed_fd |= pf[i].fd == rss[i]->epfd; /* counted in pollers */
+			if (pf[i].fd == rss[i]->epfd && rs_sleeping(rss[i]) && (ms < 0 || ms > RS_SHARED_WAIT_MS))
+				ms = RS_SHARED_WAIT_MS;
+		}
+		int n = ret ? 0 : poll(pf, nfds, ms);
+		if (armed_fd)
+			for (nfds_t i = 0; i < nfds; i++)
+				if (rss[i] && pf[i].fd >= 0 && pf[i].fd == rss[i]->epfd)
+					rs_unarm(rss[i]);
+		if (ret)
+			break;
+		if (n == 0 && timeout != 0 && (timeout < 0 || ms_left(&end) > 0))
+			continue; /* a bounded wait (RS_SHARED_WAIT_MS) ended: look again */
+		if (n <= 0) {
+			ret = n;
+			for (nfds_t i = 0; i < nfds; i++)
+				fds[i].revents = 0;
+			break;
+		}
+	}
+	free(rss);
+	free(pf);
+	if (ret >= 0)
+		errno = saved;
+	return ret;
+}
+
+RVM_EXPORT int rselect(int nfds, fd_set *readfds, fd_set *writefds, fd_set *exceptfds,
+		       struct timeval *timeout)
+{
+	struct pollfd *fds = calloc(nfds > 0 ? (size_t)nfds : 1, sizeof(*fds));
+	if (!fds)
+		return rvm_err(ENOMEM);
+	int n = 0;
+	for (int fd = 0; fd < nfds; fd++) {
+		short ev = 0;
+		int want = 0;
+		if (readfds && FD_ISSET(fd, readfds))
+			ev |= POLLIN, want = 1;
+		if (writefds && FD_ISSET(fd, writefds))
+			ev |= POLLOUT, want = 1;
+		if (exceptfds && FD_ISSET(fd, exceptfds))
+			want = 1;
+		if (want)
+			fds[n++] = (struct pollfd){.fd = fd, .events = ev};
+	}
+	int ms = timeout ? (int)(timeout->tv_sec * 1000 + timeout->tv_usec / 1000) : -1;
+	int ret = rpoll(fds, (nfds_t)n, ms);
+	if (readfds)
+		FD_ZERO(readfds);
+	if (writefds)
+		FD_ZERO(writefds);
+	if (exceptfds)
+		FD_ZERO(exceptfds);
+	if (ret > 0) {
+		ret = 0;
+		for (int i = 0; i < n; i++) {
+			if (readfds && (fds[i].revents & (POLLIN | POLLHUP)))
+				FD_SET(fds[i].fd, readfds), ret++;
+			if (writefds && (fds[i].revents & POLLOUT))
+				FD_SET(fds[i].fd, writefds), ret++;
+			if (exceptfds && (fds[i].revents & ~(POLLIN | POLLOUT)))
+				FD_SET(fds[i].fd, exceptfds), ret++;
+		}
+	}
+	free(fds);
+	return ret;
+}
