@@ -486,3 +486,31 @@ func TestDisconnectAfterEnd(t *testing.T) {
 	req.ID.Destroy()
 	p.cid.Destroy()
 }
+
+// TestDestroyReleasesPort: destroying an ID gives its port back at once,
+// as Linux's rdma_destroy_id does (cma_release_port), while the CM's
+// DREQ and TIMEWAIT run on: a program may bind the same address and port
+// again at once (rstream -b, a server restarted on its port).
+func TestDestroyReleasesPort(t *testing.T) {
+	w := newWorld(t, worldOpts{manual: true, agent: FastOptions(), seed: 17})
+	p := newPair(t, w, PSTCP, 14)
+	a, b := w.nodes[0], w.nodes[1]
+	qa, qb := a.newQP(t, qp.RC), b.newQP(t, qp.RC)
+	req := p.establish(t, qa, qb)
+	src := p.cid.LocalAddr()
+	require.NotZero(t, src.Port())
+
+	p.cid.Destroy() // a DREQ, then TIMEWAIT
+	again := a.agent.NewID(p.cch, PSTCP, nil)
+	require.NoError(t, again.BindAddr(src), "the client's address and port, right after its destroy")
+	w.expect(t, p.lch, EventDisconnected)
+	req.ID.Destroy()
+	p.lid.Destroy()
+	l2 := b.agent.NewID(p.lch, PSTCP, nil)
+	require.NoError(t, l2.BindAddr(netip.AddrPortFrom(netip.IPv4Unspecified(), 14)), "the listener's port, right after its destroy")
+	require.NoError(t, l2.Listen())
+	again.Destroy()
+	l2.Destroy()
+	w.settle(t, time.Second)
+	requireClean(t, w, 0)
+}

@@ -814,6 +814,10 @@ func (id *ID) Destroy() {
 		a.mu.Unlock()
 		return
 	}
+	// The port is free at once, as Linux's rdma_destroy_id releases it
+	// (cma_release_port) while the CM's DREQ and TIMEWAIT run on: they
+	// find the ID by its comm ID, not by its port.
+	a.unbindLocked(id)
 	q := id.q
 	toErr := false
 	switch id.state {
