@@ -712,25 +712,14 @@ RVM_EXPORT size_t riowrite(int socket, const void *buf, size_t count, off_t offs
 	return count - left;
 }
 
-/* ---- errno ----
- * A call that succeeds leaves errno as its caller had it: the library's
- * own non-blocking descriptors answer EAGAIN inside it, and programs such
- * as rstream read errno after a return of 0 (EOF). */
+/* ---- errno: these calls keep the caller's on success (RS_KEEP_ERRNO, rsock.h) ---- */
 
 RVM_EXPORT off_t riomap(int socket, void *buf, size_t len, int prot, int flags, off_t offset)
 {
-	int saved = errno;
-	off_t ret = do_riomap(socket, buf, len, prot, flags, offset);
-	if (ret != -1)
-		errno = saved;
-	return ret;
+	return RS_KEEP_ERRNO(do_riomap(socket, buf, len, prot, flags, offset));
 }
 
 RVM_EXPORT int riounmap(int socket, void *buf, size_t len)
 {
-	int saved = errno;
-	int ret = do_riounmap(socket, buf, len);
-	if (ret == 0)
-		errno = saved;
-	return ret;
+	return RS_KEEP_ERRNO(do_riounmap(socket, buf, len));
 }

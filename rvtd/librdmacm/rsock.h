@@ -163,4 +163,17 @@ int t_send(struct rsk *rs);
 int t_ctrl(struct rsk *rs);
 int t_drained(struct rsk *rs);
 
+/* RS_KEEP_ERRNO(call) is call's result, with errno left as the caller had
+ * it when the call succeeds (returns 0 or more): the library's own
+ * non-blocking descriptors answer EAGAIN inside it, and programs such as
+ * rstream read errno after a return of 0 (EOF). */
+#define RS_KEEP_ERRNO(call)                           \
+	({                                            \
+		int saved_errno_ = errno;             \
+		__typeof__(call) ret_ = (call);       \
+		if (ret_ >= 0)                        \
+			errno = saved_errno_;         \
+		ret_;                                 \
+	})
+
 #endif

@@ -904,79 +904,44 @@ RVM_EXPORT int rfcntl(int socket, int cmd, ... /* arg */)
 	return ret;
 }
 
-/* ---- errno ----
- * A call that succeeds leaves errno as its caller had it: the library's
- * own non-blocking descriptors answer EAGAIN inside it, and programs such
- * as rstream read errno after a return of 0 (EOF). */
+/* ---- errno: these calls keep the caller's on success (RS_KEEP_ERRNO, rsock.h) ---- */
 
 RVM_EXPORT int rsocket(int domain, int type, int protocol)
 {
-	int saved = errno;
-	int ret = do_rsocket(domain, type, protocol);
-	if (ret >= 0)
-		errno = saved;
-	return ret;
+	return RS_KEEP_ERRNO(do_rsocket(domain, type, protocol));
 }
 
 RVM_EXPORT int rbind(int socket, const struct sockaddr *addr, socklen_t addrlen)
 {
-	int saved = errno;
-	int ret = do_rbind(socket, addr, addrlen);
-	if (ret == 0)
-		errno = saved;
-	return ret;
+	return RS_KEEP_ERRNO(do_rbind(socket, addr, addrlen));
 }
 
 RVM_EXPORT int rlisten(int socket, int backlog)
 {
-	int saved = errno;
-	int ret = do_rlisten(socket, backlog);
-	if (ret == 0)
-		errno = saved;
-	return ret;
+	return RS_KEEP_ERRNO(do_rlisten(socket, backlog));
 }
 
 RVM_EXPORT int raccept(int socket, struct sockaddr *addr, socklen_t *addrlen)
 {
-	int saved = errno;
-	int ret = do_raccept(socket, addr, addrlen);
-	if (ret >= 0)
-		errno = saved;
-	return ret;
+	return RS_KEEP_ERRNO(do_raccept(socket, addr, addrlen));
 }
 
 RVM_EXPORT int rconnect(int socket, const struct sockaddr *addr, socklen_t addrlen)
 {
-	int saved = errno;
-	int ret = do_rconnect(socket, addr, addrlen);
-	if (ret == 0)
-		errno = saved;
-	return ret;
+	return RS_KEEP_ERRNO(do_rconnect(socket, addr, addrlen));
 }
 
 RVM_EXPORT int rshutdown(int socket, int how)
 {
-	int saved = errno;
-	int ret = do_rshutdown(socket, how);
-	if (ret == 0)
-		errno = saved;
-	return ret;
+	return RS_KEEP_ERRNO(do_rshutdown(socket, how));
 }
 
 RVM_EXPORT int rclose(int socket)
 {
-	int saved = errno;
-	int ret = do_rclose(socket);
-	if (ret == 0)
-		errno = saved;
-	return ret;
+	return RS_KEEP_ERRNO(do_rclose(socket));
 }
 
 RVM_EXPORT int rsetsockopt(int socket, int level, int optname, const void *optval, socklen_t optlen)
 {
-	int saved = errno;
-	int ret = do_rsetsockopt(socket, level, optname, optval, optlen);
-	if (ret == 0)
-		errno = saved;
-	return ret;
+	return RS_KEEP_ERRNO(do_rsetsockopt(socket, level, optname, optval, optlen));
 }
