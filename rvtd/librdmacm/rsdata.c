@@ -378,6 +378,21 @@ static int rs_send_iomaps(struct rsk *rs, int nonblock)
 	return 0;
 }
 
+/* rs_xfer_len is how much of left the next transfer of a call takes:
+ * *olen, which doubles with each transfer up to RS_MAX_XFER, or what is
+ * left; at most avail. */
+static uint32_t rs_xfer_len(uint32_t *olen, size_t left, uint32_t avail)
+{
+	uint32_t n = *olen;
+	if (*olen < left) {
+		if (*olen < RS_MAX_XFER)
+			*olen <<= 1;
+	} else {
+		n = (uint32_t)left;
+	}
+	return n < avail ? n : avail;
+}
+
 static ssize_t rs_sendv(int socket, const struct iovec *iov, int iovcnt, int flags)
 {
 	RS_GET(rs, socket);
@@ -397,15 +412,7 @@ static ssize_t rs_sendv(int socket, const struct iovec *iov, int iovcnt, int fla
 		ret = rs_wait_send(rs, nonblock);
 		if (ret)
 			break;
-		uint32_t n = olen;
-		if (olen < left) {
-			if (olen < RS_MAX_XFER)
-				olen <<= 1;
-		} else {
-			n = (uint32_t)left;
-		}
-		if (n > rs->savail)
-			n = rs->savail;
+		uint32_t n = rs_xfer_len(&olen, left, rs->savail);
 		volatile struct rsw_sge *t = &rs->tsgl[rs->tsge];
 		if (n > t->length)
 			n = t->length;
@@ -682,15 +689,7 @@ RVM_EXPORT size_t riowrite(int socket, const void *buf, size_t count, off_t offs
 		ret = rs_wait_send(rs, nonblock);
 		if (ret)
 			break;
-		uint32_t n = olen;
-		if (olen < left) {
-			if (olen < RS_MAX_XFER)
-				olen <<= 1;
-		} else {
-			n = (uint32_t)left;
-		}
-		if (n > rs->savail)
-			n = rs->savail;
+		uint32_t n = rs_xfer_len(&olen, left, rs->savail);
 		if (n > m.offset + m.sge.length - off)
 			n = (uint32_t)(m.offset + m.sge.length - off);
 		struct ibv_sge sg[2];
