@@ -67,9 +67,8 @@
 #                         librdmacm's rsocket.c against Linux's), -C COUNT
 #                         -S SIZE, one iteration; both ends must print
 #                         their "custom" result line (with -T v both check
-#                         the data); give each case its own -p (the
-#                         daemon holds a port until the closed
-#                         connection's time-wait ends); rcopy BYTES
+#                         the data); each case has its own -p;
+#                         rcopy BYTES
 #                         PORT: a file of BYTES random bytes copied by
 #                         rcopy (-p PORT) to the other end's server
 #                         (which runs until ended), compared by MD5
