@@ -32,17 +32,7 @@ func TestRdmacmNoNeighbour(t *testing.T) {
 		{"udaddy", []string{"-s", nobody, "-b", cmClientAddr}, "RDMA_CM_EVENT_ADDR_ERROR, error: -110"},
 	} {
 		t.Run(tc.tool+" "+strings.Join(tc.args, " "), func(t *testing.T) {
-			bin := tool(t, tc.tool)
-			t0 := time.Now()
-			err, out := run(t, build, sock, 30*time.Second, bin, tc.args...)
-			took := time.Since(t0)
-			var ee *exec.ExitError
-			if err == nil || !errorAs(err, &ee) || ee.ExitCode() <= 0 {
-				t.Errorf("%v, want an exit status\n%s", err, out)
-			}
-			if !strings.Contains(out, tc.want) {
-				t.Errorf("no %q:\n%s", tc.want, out)
-			}
+			took := runFailing(t, build, sock, tool(t, tc.tool), tc.args, tc.want)
 			if took < 1500*time.Millisecond || took > 15*time.Second {
 				t.Errorf("took %v, want about the 2 s resolve timeout", took)
 			}
@@ -92,20 +82,28 @@ func TestRdmacmNetUnreachable(t *testing.T) {
 		{"rping", []string{"-c", "-a", off, "-I", cmClientAddr, "-C", "1"}, "RDMA_CM_EVENT_ADDR_ERROR, error -110", 15 * time.Second},
 	} {
 		t.Run(tc.tool+" "+strings.Join(tc.args, " "), func(t *testing.T) {
-			bin := tool(t, tc.tool)
-			t0 := time.Now()
-			err, out := run(t, build, sock, 30*time.Second, bin, tc.args...)
-			took := time.Since(t0)
-			var ee *exec.ExitError
-			if err == nil || !errorAs(err, &ee) || ee.ExitCode() <= 0 {
-				t.Errorf("%v, want an exit status\n%s", err, out)
-			}
-			if !strings.Contains(out, tc.want) {
-				t.Errorf("no %q:\n%s", tc.want, out)
-			}
+			took := runFailing(t, build, sock, tool(t, tc.tool), tc.args, tc.want)
 			if took > tc.slowest {
 				t.Errorf("took %v, want at most %v", took, tc.slowest)
 			}
 		})
 	}
+}
+
+// runFailing runs bin with args against the daemon at sock and returns
+// how long it took; it fails t unless bin exits with a failure status and
+// prints want.
+func runFailing(t *testing.T, build, sock, bin string, args []string, want string) time.Duration {
+	t.Helper()
+	t0 := time.Now()
+	err, out := run(t, build, sock, 30*time.Second, bin, args...)
+	took := time.Since(t0)
+	var ee *exec.ExitError
+	if err == nil || !errorAs(err, &ee) || ee.ExitCode() <= 0 {
+		t.Errorf("%v, want an exit status\n%s", err, out)
+	}
+	if !strings.Contains(out, want) {
+		t.Errorf("no %q:\n%s", want, out)
+	}
+	return took
 }
