@@ -17,14 +17,7 @@
 #include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
 
-#define CHECK(c)                                                                    \
-	do {                                                                        \
-		if (!(c)) {                                                         \
-			fprintf(stderr, "FAIL %s:%d: %s (errno %d %s)\n", __FILE__, \
-				__LINE__, #c, errno, strerror(errno));              \
-			exit(1);                                                    \
-		}                                                                   \
-	} while (0)
+#include "check.h"
 
 static struct rdma_cm_event *wait_event(struct rdma_event_channel *ch, enum rdma_cm_event_type want)
 {

@@ -16,14 +16,7 @@
 #include <unistd.h>
 #include <rdma/rdma_cma.h>
 
-#define CHECK(c)                                                                    \
-	do {                                                                        \
-		if (!(c)) {                                                         \
-			fprintf(stderr, "FAIL %s:%d: %s (errno %d %s)\n", __FILE__, \
-				__LINE__, #c, errno, strerror(errno));              \
-			exit(1);                                                    \
-		}                                                                   \
-	} while (0)
+#include "check.h"
 
 static double now(void)
 {

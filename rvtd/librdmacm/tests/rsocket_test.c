@@ -24,14 +24,7 @@
 #include <unistd.h>
 #include <rdma/rsocket.h>
 
-#define CHECK(c)                                                                    \
-	do {                                                                        \
-		if (!(c)) {                                                         \
-			fprintf(stderr, "FAIL %s:%d: %s (errno %d %s)\n", __FILE__, \
-				__LINE__, #c, errno, strerror(errno));              \
-			exit(1);                                                    \
-		}                                                                   \
-	} while (0)
+#include "check.h"
 
 static void set_sin(struct sockaddr_in *s, const char *ip, int port)
 {

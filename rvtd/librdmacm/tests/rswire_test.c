@@ -9,13 +9,7 @@
 #include <string.h>
 #include "../rswire.h"
 
-#define CHECK(c)                                                             \
-	do {                                                                 \
-		if (!(c)) {                                                  \
-			fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #c); \
-			exit(1);                                             \
-		}                                                            \
-	} while (0)
+#include "check.h"
 
 /* 01 02 0180 000000 00 | 00005625f1229000 0000037b 00000002 |
  * 00007fa433abe000 000004ef 00080000 (rstream sets SO_RCVBUF to 512 KiB:
