@@ -103,18 +103,7 @@ func TestDescriptorsPerObject(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := c.OpenDevice("rvt0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pd, err := d.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cq0, err := d.CreateCQ(16, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, pd, cq0 := openPDCQ(t, c)
 	const n = 64
 	var cqs []*client.CQ
 	var srqs []*client.SRQ
@@ -208,18 +197,7 @@ func TestSessionsShareDescriptors(t *testing.T) {
 			t.Fatalf("hog %d: %v\n%s", h, err, out)
 		}
 		defer c.Close()
-		d, err := c.OpenDevice("rvt0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		pd, err := d.AllocPD()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cq, err := d.CreateCQ(16, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
+		d, pd, cq := openPDCQ(t, c)
 		n := 0
 		for ; ; n++ {
 			if _, err = d.CreateQP(pd, 2, cq, cq, capa); err != nil {
@@ -257,6 +235,24 @@ func TestSessionsShareDescriptors(t *testing.T) {
 	if !strings.Contains(out.String(), "session at its share of the daemon's descriptors") {
 		t.Errorf("no warning about a session at its share:\n%s", out)
 	}
+}
+
+// openPDCQ opens rvt0 on c, with a PD and a 16-entry CQ.
+func openPDCQ(t *testing.T, c *client.Client) (*client.Device, uint32, *client.CQ) {
+	t.Helper()
+	d, err := c.OpenDevice("rvt0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pd, err := d.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, err := d.CreateCQ(16, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, pd, cq
 }
 
 // loopbackSend opens rvt0, connects two RC QPs to each other and sends
