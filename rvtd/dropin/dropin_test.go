@@ -216,9 +216,16 @@ func TestPingpongSizes(t *testing.T) {
 // The ring code's C unit test (rvtd/libibverbs/tests/ring_test.c).
 func TestRingC(t *testing.T) {
 	build := libs(t)
-	out, err := exec.Command(filepath.Join(build, "test", "ring_test")).CombinedOutput()
+	runStandaloneC(t, build, "ring_test")
+}
+
+// runStandaloneC runs the C unit test build/test/name, which needs no daemon,
+// and fails t unless it succeeds and prints PASS.
+func runStandaloneC(t *testing.T, build, name string) {
+	t.Helper()
+	out, err := exec.Command(filepath.Join(build, "test", name)).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "PASS") {
-		t.Fatalf("ring_test: %v\n%s", err, out)
+		t.Fatalf("%s: %v\n%s", name, err, out)
 	}
 }
 

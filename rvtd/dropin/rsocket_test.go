@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -163,10 +162,7 @@ func TestRsocketC(t *testing.T) {
 // iomap size scale.
 func TestRsocketWire(t *testing.T) {
 	build := rdmacmLib(t)
-	out, err := exec.Command(filepath.Join(build, "test", "rswire_test")).CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "PASS") {
-		t.Fatalf("rswire_test: %v\n%s", err, out)
-	}
+	runStandaloneC(t, build, "rswire_test")
 }
 
 // TestRsocketASan: rstream (async: rpoll; and blocking) and riostream
