@@ -821,11 +821,20 @@ func (l *Link) lazyKick() {
 // Flush ends a Hold; the last one publishes the queued frames and kicks
 // the kernel for them.
 func (l *Link) Flush() {
-	// Before the decrement: a last holder that decrements after this
-	// one sees it.
-	l.eager.Store(true)
 	if l.holders.Add(-1) == 0 {
-		l.eager.Store(false)
+		if l.eager.Load() { // what it asked for goes now
+			l.eager.Store(false)
+		}
+		l.publishAndKick()
+		return
+	}
+	// Another holder is last: its FlushLazy sends at once if it sees
+	// eager. If it was done before the store (holders back at 0), it
+	// may not have: then whoever takes eager back sends (this Flush, or
+	// a later last holder). Only here, so that a lone holder's Flush,
+	// the common case, costs no second locked instruction.
+	l.eager.Store(true)
+	if l.holders.Load() == 0 && l.eager.Swap(false) {
 		l.publishAndKick()
 	}
 }
