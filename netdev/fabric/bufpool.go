@@ -2,6 +2,7 @@ package fabric
 
 import (
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/softverbs/softverbs/netdev"
@@ -14,9 +15,16 @@ import (
 // (twice: its buffers and the boxes that carry them). One short critical
 // section per Get and Put costs less, and bounded, it keeps at most
 // a bounded number of buffers when a burst is over.
+//
+// In front of the stack is one buffer (hot) that Get and Put exchange
+// with one locked instruction each, where the mutex costs two: the frame
+// a goroutine sends and then receives itself (the Inline executor) cycles
+// through it, two locked instructions a frame fewer. Each costs about
+// 9 ns right after a frame's stores.
 type bufPool struct {
 	size int
-	max  int // buffers kept at most
+	max  int                  // buffers kept at most, hot included
+	hot  atomic.Pointer[byte] // a kept buffer's start (its capacity is size), or nil
 	mu   sync.Mutex
 	free [][]byte
 }
@@ -39,6 +47,12 @@ func (p *bufPool) Size() int { return p.size }
 
 // Get returns a buffer of Size bytes with arbitrary contents.
 func (p *bufPool) Get() []byte {
+	// A load first: a failed swap costs as much as one that succeeds.
+	if p.hot.Load() != nil {
+		if b := p.hot.Swap(nil); b != nil {
+			return unsafe.Slice(b, p.size)
+		}
+	}
 	p.mu.Lock()
 	if n := len(p.free); n > 0 {
 		b := p.free[n-1]
@@ -76,9 +90,23 @@ func (p *bufPool) Put(b []byte) {
 	if cap(b) < p.size {
 		return
 	}
+	if p.hot.Load() == nil && p.hot.CompareAndSwap(nil, unsafe.SliceData(b)) {
+		return
+	}
 	p.mu.Lock()
-	if len(p.free) < p.max {
+	if len(p.free) < p.max-1 {
 		p.free = append(p.free, b[:cap(b)])
 	}
 	p.mu.Unlock()
+}
+
+// kept returns how many buffers p keeps.
+func (p *bufPool) kept() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := len(p.free)
+	if p.hot.Load() != nil {
+		n++
+	}
+	return n
 }
