@@ -31,8 +31,9 @@ type Handler func(frame []byte)
 // handler, or, with no handler set, counted as dropped and its buffer given
 // back to the link's pool.
 type Receiver struct {
-	handler                      atomic.Pointer[Handler]
-	rxFrames, rxBytes, rxDropped atomic.Uint64
+	handler   atomic.Pointer[Handler]
+	rx        FrameCount
+	rxDropped atomic.Uint64
 }
 
 // SetHandler sets the receive handler; nil drops received frames (counted
@@ -65,8 +66,7 @@ func (r *Receiver) DeliverWith(h *Handler, frame []byte, n int, rel Releaser) {
 		rel.Release(frame)
 		return
 	}
-	r.rxFrames.Add(1)
-	r.rxBytes.Add(uint64(n))
+	r.rx.Add(1, uint64(n))
 	(*h)(frame)
 }
 
@@ -77,7 +77,8 @@ func (r *Receiver) CountDropped() { r.rxDropped.Add(1) }
 // RxCounts returns the frames and bytes delivered to the handler and the
 // frames dropped, for the link's statistics.
 func (r *Receiver) RxCounts() (frames, bytes, dropped uint64) {
-	return r.rxFrames.Load(), r.rxBytes.Load(), r.rxDropped.Load()
+	frames, bytes = r.rx.Load()
+	return frames, bytes, r.rxDropped.Load()
 }
 
 // Link moves whole Ethernet frames (destination MAC first, no FCS).

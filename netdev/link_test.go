@@ -22,9 +22,10 @@ func TestReceiverDeliverOrDrop(t *testing.T) {
 	r.Deliver(f, len(f), &rel) // no handler yet
 	require.Len(t, rel.got, 1, "the frame goes back to the pool")
 	require.Same(t, &f[0], &rel.got[0][0])
-	require.EqualValues(t, 1, r.rxDropped.Load())
-	require.Zero(t, r.rxFrames.Load())
-	require.Zero(t, r.rxBytes.Load())
+	frames, bytes, dropped := r.RxCounts()
+	require.EqualValues(t, 1, dropped)
+	require.Zero(t, frames)
+	require.Zero(t, bytes)
 
 	var got [][]byte
 	r.SetHandler(func(b []byte) { got = append(got, b) })
@@ -32,15 +33,17 @@ func TestReceiverDeliverOrDrop(t *testing.T) {
 	require.Len(t, got, 1)
 	require.Same(t, &f[0], &got[0][0], "the handler owns the frame")
 	require.Len(t, rel.got, 1, "not released for the handler")
-	require.EqualValues(t, 1, r.rxFrames.Load())
-	require.EqualValues(t, 100, r.rxBytes.Load(), "the link's byte count")
-	require.EqualValues(t, 1, r.rxDropped.Load())
+	frames, bytes, dropped = r.RxCounts()
+	require.EqualValues(t, 1, frames)
+	require.EqualValues(t, 100, bytes, "the link's byte count")
+	require.EqualValues(t, 1, dropped)
 
 	r.SetHandler(nil)
 	r.Deliver(f, len(f), &rel)
 	require.Len(t, got, 1, "no longer handed over")
 	require.Len(t, rel.got, 2)
 	require.Same(t, &f[0], &rel.got[1][0], "back to the pool")
-	require.EqualValues(t, 2, r.rxDropped.Load())
-	require.EqualValues(t, 1, r.rxFrames.Load())
+	frames, _, dropped = r.RxCounts()
+	require.EqualValues(t, 2, dropped)
+	require.EqualValues(t, 1, frames)
 }

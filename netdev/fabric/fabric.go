@@ -260,7 +260,8 @@ type Port struct {
 	closed atomic.Bool
 	fwd    atomic.Pointer[fwdEntry] // the last lookup's answer
 
-	txFrames, txBytes, txDropped atomic.Uint64
+	tx        netdev.FrameCount
+	txDropped atomic.Uint64
 
 	// Frames sent inside a hold to ports with a here handler wait in
 	// kept for a Flush (netdev.HereReceiver; hold.go).
@@ -321,8 +322,7 @@ func (p *Port) checkTx(frame []byte) error {
 		p.txDropped.Add(1)
 		return netdev.ErrFrameTooLong
 	}
-	p.txFrames.Add(1)
-	p.txBytes.Add(uint64(len(frame)))
+	p.tx.Add(1, uint64(len(frame)))
 	return nil
 }
 
@@ -455,9 +455,10 @@ func (p *Port) Close() error {
 // Stats returns a snapshot of the port's counters.
 func (p *Port) Stats() PortStats {
 	rxFrames, rxBytes, rxDropped := p.RxCounts()
+	txFrames, txBytes := p.tx.Load()
 	return PortStats{
-		TxFrames:  p.txFrames.Load(),
-		TxBytes:   p.txBytes.Load(),
+		TxFrames:  txFrames,
+		TxBytes:   txBytes,
 		TxDropped: p.txDropped.Load(),
 		RxFrames:  rxFrames,
 		RxBytes:   rxBytes,

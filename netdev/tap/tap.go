@@ -51,7 +51,8 @@ type Link struct {
 	done   chan struct{}
 	once   sync.Once
 
-	txFrames, txBytes, txErrors atomic.Uint64
+	tx       netdev.FrameCount
+	txErrors atomic.Uint64
 }
 
 var (
@@ -186,8 +187,7 @@ func (t *Link) Send(frame []byte) error {
 		}
 		return fmt.Errorf("tap %s: write: %w", t.name, err)
 	}
-	t.txFrames.Add(1)
-	t.txBytes.Add(uint64(len(frame)))
+	t.tx.Add(1, uint64(len(frame)))
 	return nil
 }
 
@@ -220,8 +220,9 @@ func (t *Link) Close() error {
 // Stats returns a snapshot of the counters.
 func (t *Link) Stats() Stats {
 	rxFrames, rxBytes, rxDropped := t.RxCounts()
+	txFrames, txBytes := t.tx.Load()
 	return Stats{
-		TxFrames: t.txFrames.Load(), TxBytes: t.txBytes.Load(), TxErrors: t.txErrors.Load(),
+		TxFrames: txFrames, TxBytes: txBytes, TxErrors: t.txErrors.Load(),
 		RxFrames: rxFrames, RxBytes: rxBytes, RxDropped: rxDropped,
 	}
 }

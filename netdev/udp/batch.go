@@ -229,8 +229,7 @@ func (l *Link) sendRun(q []udpQueued) {
 			for _, d := range q[done : done+sent] {
 				bytes += uint64(len(d.buf))
 			}
-			l.txPackets.Add(uint64(sent))
-			l.txBytes.Add(bytes)
+			l.txCount.Add(uint64(sent), bytes)
 			done += sent
 		}
 	}

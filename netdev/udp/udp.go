@@ -116,7 +116,8 @@ type Link struct {
 	groups map[netip.Addr]*net.UDPConn // a socket per joined group
 	joins  netdev.GroupRefs            // JoinGroup calls per group
 
-	txPackets, txBytes, txErrors             atomic.Uint64
+	txCount                                  netdev.FrameCount
+	txErrors                                 atomic.Uint64
 	rxErrors                                 atomic.Uint64
 	rxIDRecovered, rxIDFailed, txSocketsMade atomic.Uint64
 	txBatches                                atomic.Uint64
@@ -596,8 +597,7 @@ func (l *Link) Send(frame []byte) error {
 		}
 		return fmt.Errorf("udp link %v: send to %v: %w", l.local, dst, err)
 	}
-	l.txPackets.Add(1)
-	l.txBytes.Add(uint64(len(payload)))
+	l.txCount.Add(1, uint64(len(payload)))
 	return nil
 }
 
@@ -767,8 +767,9 @@ func (l *Link) Close() error {
 // Stats returns a snapshot of the counters.
 func (l *Link) Stats() Stats {
 	rxFrames, rxBytes, rxDropped := l.RxCounts()
+	txPackets, txBytes := l.txCount.Load()
 	return Stats{
-		TxPackets: l.txPackets.Load(), TxBytes: l.txBytes.Load(), TxErrors: l.txErrors.Load(),
+		TxPackets: txPackets, TxBytes: txBytes, TxErrors: l.txErrors.Load(),
 		RxPackets: rxFrames, RxBytes: rxBytes, RxErrors: l.rxErrors.Load(),
 		RxDropped: rxDropped, RxIDRecovered: l.rxIDRecovered.Load(), RxIDFailed: l.rxIDFailed.Load(),
 		TxSockets: l.txSocketsMade.Load(), TxBatches: l.txBatches.Load(),

@@ -240,8 +240,7 @@ type Link struct {
 	clk        clock.Clock
 	lazyTimer  rearm.Timer // FlushLazy's kick
 	flushTimer rearm.Timer // armFlush's kick
-	txFrames   atomic.Uint64
-	txBytes    atomic.Uint64
+	txCount    netdev.FrameCount
 
 	txDropped, txFullWaits                      atomic.Uint64
 	txKicks, txKickBusy, txKickErrs, fillWakeup atomic.Uint64
@@ -737,8 +736,7 @@ func (l *Link) Send(frame []byte) error {
 		kick = l.tx.needWakeup()
 	}
 	l.txMu.Unlock()
-	l.txFrames.Add(1)
-	l.txBytes.Add(uint64(len(frame)))
+	l.txCount.Add(1, uint64(len(frame)))
 	if kick {
 		l.kickRLocked()
 	}
@@ -944,9 +942,10 @@ func (l *Link) armFlush() {
 // program's counters.
 func (l *Link) Stats() Stats {
 	rxFrames, rxBytes, rxDropped := l.RxCounts()
+	txFrames, txBytes := l.txCount.Load()
 	s := Stats{
 		RxFrames: rxFrames, RxBytes: rxBytes,
-		TxFrames: l.txFrames.Load(), TxBytes: l.txBytes.Load(),
+		TxFrames: txFrames, TxBytes: txBytes,
 		RxDropped: rxDropped, TxDropped: l.txDropped.Load(),
 		TxFullWaits: l.txFullWaits.Load(), TxKicks: l.txKicks.Load(),
 		TxKickBusy: l.txKickBusy.Load(), TxKickErrors: l.txKickErrs.Load(),
