@@ -209,6 +209,7 @@ type Engine struct {
 	// On a Pool, tasks use the stock of the goroutine running them
 	// (bufCache).
 	serial bool
+	inline *task.Inline // cfg.Exec, if serial
 	free   []*pktBuf
 	kept   keptFrames // on a serial engine: the tasks' own (bufCache.keptFor)
 
@@ -272,7 +273,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 	// busy some 20,000 buffers are out at once, which the pool makes
 	// again after each garbage collection.
 	e.pool.New = func() any { return new(pktBuf) }
-	_, e.serial = cfg.Exec.(*task.Inline)
+	e.inline, e.serial = cfg.Exec.(*task.Inline)
 	e.port.Store(&portState{mtu: qp.MTU4096})
 	return e, nil
 }
@@ -583,11 +584,23 @@ func (e *Engine) drop(c *Conn, r DropReason) {
 // per packet, most of a small message's latency. Elsewhere (the fabric
 // delivers inside the sender's Send, under the sender's QP lock) the task
 // is scheduled; but see receiveHere.
+//
+// On an Inline executor that nobody drains (the in-memory fabric delivers
+// inside the sender's Send, which runs outside any task when the sender
+// posts), the frame is handled as the drainer: the packet goes on its
+// task's own list and the task runs when the frame is handled, with none
+// of the locked instructions of the shared queue and of Schedule (three
+// a packet of the eight a hand-off took; each about 9 ns).
 func (e *Engine) ReceiveFrame(frame []byte) {
 	ps := e.port.Load()
 	w := wakeSchedule
-	if ps.here {
+	switch {
+	case ps.here:
 		w = wakeHere
+	case e.serial && e.inline.Enter():
+		e.receiveFrame(frame, ps.rel, wakeChain, false)
+		e.inline.Leave()
+		return
 	}
 	e.receiveFrame(frame, ps.rel, w, false)
 }

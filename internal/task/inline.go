@@ -49,6 +49,19 @@ func (e *Inline) becomeIdleDrainer() bool {
 	return !e.draining.Load() && e.top.Load() == nil && e.draining.CompareAndSwap(false, true)
 }
 
+// Enter makes the caller the drainer if nothing is queued and nobody
+// drains, and reports whether it did. The caller may then do what a
+// task's Func may on this executor (Chain, the lists that only tasks
+// touch), as the one goroutine running its tasks, until it calls Leave,
+// which runs what it queued meanwhile and gives the role up. Outside a
+// task it is Claim without a task: a frame's work taken on by the
+// goroutine that delivers it.
+func (e *Inline) Enter() bool { return e.becomeIdleDrainer() }
+
+// Leave ends what Enter began: it runs the tasks queued meanwhile, then
+// stops draining.
+func (e *Inline) Leave() { e.drain() }
+
 func (e *Inline) enqueue(t *Task) {
 	// With nothing queued and nobody draining, t would be the whole queue.
 	if e.becomeIdleDrainer() {

@@ -758,3 +758,36 @@ func TestInlineReleaseAgainIsRelease(t *testing.T) {
 	tk.ReleaseAgain(c, false)
 	require.EqualValues(t, 1, runs.Load())
 }
+
+// TestInlineEnter: Enter makes an idle executor's caller its drainer,
+// inside which Chain only queues, and Leave runs what was chained, in
+// order; with a task queued, or a drainer at work on another goroutine,
+// Enter takes nothing.
+func TestInlineEnter(t *testing.T) {
+	ex := task.NewInline()
+	var order string
+	a := task.New(ex, "a", func() bool { order += "a"; return false })
+	b := task.New(ex, "b", func() bool { order += "b"; return false })
+	require.True(t, ex.Enter())
+	require.False(t, ex.Idle())
+	require.False(t, ex.Enter(), "one drainer")
+	b.Chain()
+	a.Chain()
+	b.Chain() // already queued: once
+	require.Empty(t, order, "nothing runs before Leave")
+	ex.Leave()
+	require.Equal(t, "ba", order)
+	require.True(t, ex.Idle())
+
+	// A drainer at work elsewhere: Enter takes nothing; the drainer runs
+	// what Schedule queues meanwhile.
+	inside, release := make(chan struct{}), make(chan struct{})
+	blocker := task.New(ex, "x", func() bool { close(inside); <-release; return false })
+	go blocker.Schedule()
+	<-inside
+	require.False(t, ex.Enter())
+	a.Schedule()
+	close(release)
+	require.Eventually(t, func() bool { return ex.Idle() }, waitFor, time.Millisecond)
+	require.Equal(t, "baa", order)
+}
