@@ -54,10 +54,18 @@ func benchOptions(t testing.TB) rvtd.Options {
 	return o
 }
 
-// startDaemonOpts is startDaemon with options.
+// startDaemonOpts is startDaemon with options; with RVTD_BENCH_HERE set,
+// the default devices take receive_here (DeviceConfig.ReceiveHere).
 func startDaemonOpts(t testing.TB, o rvtd.Options) string {
 	t.Helper()
-	srv, err := rvtd.New(nil, o)
+	var cfg *rvtd.Config
+	if os.Getenv("RVTD_BENCH_HERE") != "" {
+		cfg = rvtd.DefaultConfig()
+		for i := range cfg.Devices {
+			cfg.Devices[i].ReceiveHere = true
+		}
+	}
+	srv, err := rvtd.New(cfg, o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,6 +28,7 @@ type flags struct {
 	metrics                             string
 	checkConfig                         bool
 	loops                               int
+	spin                                time.Duration
 }
 
 func main() {
@@ -40,6 +41,7 @@ func main() {
 	fs.BoolVar(&f.checkConfig, "check-config", false, "check the configuration and exit")
 	fs.StringVar(&f.metrics, "metrics", "", "serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9464 (default: off)")
 	fs.IntVar(&f.loops, "loops", 0, "data-path goroutines (default 2)")
+	fs.DurationVar(&f.spin, "spin", 0, "how long a data-path goroutine keeps polling the rings it served before it sleeps, e.g. 50us (default: it sleeps at once; docs/rvtd.md, Figures)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			os.Exit(0)
@@ -57,6 +59,10 @@ func main() {
 	}
 	if f.loops < 0 {
 		fmt.Fprintf(os.Stderr, "rvtd: --loops %d: want 1 or more (0: the default)\n", f.loops)
+		os.Exit(2)
+	}
+	if f.spin < 0 {
+		fmt.Fprintf(os.Stderr, "rvtd: --spin %v: want a duration of 0 or more\n", f.spin)
 		os.Exit(2)
 	}
 	if err := run(f); err != nil {
@@ -110,7 +116,7 @@ func run(f flags) error {
 	if err := rvtd.CheckSocket(sock, log); err != nil {
 		return err
 	}
-	srv, err := rvtd.New(cfg, rvtd.Options{Logger: log, Loops: f.loops})
+	srv, err := rvtd.New(cfg, rvtd.Options{Logger: log, Loops: f.loops, Spin: f.spin})
 	if err != nil {
 		return err
 	}

@@ -230,6 +230,8 @@ func TestFlagErrors(t *testing.T) {
 		{"--bogus", "unknown flag: --bogus"},
 		{"--loops abc", `invalid argument "abc"`},
 		{"--loops -5", "--loops -5: want 1 or more"},
+		{"--spin 5", `invalid argument "5"`},
+		{"--spin -1ms", "--spin -1ms: want a duration of 0 or more"},
 		{"extra --check-config", `unexpected argument "extra"`},
 	} {
 		cmd, out := rvtdCmd(strings.Fields(tc.args)...)
