@@ -2,6 +2,7 @@ package dropin_test
 
 import (
 	"io"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -73,9 +74,15 @@ func keepaliveIdle(t *testing.T, build, lib string, env []string, mode string) {
 	if dev == nil {
 		t.Fatal("no device rvt0")
 	}
-	in, tell := io.Pipe()
+	// A pipe of the kernel's: the program reads it directly (with an
+	// io.Reader, its end would wait for a copying goroutine).
+	in, tell, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { tell.Close() })
 	p := startStdin(t, lib, sock, 60*time.Second, env, in, filepath.Join(build, "test", "rsocket_test"), "ka-idle", mode)
+	in.Close()
 	p.waitOutput(t, "IDLE\n", 30*time.Second)
 	before := dev.Counters()["rcvd_pkts"]
 	p.waitOutput(t, "IDLE-END\n", 30*time.Second)
