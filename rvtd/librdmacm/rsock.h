@@ -91,6 +91,7 @@ struct rsk {
 	uint32_t sq_size, rq_size, sq_inline, sbuf_size, rbuf_size, iomap_size;
 	uint64_t so_opts, tcp_opts, ipv6_opts;
 	int keepalive_time; /* TCP_KEEPIDLE, seconds (0: not set yet) */
+	int ka_on;	    /* keepalive messages wanted: SO_KEEPALIVE set, no rshutdown since */
 	int ka_used;	    /* SO_KEEPALIVE was set once: rclose tells the keepalive service */
 
 	/* verbs */

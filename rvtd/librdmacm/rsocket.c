@@ -640,11 +640,13 @@ static int rs_shutdown_locked(struct rsk *rs, int how)
 }
 
 /* rs_keepalive_off takes rs out of the keepalive service (as Linux's
- * rshutdown and rclose do), if it ever was in it. */
+ * rshutdown and rclose do), if it ever was in it; SO_KEEPALIVE still
+ * reads 1, and setting it again puts the socket back. */
 static void rs_keepalive_off(struct rsk *rs)
 {
 	pthread_mutex_lock(&rs->lock);
 	int used = rs->ka_used;
+	rs->ka_on = 0;
 	pthread_mutex_unlock(&rs->lock);
 	if (used)
 		rs_keepalive_remove(rs);
@@ -710,24 +712,26 @@ static void set_bit(uint64_t *opts, int name, int on)
  * service is called without the socket's mutex (rskeep.c). */
 static int rs_set_keepalive(struct rsk *rs, int on)
 {
+	on = !!on;
 	pthread_mutex_lock(&rs->lock);
-	int was = !!(rs->so_opts & (1ULL << SO_KEEPALIVE));
+	int was = rs->ka_on;
 	if (on && !rs->keepalive_time)
 		rs->keepalive_time = (int)rs_keepalive_default();
 	unsigned secs = (unsigned)rs->keepalive_time;
-	if (on)
-		rs->ka_used = 1;
+	rs->ka_on = on;
+	rs->ka_used |= on;
 	pthread_mutex_unlock(&rs->lock);
 	int ret = 0;
 	if (on && !was)
 		ret = rs_keepalive_set(rs, secs, 1);
 	else if (!on && was)
 		rs_keepalive_remove(rs);
-	if (!ret) {
-		pthread_mutex_lock(&rs->lock);
+	pthread_mutex_lock(&rs->lock);
+	if (ret)
+		rs->ka_on = 0;
+	else
 		set_bit(&rs->so_opts, SO_KEEPALIVE, on);
-		pthread_mutex_unlock(&rs->lock);
-	}
+	pthread_mutex_unlock(&rs->lock);
 	return ret;
 }
 
@@ -780,7 +784,7 @@ static int do_rsetsockopt(int socket, int level, int optname, const void *optval
 				ret = EINVAL;
 			} else {
 				rs->keepalive_time = v;
-				keepidle = rs->ka_used;
+				keepidle = rs->ka_on;
 			}
 			break;
 		case TCP_NODELAY:

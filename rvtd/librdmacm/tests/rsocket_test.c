@@ -345,8 +345,9 @@ static void *ka_recv_run(void *arg)
  * counts the packets rvt0 received meanwhile, then writes a line to our
  * stdin. MODE on: c has SO_KEEPALIVE and TCP_KEEPIDLE 1 (a keepalive
  * every second, none of them data: s's rrecv stays blocked); off: no
- * keepalive option; cleared: SO_KEEPALIVE set, then cleared. The keepalive thread exists only while c has
- * keepalive on. */
+ * keepalive option; cleared: SO_KEEPALIVE set, then cleared (and at the
+ * end set again, then rshutdown). The keepalive thread exists only while
+ * c has keepalive on. */
 static int ka_idle(const char *mode)
 {
 	int on = strcmp(mode, "on") == 0, cleared = strcmp(mode, "cleared") == 0;
@@ -412,6 +413,15 @@ static int ka_idle(const char *mode)
 	CHECK(rsend(s, "s", 1, 0) == 1 && rrecv(c, &x, 1, 0) == 1 && x == 's');
 	CHECK(getopt_int(c, SOL_SOCKET, SO_ERROR) == 0 && getopt_int(s, SOL_SOCKET, SO_ERROR) == 0);
 	CHECK(ntasks() == base + on);
+	if (cleared) {
+		/* Set again: the thread again; rshutdown takes the socket out
+		 * (as Linux's), and the option still reads 1. */
+		setopt_int(c, SOL_SOCKET, SO_KEEPALIVE, 1);
+		CHECK(ntasks() == base + 1);
+		CHECK(rshutdown(c, SHUT_RDWR) == 0);
+		wait_tasks(base);
+		CHECK(getopt_int(c, SOL_SOCKET, SO_KEEPALIVE) == 1);
+	}
 	CHECK(rclose(c) == 0);
 	wait_tasks(base); /* closing the last keepalive socket ends the thread */
 	CHECK(rclose(s) == 0 && rclose(l) == 0);
