@@ -151,6 +151,9 @@ else
 	# slow guest's client, often); docs/rsockets.md.
 	cases+=("dropincm sv-server rstream 100 4096 -p 7483 -T v srv:-T srv:a")
 	cases+=("dropincm rxe-server rstream 100 4096 -p 7483 -T v cli:-T cli:a")
+	# Keepalives every second both ways (rstream -k 1) for the run's
+	# seconds (6.5 s each on the TCG guest); the run must pass -T v.
+	add dropincm rstream 10000 1000 -p 7487 -k 1 -T v
 	add dropincm riostream 50 10000 -p 7484 -T v
 	add dropincm riostream 20 100000 -p 7485 -T b -T v
 	add dropincm rcopy 3000000 7486

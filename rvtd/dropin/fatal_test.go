@@ -21,13 +21,19 @@ import (
 // (daemonProcess): a daemon in a process of its own, which a test can kill.
 func TestMain(m *testing.M) {
 	if sock := os.Getenv("DROPIN_CHILD_RVTD"); sock != "" {
-		os.Exit(childDaemon(sock))
+		os.Exit(childDaemon(sock, os.Getenv("DROPIN_CHILD_RVTD_UDP")))
 	}
 	os.Exit(m.Run())
 }
 
-func childDaemon(sock string) int {
-	srv, err := rvtd.New(nil, rvtd.Options{})
+// childDaemon serves rvtd's default devices, or with udp one device, u0,
+// on the UDP link at that address.
+func childDaemon(sock, udp string) int {
+	var cfg *rvtd.Config
+	if udp != "" {
+		cfg = &rvtd.Config{Devices: []rvtd.DeviceConfig{{Name: "u0", UDP: udp}}}
+	}
+	srv, err := rvtd.New(cfg, rvtd.Options{})
 	if err == nil {
 		err = srv.Listen(sock)
 	}
@@ -62,13 +68,20 @@ type daemonProc struct {
 // accepts sessions. Cleanup kills it if it still runs.
 func daemonProcess(t *testing.T) (*daemonProc, string) {
 	t.Helper()
+	return daemonProcessUDP(t, "")
+}
+
+// daemonProcessUDP is daemonProcess with, when udp is not "", one device
+// on the UDP link at udp instead of the in-memory pair.
+func daemonProcessUDP(t *testing.T, udp string) (*daemonProc, string) {
+	t.Helper()
 	if externalDaemon() {
 		t.Skip("DROPIN_RVTD_SOCKET: this test kills the daemon, so it runs one of its own")
 	}
 	sock := filepath.Join(t.TempDir(), "rvtd.sock")
 	d := &daemonProc{done: make(chan struct{})}
 	d.cmd = exec.Command(os.Args[0], "-test.run=^$")
-	d.cmd.Env = append(os.Environ(), "DROPIN_CHILD_RVTD="+sock)
+	d.cmd.Env = append(os.Environ(), "DROPIN_CHILD_RVTD="+sock, "DROPIN_CHILD_RVTD_UDP="+udp)
 	d.cmd.Stdout, d.cmd.Stderr = &d.out, &d.out
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ package dropin_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -161,9 +162,17 @@ type proc struct {
 // the process is killed (by its PID, through the context) after timeout.
 func start(t testing.TB, build, sock string, timeout time.Duration, env []string, bin string, args ...string) *proc {
 	t.Helper()
+	return startStdin(t, build, sock, timeout, env, nil, bin, args...)
+}
+
+// startStdin is start with the program's standard input read from stdin
+// (nil: none).
+func startStdin(t testing.TB, build, sock string, timeout time.Duration, env []string, stdin io.Reader, bin string, args ...string) *proc {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	p := &proc{name: filepath.Base(bin) + " " + strings.Join(args, " "), done: make(chan struct{}), cancel: cancel}
 	p.cmd = exec.CommandContext(ctx, bin, args...)
+	p.cmd.Stdin = stdin
 	p.cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+filepath.Join(build, "lib"), "RVTD_SOCKET="+sock)
 	p.cmd.Env = append(p.cmd.Env, env...)
 	p.cmd.Stdout = &p.stdout

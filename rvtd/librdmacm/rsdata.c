@@ -138,8 +138,11 @@ static void rs_send_done(struct rsk *rs, const struct ibv_wc *wc)
 		rs->savail += RSW_MSG_ARG(msg);
 		break;
 	}
+	/* Retries run out: the peer is gone (what a keepalive finds out);
+	 * ETIMEDOUT, as TCP reports unanswered keepalive probes. Linux's
+	 * rsockets say EIO for every failed send. */
 	if (wc->status != IBV_WC_SUCCESS && rs->phase == P_CONNECTED)
-		rs_down(rs, P_ERROR, EIO);
+		rs_down(rs, P_ERROR, wc->status == IBV_WC_RETRY_EXC_ERR ? ETIMEDOUT : EIO);
 }
 
 /* rs_kick wakes the thread sleeping in rs_process (rs->sleeper): another
@@ -533,6 +536,15 @@ RVM_EXPORT ssize_t rrecv(int socket, void *buf, size_t len, int flags)
 		rs_update_credits(rs);
 		if (got == len || !(flags & MSG_WAITALL) || !rs->rd)
 			break;
+	}
+	if (!ret && !got && len && rs->phase == P_ERROR && rs->err) {
+		/* Nothing left to read on a failed connection: its error,
+		 * once (and cleared, as SO_ERROR clears it), then EOF, as a
+		 * TCP socket reports a keepalive timeout. Linux's rsockets
+		 * return 0 at once. */
+		errno = rs->err;
+		rs->err = 0;
+		ret = -1;
 	}
 	pthread_mutex_unlock(&rs->lock);
 	if (ret && !got)

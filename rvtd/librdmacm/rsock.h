@@ -15,9 +15,14 @@
  * the op and the length. The receiver offers half its buffer at a time and
  * returns credits (a sequence number) with each offer.
  *
+ * Keepalive (rskeep.c): a service thread posts RS_CTRL_KEEPALIVE on the
+ * sockets that asked for it.
+ *
  * Locking: rs_tab_lock guards the table only; each rsocket has one mutex
  * for all its state, released only while it sleeps in poll(). Never two
- * rsocket mutexes at once, and no rsocket mutex under rs_tab_lock. */
+ * rsocket mutexes at once, and no rsocket mutex under rs_tab_lock. The
+ * keepalive service (rs_keepalive_*) is called with no rsocket mutex held:
+ * it may wait for its thread, which takes them (rskeep.c). */
 #ifndef RVM_RSOCK_H
 #define RVM_RSOCK_H
 
@@ -85,7 +90,9 @@ struct rsk {
 	/* options */
 	uint32_t sq_size, rq_size, sq_inline, sbuf_size, rbuf_size, iomap_size;
 	uint64_t so_opts, tcp_opts, ipv6_opts;
-	int keepalive_time;
+	int keepalive_time; /* TCP_KEEPIDLE, seconds (0: not set yet) */
+	int ka_on;	    /* keepalive messages wanted: SO_KEEPALIVE set, no rshutdown since */
+	int ka_used;	    /* SO_KEEPALIVE was set once: rclose tells the keepalive service */
 
 	/* verbs */
 	struct ibv_comp_channel *cc;
@@ -146,6 +153,11 @@ void rs_down(struct rsk *rs, enum rs_phase p, int err);
 int rs_post_recv(struct rsk *rs);
 int rs_drive(struct rsk *rs, int nonblock);
 int rs_ready(struct rsk *rs, int nonblock);
+
+/* rskeep.c */
+unsigned rs_keepalive_default(void);
+int rs_keepalive_set(struct rsk *rs, unsigned secs, int add);
+void rs_keepalive_remove(struct rsk *rs);
 
 /* rsdata.c */
 int rs_post_ctrl(struct rsk *rs, uint32_t msg);

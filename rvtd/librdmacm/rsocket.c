@@ -639,9 +639,23 @@ static int rs_shutdown_locked(struct rsk *rs, int how)
 	return 0;
 }
 
+/* rs_keepalive_off takes rs out of the keepalive service (as Linux's
+ * rshutdown and rclose do), if it ever was in it; SO_KEEPALIVE still
+ * reads 1, and setting it again puts the socket back. */
+static void rs_keepalive_off(struct rsk *rs)
+{
+	pthread_mutex_lock(&rs->lock);
+	int used = rs->ka_used;
+	rs->ka_on = 0;
+	pthread_mutex_unlock(&rs->lock);
+	if (used)
+		rs_keepalive_remove(rs);
+}
+
 static int do_rshutdown(int socket, int how)
 {
 	RS_GET(rs, socket);
+	rs_keepalive_off(rs);
 	pthread_mutex_lock(&rs->lock);
 	int ret = rs_shutdown_locked(rs, how);
 	pthread_mutex_unlock(&rs->lock);
@@ -652,6 +666,7 @@ static int do_rclose(int socket)
 {
 	RS_GET(rs, socket);
 	rs_drop(rs);
+	rs_keepalive_off(rs);
 	pthread_mutex_lock(&rs->lock);
 	if (rs->phase == P_CONNECTED)
 		rs_shutdown_locked(rs, SHUT_RDWR);
@@ -690,13 +705,45 @@ static void set_bit(uint64_t *opts, int name, int on)
 		*opts &= ~(1ULL << name);
 }
 
+/* rs_set_keepalive: SO_KEEPALIVE. On: into the keepalive service with
+ * TCP_KEEPIDLE's time, or the kernel's tcp_keepalive_time when none was
+ * set (kept, so TCP_KEEPIDLE reads it back), as Linux's rsockets; the
+ * first message goes that long after this call. Off: out of it. The
+ * service is called without the socket's mutex (rskeep.c). */
+static int rs_set_keepalive(struct rsk *rs, int on)
+{
+	on = !!on;
+	pthread_mutex_lock(&rs->lock);
+	int was = rs->ka_on;
+	if (on && !rs->keepalive_time)
+		rs->keepalive_time = (int)rs_keepalive_default();
+	unsigned secs = (unsigned)rs->keepalive_time;
+	rs->ka_on = on;
+	rs->ka_used |= on;
+	pthread_mutex_unlock(&rs->lock);
+	int ret = 0;
+	if (on && !was)
+		ret = rs_keepalive_set(rs, secs, 1);
+	else if (!on && was)
+		rs_keepalive_remove(rs);
+	pthread_mutex_lock(&rs->lock);
+	if (ret)
+		rs->ka_on = 0;
+	else
+		set_bit(&rs->so_opts, SO_KEEPALIVE, on);
+	pthread_mutex_unlock(&rs->lock);
+	return ret;
+}
+
 static int do_rsetsockopt(int socket, int level, int optname, const void *optval, socklen_t optlen)
 {
 	RS_GET(rs, socket);
 	if (!optval || optlen < sizeof(int))
 		return rvm_err(EINVAL);
 	int v = *(const int *)optval;
-	int ret = 0;
+	if (level == SOL_SOCKET && optname == SO_KEEPALIVE)
+		return rvm_err(rs_set_keepalive(rs, v));
+	int ret = 0, keepidle = 0;
 	pthread_mutex_lock(&rs->lock);
 	switch (level) {
 	case SOL_SOCKET:
@@ -719,7 +766,6 @@ static int do_rsetsockopt(int socket, int level, int optname, const void *optval
 		case SO_LINGER:
 			set_bit(&rs->so_opts, optname, !((const struct linger *)optval)->l_onoff);
 			break;
-		case SO_KEEPALIVE: /* recorded; no keepalive messages are sent (docs/rsockets.md) */
 		case SO_OOBINLINE:
 			set_bit(&rs->so_opts, optname, v);
 			break;
@@ -734,10 +780,12 @@ static int do_rsetsockopt(int socket, int level, int optname, const void *optval
 		case TCP_MAXSEG:
 			break;
 		case TCP_KEEPIDLE:
-			if (v <= 0)
+			if (v <= 0) {
 				ret = EINVAL;
-			else
+			} else {
 				rs->keepalive_time = v;
+				keepidle = rs->ka_on;
+			}
 			break;
 		case TCP_NODELAY:
 			set_bit(&rs->tcp_opts, optname, v);
@@ -782,6 +830,8 @@ static int do_rsetsockopt(int socket, int level, int optname, const void *optval
 		ret = ENOTSUP;
 	}
 	pthread_mutex_unlock(&rs->lock);
+	if (keepidle) /* with keepalive on, the next message v seconds from now */
+		ret = rs_keepalive_set(rs, (unsigned)v, 0);
 	return rvm_err(ret);
 }
 

@@ -7,7 +7,13 @@
  * refused connect, a peer process killed mid-stream, and both directions
  * at once with a sending and a receiving thread per socket (and an rpoll
  * beside them). Prints PASS; run by rvtd/dropin TestRsocketC against
- * rvtd (RVTD_SOCKET) with LD_LIBRARY_PATH at build/lib. */
+ * rvtd (RVTD_SOCKET) with LD_LIBRARY_PATH at build/lib.
+ *
+ * With arguments, one keepalive case that rvtd/dropin TestRsocketKeepalive
+ * drives (it counts the daemon's packets, and kills the peer): ka-idle
+ * MODE (an idle connection, keepalive on, off or cleared), ka-peer IP (a
+ * peer that accepts and then does nothing until killed), ka-dead BIND IP
+ * PORT (a keepalive client that must see that peer die). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -17,8 +23,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/mman.h>
 #include <signal.h>
+#include <time.h>
 #include <sys/select.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -274,10 +282,227 @@ static void duplex(int l, const struct sockaddr_in *srv, const struct sockaddr_i
 	CHECK(rclose(c) == 0 && rclose(s) == 0);
 }
 
+/* ---- keepalive ---- */
+
+/* ntasks is how many threads this process runs (/proc/self/task). */
+static int ntasks(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	CHECK(d);
+	int n = 0;
+	for (struct dirent *e; (e = readdir(d));)
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n;
+}
+
+/* wait_tasks waits (up to 2 s) until the process runs n threads: a joined
+ * thread leaves /proc/self/task as it exits. */
+static void wait_tasks(int n)
+{
+	for (int i = 0; i < 200 && ntasks() != n; i++)
+		usleep(10000);
+	CHECK(ntasks() == n);
+}
+
+static int getopt_int(int s, int level, int name)
+{
+	int v = -1;
+	socklen_t len = sizeof(v);
+	CHECK(rgetsockopt(s, level, name, &v, &len) == 0 && len == sizeof(v));
+	return v;
+}
+
+static void setopt_int(int s, int level, int name, int v)
+{
+	CHECK(rsetsockopt(s, level, name, &v, sizeof(v)) == 0);
+}
+
+static void say(const char *line)
+{
+	printf("%s\n", line);
+	fflush(stdout);
+}
+
+struct ka_recv {
+	int s;
+	ssize_t n;
+	int err;
+	char c;
+};
+
+static void *ka_recv_run(void *arg)
+{
+	struct ka_recv *r = arg;
+	r->n = rrecv(r->s, &r->c, 1, 0);
+	r->err = errno;
+	return NULL;
+}
+
+/* ka_idle: a connection from rvt1 (c) to rvt0 (s) stays idle for 3.5 s
+ * between the lines IDLE and IDLE-END while s blocks in rrecv; the test
+ * counts the packets rvt0 received meanwhile, then writes a line to our
+ * stdin. MODE on: c has SO_KEEPALIVE and TCP_KEEPIDLE 1 (a keepalive
+ * every second, none of them data: s's rrecv stays blocked); off: no
+ * keepalive option; cleared: SO_KEEPALIVE set, then cleared (and at the
+ * end set again, then rshutdown). The keepalive thread exists only while
+ * c has keepalive on. */
+static int ka_idle(const char *mode)
+{
+	int on = strcmp(mode, "on") == 0, cleared = strcmp(mode, "cleared") == 0;
+	CHECK(on || cleared || strcmp(mode, "off") == 0);
+	int l = rsocket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a, ca;
+	set_sin(&a, "198.18.0.1", 0);
+	CHECK(l >= 0 && rbind(l, (struct sockaddr *)&a, sizeof(a)) == 0 && rlisten(l, 1) == 0);
+	socklen_t len = sizeof(a);
+	CHECK(rgetsockname(l, (struct sockaddr *)&a, &len) == 0);
+	int c = rsocket(AF_INET, SOCK_STREAM, 0);
+	set_sin(&ca, "198.18.0.2", 0);
+	CHECK(c >= 0 && rbind(c, (struct sockaddr *)&ca, sizeof(ca)) == 0);
+	CHECK(rfcntl(l, F_SETFL, O_NONBLOCK) == 0 && rfcntl(c, F_SETFL, O_NONBLOCK) == 0);
+	CHECK(rconnect(c, (struct sockaddr *)&a, sizeof(a)) == -1 && errno == EINPROGRESS);
+	int s = establish(l, c);
+	CHECK(rfcntl(c, F_SETFL, 0) == 0 && rfcntl(s, F_SETFL, 0) == 0);
+	/* A byte each way (the first credit updates go out), then quiet:
+	 * every acknowledgement delivered before the count starts. */
+	char x;
+	CHECK(rsend(c, "a", 1, 0) == 1 && rrecv(s, &x, 1, 0) == 1 && x == 'a');
+	CHECK(rsend(s, "b", 1, 0) == 1 && rrecv(c, &x, 1, 0) == 1 && x == 'b');
+	usleep(500000);
+
+	int base = ntasks();
+	CHECK(getopt_int(c, SOL_SOCKET, SO_KEEPALIVE) == 0);
+	CHECK(getopt_int(c, IPPROTO_TCP, TCP_KEEPIDLE) == 0); /* never set */
+	int zero = 0;
+	CHECK(rsetsockopt(c, IPPROTO_TCP, TCP_KEEPIDLE, &zero, sizeof(zero)) == -1 && errno == EINVAL);
+	if (on || cleared) {
+		setopt_int(c, SOL_SOCKET, SO_KEEPALIVE, 1);
+		/* The kernel's tcp_keepalive_time (7200 without one), until set. */
+		CHECK(getopt_int(c, IPPROTO_TCP, TCP_KEEPIDLE) > 1);
+		CHECK(ntasks() == base + 1);
+		setopt_int(c, SOL_SOCKET, SO_KEEPALIVE, 1); /* again: no second thread */
+		setopt_int(c, IPPROTO_TCP, TCP_KEEPIDLE, 1);
+		CHECK(getopt_int(c, IPPROTO_TCP, TCP_KEEPIDLE) == 1);
+		CHECK(getopt_int(c, SOL_SOCKET, SO_KEEPALIVE) == 1);
+		CHECK(ntasks() == base + 1);
+	}
+	if (cleared) {
+		setopt_int(c, SOL_SOCKET, SO_KEEPALIVE, 0);
+		CHECK(getopt_int(c, SOL_SOCKET, SO_KEEPALIVE) == 0);
+		wait_tasks(base); /* the thread ended with the last keepalive socket */
+	}
+	if (!on && !cleared)
+		setopt_int(c, IPPROTO_TCP, TCP_KEEPIDLE, 1); /* without SO_KEEPALIVE: nothing */
+
+	struct ka_recv r = {.s = s};
+	pthread_t th;
+	CHECK(pthread_create(&th, NULL, ka_recv_run, &r) == 0);
+	say("IDLE");
+	usleep(3500000);
+	say("IDLE-END");
+	char line[16];
+	CHECK(fgets(line, sizeof(line), stdin)); /* the test has counted */
+
+	/* Still connected, and the keepalives were no data: the blocked
+	 * rrecv gets the first byte sent now; credits still flow. */
+	CHECK(rsend(c, "k", 1, 0) == 1);
+	CHECK(pthread_join(th, NULL) == 0);
+	CHECK(r.n == 1 && r.c == 'k');
+	CHECK(rsend(s, "s", 1, 0) == 1 && rrecv(c, &x, 1, 0) == 1 && x == 's');
+	CHECK(getopt_int(c, SOL_SOCKET, SO_ERROR) == 0 && getopt_int(s, SOL_SOCKET, SO_ERROR) == 0);
+	CHECK(ntasks() == base + on);
+	if (cleared) {
+		/* Set again: the thread again; rshutdown takes the socket out
+		 * (as Linux's), and the option still reads 1. */
+		setopt_int(c, SOL_SOCKET, SO_KEEPALIVE, 1);
+		CHECK(ntasks() == base + 1);
+		CHECK(rshutdown(c, SHUT_RDWR) == 0);
+		wait_tasks(base);
+		CHECK(getopt_int(c, SOL_SOCKET, SO_KEEPALIVE) == 1);
+	}
+	CHECK(rclose(c) == 0);
+	wait_tasks(base); /* closing the last keepalive socket ends the thread */
+	CHECK(rclose(s) == 0 && rclose(l) == 0);
+	printf("PASS\n");
+	return 0;
+}
+
+/* ka_peer: listens on ip, accepts one connection, then does nothing until
+ * it is killed (with its daemon: the keepalive side gets no DREQ). */
+static int ka_peer(const char *ip)
+{
+	int l = rsocket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a;
+	set_sin(&a, ip, 0);
+	CHECK(l >= 0 && rbind(l, (struct sockaddr *)&a, sizeof(a)) == 0 && rlisten(l, 1) == 0);
+	socklen_t len = sizeof(a);
+	CHECK(rgetsockname(l, (struct sockaddr *)&a, &len) == 0);
+	printf("PORT %d\n", ntohs(a.sin_port));
+	fflush(stdout);
+	int s = raccept(l, NULL, NULL);
+	CHECK(s >= 0);
+	say("ACCEPTED");
+	for (;;)
+		pause();
+}
+
+static long ms_since(const struct timespec *t0)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (t.tv_sec - t0->tv_sec) * 1000 + (t.tv_nsec - t0->tv_nsec) / 1000000;
+}
+
+/* ka_dead: connects from bind to ip:port with SO_KEEPALIVE and
+ * TCP_KEEPIDLE 1 set before connecting, says CONNECTED, and blocks: one
+ * thread in rrecv, this one in rpoll. When the peer dies silently the
+ * next keepalive goes unanswered, the QP's retries run out, and both
+ * calls must return: rpoll with POLLERR, rrecv with ETIMEDOUT; then
+ * rrecv gives EOF and rsend ECONNRESET. */
+static int ka_dead(const char *bind, const char *ip, int port)
+{
+	int c = rsocket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a;
+	set_sin(&a, bind, 0);
+	CHECK(c >= 0 && rbind(c, (struct sockaddr *)&a, sizeof(a)) == 0);
+	setopt_int(c, IPPROTO_TCP, TCP_KEEPIDLE, 1);
+	setopt_int(c, SOL_SOCKET, SO_KEEPALIVE, 1);
+	set_sin(&a, ip, port);
+	CHECK(rconnect(c, (struct sockaddr *)&a, sizeof(a)) == 0);
+	struct ka_recv r = {.s = c};
+	pthread_t th;
+	CHECK(pthread_create(&th, NULL, ka_recv_run, &r) == 0);
+	say("CONNECTED");
+	struct timespec t0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	struct pollfd p = {c, POLLIN, 0};
+	CHECK(rpoll(&p, 1, -1) == 1);
+	printf("rpoll: revents 0x%x after %ld ms\n", p.revents, ms_since(&t0));
+	CHECK(p.revents & POLLERR);
+	CHECK(pthread_join(th, NULL) == 0);
+	printf("rrecv: %zd errno %d after %ld ms\n", r.n, r.err, ms_since(&t0));
+	CHECK(r.n == -1 && r.err == ETIMEDOUT);
+	char x;
+	CHECK(rrecv(c, &x, 1, 0) == 0); /* the error was reported once */
+	CHECK(rsend(c, "x", 1, 0) == -1 && errno == ECONNRESET);
+	CHECK(getopt_int(c, SOL_SOCKET, SO_ERROR) == 0);
+	CHECK(rclose(c) == 0);
+	printf("PASS\n");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 3 && strcmp(argv[1], "peer") == 0)
 		return peer(atoi(argv[2]));
+	if (argc == 3 && strcmp(argv[1], "ka-idle") == 0)
+		return ka_idle(argv[2]);
+	if (argc == 3 && strcmp(argv[1], "ka-peer") == 0)
+		return ka_peer(argv[2]);
+	if (argc == 5 && strcmp(argv[1], "ka-dead") == 0)
+		return ka_dead(argv[2], argv[3], atoi(argv[4]));
 	/* What is not served. */
 	CHECK(rsocket(AF_INET, SOCK_DGRAM, 0) == -1 && errno == ESOCKTNOSUPPORT);
 	CHECK(rsocket(AF_UNIX, SOCK_STREAM, 0) == -1 && errno == ENOTSUP);
