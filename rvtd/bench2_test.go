@@ -54,15 +54,15 @@ func benchOptions(t testing.TB) rvtd.Options {
 	return o
 }
 
-// startDaemonOpts is startDaemon with options; with RVTD_BENCH_HERE set,
-// the default devices take receive_here (DeviceConfig.ReceiveHere).
+// startDaemonOpts is startDaemon with options; RVTD_BENCH_HERE=0 or 1
+// sets the default devices' receive_here (DeviceConfig.ReceiveHere).
 func startDaemonOpts(t testing.TB, o rvtd.Options) string {
 	t.Helper()
 	var cfg *rvtd.Config
-	if os.Getenv("RVTD_BENCH_HERE") != "" {
+	if h := os.Getenv("RVTD_BENCH_HERE"); h != "" {
 		cfg = rvtd.DefaultConfig()
 		for i := range cfg.Devices {
-			cfg.Devices[i].ReceiveHere = true
+			cfg.Devices[i].ReceiveHere = h != "0"
 		}
 	}
 	srv, err := rvtd.New(cfg, o)

@@ -98,8 +98,8 @@ const (
 // rvt1 on one in-memory fabric, 198.18.0.1 and 198.18.0.2, no root needed.
 func DefaultConfig() *Config {
 	c := &Config{Devices: []DeviceConfig{
-		{Name: "rvt0", Fabric: "fabric0", IP: "198.18.0.1/24", MAC: "02:00:5e:00:00:01"},
-		{Name: "rvt1", Fabric: "fabric0", IP: "198.18.0.2/24", MAC: "02:00:5e:00:00:02"},
+		{Name: "rvt0", Fabric: "fabric0", IP: "198.18.0.1/24", MAC: "02:00:5e:00:00:01", ReceiveHere: true},
+		{Name: "rvt1", Fabric: "fabric0", IP: "198.18.0.2/24", MAC: "02:00:5e:00:00:02", ReceiveHere: true},
 	}}
 	c.fill()
 	return c

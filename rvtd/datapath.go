@@ -107,7 +107,7 @@ type qpObj struct {
 type loop struct {
 	srv  *Server
 	id   int32         // from 1
-	spin time.Duration // how long to poll after work; 0: never
+	spin time.Duration // how long to poll after work (Server.spin); 0: never
 	epfd int
 	ep   *os.File        // epfd, watched by Go's netpoller
 	rc   syscall.RawConn // ep's

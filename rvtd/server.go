@@ -45,15 +45,26 @@ type Options struct {
 	Logger *slog.Logger // nil: discard
 	Clock  clock.Clock  // nil: the real one
 	// Loops is the number of data-path goroutines (each an epoll loop over
-	// its share of the QPs' doorbells); 0: 2.
+	// its share of the QPs' doorbells); 0: DefaultLoops.
 	Loops int
 	// Spin is how long a loop keeps polling the rings it served after
-	// work, before it sleeps (busy clients then ring no doorbell); 0 or
-	// negative: never. It pays when a CPU is to spare: on two CPUs shared
-	// with two busy-polling clients it made the round trip slower
-	// (docs/rvtd.md, Figures), so it is off unless asked for.
+	// work, before it sleeps (busy clients then ring no doorbell, and a
+	// request's answer finds the loop awake); 0: DefaultSpin; negative:
+	// never.
 	Spin time.Duration
 }
+
+// The data path's defaults (Options). One loop that stays awake for a
+// millisecond after work, with the default devices' receive_here, wakes
+// no goroutine on a request's way through the daemon: on 2 CPUs shared
+// with busy-polling clients each wake-up waited for a CPU, 47 us on
+// average (perf sched), and an 8-byte round trip took 115-160 us a half
+// with two loops that slept at once, against 24-42 us (docs/rvtd.md,
+// Figures).
+const (
+	DefaultLoops = 1
+	DefaultSpin  = time.Millisecond
+)
 
 // Server is a running daemon: its devices, its listener, its sessions.
 type Server struct {
@@ -157,9 +168,15 @@ func New(cfg *Config, o Options) (_ *Server, err error) {
 	}
 	n := o.Loops
 	if n <= 0 {
-		n = 2
+		n = DefaultLoops
 	}
-	s.spin = max(o.Spin, 0)
+	s.spin = o.Spin
+	switch {
+	case s.spin == 0:
+		s.spin = DefaultSpin
+	case s.spin < 0:
+		s.spin = 0
+	}
 	for i := 0; i < n; i++ {
 		lp, err := newLoop(s, i)
 		if err != nil {
