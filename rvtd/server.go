@@ -49,22 +49,21 @@ type Options struct {
 	Loops int
 	// Spin is how long a loop keeps polling the rings it served after
 	// work, before it sleeps (busy clients then ring no doorbell, and a
-	// request's answer finds the loop awake); 0: DefaultSpin; negative:
-	// never.
+	// request's answer finds the loop awake); 0 or negative: never, the
+	// default. With busy-polling clients on 2 CPUs, 1 ms made an 8-byte
+	// ib_send_lat round trip 2-3 x shorter and ibv_rc_pingpong's 5 x
+	// longer (docs/rvtd.md, Figures, session 13).
 	Spin time.Duration
 }
 
-// The data path's defaults (Options). One loop that stays awake for a
-// millisecond after work, with the default devices' receive_here, wakes
-// no goroutine on a request's way through the daemon: on 2 CPUs shared
-// with busy-polling clients each wake-up waited for a CPU, 47 us on
-// average (perf sched), and an 8-byte round trip took 115-160 us a half
-// with two loops that slept at once, against 24-42 us (docs/rvtd.md,
-// Figures).
-const (
-	DefaultLoops = 1
-	DefaultSpin  = time.Millisecond
-)
+// DefaultLoops is Options.Loops' default. One loop, with the default
+// devices' receive_here, drains the receiving CQ on the goroutine that
+// posted the request: on 2 CPUs shared with busy-polling clients each
+// goroutine woken on a request's way waited for a CPU, 47 us on average
+// (perf sched), and an 8-byte round trip through the daemon was about
+// half as long with one loop and receive_here as with two loops and none
+// (docs/rvtd.md, Figures, session 13).
+const DefaultLoops = 1
 
 // Server is a running daemon: its devices, its listener, its sessions.
 type Server struct {
@@ -170,13 +169,7 @@ func New(cfg *Config, o Options) (_ *Server, err error) {
 	if n <= 0 {
 		n = DefaultLoops
 	}
-	s.spin = o.Spin
-	switch {
-	case s.spin == 0:
-		s.spin = DefaultSpin
-	case s.spin < 0:
-		s.spin = 0
-	}
+	s.spin = max(o.Spin, 0)
 	for i := 0; i < n; i++ {
 		lp, err := newLoop(s, i)
 		if err != nil {
