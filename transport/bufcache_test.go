@@ -5,6 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/softverbs/softverbs/internal/task"
 	"github.com/softverbs/softverbs/netdev"
 )
 
@@ -60,7 +61,7 @@ func TestBufCacheKeepsRecycledFrames(t *testing.T) {
 
 	// An Inline engine's tasks keep frames in the engine (putBuf on the
 	// drainer); elsewhere putBuf gives them back.
-	e.serial = true
+	e.inline = task.NewInline()
 	released := len(l2.released)
 	e.putBuf(frame(l2, 60, 256), wakeSchedule)
 	require.Len(t, l2.released, released+1, "off the drainer: given back")
@@ -71,7 +72,7 @@ func TestBufCacheKeepsRecycledFrames(t *testing.T) {
 
 	// A full stack, then a new link: the old link's frames go back and
 	// the new one's are kept.
-	e.serial = false
+	e.inline = nil
 	for range maxKept {
 		bc.put(e, frame(l2, 60, 256))
 	}

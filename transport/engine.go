@@ -205,13 +205,13 @@ type Engine struct {
 	// next through atomic operations. Packet buffers that tasks take and
 	// return then need no sync.Pool, whose shared queues cost locked
 	// instructions as soon as more than one buffer is out (a post list of
-	// 16 SENDs has 16): serial says so, and free is the tasks' own list.
+	// 16 SENDs has 16): inline is that executor (nil on a Pool), and free
+	// is the tasks' own list.
 	// On a Pool, tasks use the stock of the goroutine running them
 	// (bufCache).
-	serial bool
-	inline *task.Inline // cfg.Exec, if serial
+	inline *task.Inline
 	free   []*pktBuf
-	kept   keptFrames // on a serial engine: the tasks' own (bufCache.keptFor)
+	kept   keptFrames // on an Inline engine: the tasks' own (bufCache.keptFor)
 
 	// ackPackets turns the loopback ACK hand-off off (ackdirect.go).
 	ackPackets atomic.Bool
@@ -273,7 +273,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 	// busy some 20,000 buffers are out at once, which the pool makes
 	// again after each garbage collection.
 	e.pool.New = func() any { return new(pktBuf) }
-	e.inline, e.serial = cfg.Exec.(*task.Inline)
+	e.inline, _ = cfg.Exec.(*task.Inline)
 	e.port.Store(&portState{mtu: qp.MTU4096})
 	return e, nil
 }
@@ -319,7 +319,7 @@ func (e *Engine) SetPort(pc PortConfig) error {
 	// are in the cache.)
 	var here netdev.HereReceiver
 	if hr, ok := pc.Link.(netdev.HereReceiver); ok && ps.lend != nil { // the port itself
-		if e.cfg.ReceiveHere && !e.serial {
+		if e.cfg.ReceiveHere && e.inline == nil {
 			here = hr
 		} else {
 			ps.hold = nil
@@ -494,7 +494,7 @@ type pktBuf struct {
 // delivers on the sender's goroutine (the fabric: inside Send). The
 // sender then makes the ICRC and the receiver checks it, each on its own
 // core, instead of the sender doing both.
-func (e *Engine) lateICRC(w wake) bool { return w == wakeSchedule && !e.serial }
+func (e *Engine) lateICRC(w wake) bool { return w == wakeSchedule && e.inline == nil }
 
 // dropReason is r for a packet dropped before its task took it, or
 // DropBadICRC if its ICRC was left for later and is wrong: a corrupted
@@ -511,7 +511,7 @@ func (pb *pktBuf) dropReason(r DropReason) DropReason {
 // run one at a time. Nothing checks the first half: wakeChain is passed
 // only by the requester, responder and completer (and what they call,
 // such as xmit), always inside a task's Func.
-func (e *Engine) onDrainer(w wake) bool { return w == wakeChain && e.serial }
+func (e *Engine) onDrainer(w wake) bool { return w == wakeChain && e.inline != nil }
 
 // getBuf returns an empty packet buffer; w says where the caller runs
 // (see onDrainer).
@@ -597,7 +597,7 @@ func (e *Engine) ReceiveFrame(frame []byte) {
 	switch {
 	case ps.here:
 		w = wakeHere
-	case e.serial && e.inline.Enter():
+	case e.inline != nil && e.inline.Enter():
 		e.receiveFrame(frame, ps.rel, wakeChain, false)
 		e.inline.Leave()
 		return
