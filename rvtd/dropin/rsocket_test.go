@@ -156,6 +156,15 @@ func TestRsocketC(t *testing.T) {
 	runCTest(t, build, startDaemon(t), "rsocket_test")
 }
 
+// TestRsocketSharedWait runs rsocket_test shared-wait (plain, then with
+// ASan and UBSan): 40 connections in each of which an rpoll and an rrecv
+// wait in the same socket while its peer sends a byte and shuts down.
+// Both must see the end, whichever of them took the events.
+func TestRsocketSharedWait(t *testing.T) {
+	build := rdmacmLib(t)
+	runCTest(t, build, startDaemon(t), "rsocket_test", "shared-wait", "40")
+}
+
 // TestRsocketWire runs rvtd/librdmacm/tests/rswire_test.c (with ASan and
 // UBSan): the conn data of a REQ from Linux's rstream, captured against
 // rvtd on TAP, decoded and encoded back byte for byte; immediates; the

@@ -145,13 +145,26 @@ static void rs_send_done(struct rsk *rs, const struct ibv_wc *wc)
 		rs_down(rs, P_ERROR, wc->status == IBV_WC_RETRY_EXC_ERR ? ETIMEDOUT : EIO);
 }
 
+void rs_wake(struct rsk *rs)
+{
+	uint64_t one = 1;
+	if (write(rs->kickfd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		rs_down(rs, P_ERROR, errno);
+}
+
+void rs_unwake(struct rsk *rs)
+{
+	uint64_t kicks;
+	if (read(rs->kickfd, &kicks, sizeof(kicks)) < 0 && errno != EAGAIN)
+		rs_down(rs, P_ERROR, errno);
+}
+
 /* rs_kick wakes the thread sleeping in rs_process (rs->sleeper): another
  * thread took the events or completions it waits for. */
 static void rs_kick(struct rsk *rs)
 {
-	uint64_t one = 1;
-	if (rs->sleeper && write(rs->kickfd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-		rs_down(rs, P_ERROR, errno);
+	if (rs->sleeper)
+		rs_wake(rs);
 }
 
 void rs_poll_cq(struct rsk *rs)
@@ -229,7 +242,11 @@ void rs_take_events(struct rsk *rs)
  * what woke it, then look again (rsock.h). */
 static void rs_sleep(struct rsk *rs)
 {
-	if (rs->sleeper) {
+	if (rs->sleeper || rs->unbounded) {
+		/* An rpoll waits unbounded: it looks again, bounds its wait,
+		 * and wakes this thread (rs_poll_done). */
+		if (rs->unbounded)
+			rs_wake(rs);
 		pthread_cond_wait(&rs->cond, &rs->lock);
 		return;
 	}
@@ -240,9 +257,7 @@ static void rs_sleep(struct rsk *rs)
 	poll(&p, 1, ms);
 	pthread_mutex_lock(&rs->lock);
 	rs->sleeper = 0;
-	uint64_t kicks;
-	if (read(rs->kickfd, &kicks, sizeof(kicks)) < 0 && errno != EAGAIN)
-		rs_down(rs, P_ERROR, errno);
+	rs_unwake(rs);
 	rs_take_events(rs);
 	pthread_cond_broadcast(&rs->cond);
 }
@@ -251,23 +266,32 @@ static void rs_sleep(struct rsk *rs)
  * (EWOULDBLOCK when nonblock and test does not hold yet). */
 int rs_process(struct rsk *rs, int nonblock, int (*test)(struct rsk *))
 {
+	int waiting = 0, ret = 0;
 	for (;;) {
 		rs_update_credits(rs);
 		rs_poll_cq(rs);
 		rs_update_credits(rs);
 		if (test(rs))
-			return 0;
+			break;
 		if (nonblock) {
 			errno = EWOULDBLOCK;
-			return -1;
+			ret = -1;
+			break;
 		}
 		if (!rs->armed) {
 			ibv_req_notify_cq(rs->cq, 0);
 			rs->armed = 1;
 			continue; /* what completed before the arm */
 		}
+		if (!waiting) {
+			waiting = 1;
+			rs->waiters++;
+		}
 		rs_sleep(rs);
 	}
+	if (waiting)
+		rs->waiters--;
+	return ret;
 }
 
 int rs_have_rdata(struct rsk *rs) { return rs->rhead != rs->rtail; }

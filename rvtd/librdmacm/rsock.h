@@ -99,16 +99,25 @@ struct rsk {
 	struct ibv_cq *cq;
 	int epfd; /* the completion channel and the CM channel together */
 	int armed;
-	/* Threads waiting in this socket: one sleeps in poll() on epfd for
-	 * rs_process (sleeper), the others wait on cond until it has taken
-	 * what woke it; pollers counts rpoll calls polling epfd. Only the
-	 * sleeper and rpoll take completion events, so while both kinds
-	 * wait, each polls with a bounded timeout (RS_SHARED_WAIT_MS): the
-	 * one that took the event may have left the other's wake-up unarmed. */
+	/* Threads waiting in this socket. waiters counts the threads blocked
+	 * in rs_process: one of them sleeps in poll() on epfd (sleeper), the
+	 * others wait on cond until it has taken what woke it. pollers counts
+	 * rpoll calls polling epfd. Only the sleeper and rpoll take
+	 * completion and CM events, so while more than one thread may take
+	 * them, each polls with a bounded timeout (RS_SHARED_WAIT_MS): the one
+	 * that took an event may have left the others' wake-up unarmed.
+	 *
+	 * A thread alone waits unbounded. An rpoll alone says so (unbounded,
+	 * until its poll returns); a thread that comes to wait meanwhile
+	 * writes kickfd, so that the rpoll looks again and bounds its wait,
+	 * and does not sleep on epfd itself until then (rs_sleep). So no
+	 * thread sleeps on epfd unbounded while another may take the event it
+	 * waits for (for good: the last event of a connection). */
+	unsigned waiters;
 	int sleeper;
-	unsigned pollers;
+	unsigned pollers, unbounded;
 	pthread_cond_t cond;
-	int kickfd; /* in epfd: an rpoll that comes while a thread sleeps wakes it to bound its wait */
+	int kickfd; /* in epfd: wakes a thread that sleeps unbounded, to bound its wait */
 	unsigned unacked;
 	int qp_down;
 	struct ibv_mr *smr, *rmr, *tmr;
@@ -164,6 +173,9 @@ int rs_post_ctrl(struct rsk *rs, uint32_t msg);
 int rs_ctrl_avail(const struct rsk *rs);
 void rs_update_credits(struct rsk *rs);
 void rs_poll_cq(struct rsk *rs);
+/* rs_wake makes epfd readable (kickfd), until rs_unwake. */
+void rs_wake(struct rsk *rs);
+void rs_unwake(struct rsk *rs);
 void rs_take_events(struct rsk *rs);
 int rs_process(struct rsk *rs, int nonblock, int (*test)(struct rsk *));
 int rs_nonblocking(const struct rsk *rs, int flags);

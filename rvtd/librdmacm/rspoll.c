@@ -62,12 +62,8 @@ static int rs_arm(struct rsk *rs, short events, short *rev)
 	switch (rs->phase) {
 	case P_CONNECTED:
 		rs->pollers++; /* until rs_unarm */
-		if (rs->sleeper) {
-			/* It sleeps unbounded: wake it to bound its wait. */
-			uint64_t one = 1;
-			if (write(rs->kickfd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-				rs_down(rs, P_ERROR, errno);
-		}
+		if (rs->sleeper || rs->unbounded)
+			rs_wake(rs); /* it may sleep unbounded: it bounds its wait */
 		if (!rs->armed) {
 			ibv_req_notify_cq(rs->cq, 0);
 			rs->armed = 1;
@@ -90,29 +86,37 @@ static int rs_arm(struct rsk *rs, short events, short *rev)
 	return fd;
 }
 
-/* rs_revents: what the socket is ready for now. Its completion and CM
- * events are taken first, whether or not a poll woke for them: a program
- * that calls rpoll with timeout 0 in a loop (rstream -T a) must still see
- * a peer that vanished (its DISCONNECTED). */
-/* rs_unarm: this rpoll no longer polls the socket's epfd; a thread
- * sleeping in rs_process meanwhile is told to look again. */
-static void rs_unarm(struct rsk *rs)
+/* rs_alone: whether this rpoll, which polls the socket's epfd, is the
+ * only thread that may take its events; if so it is counted as waiting
+ * unbounded (rs->unbounded) until rs_unarm. */
+static int rs_alone(struct rsk *rs)
+{
+	pthread_mutex_lock(&rs->lock);
+	int alone = !rs->waiters && rs->pollers == 1;
+	rs->unbounded += (unsigned)alone;
+	pthread_mutex_unlock(&rs->lock);
+	return alone;
+}
+
+/* rs_unarm: this rpoll no longer polls the socket's epfd. One that waited
+ * unbounded (alone) takes back the wake-ups written meanwhile (rs_sleep,
+ * rs_arm) and lets the threads that waited for it go on. */
+static void rs_unarm(struct rsk *rs, int alone)
 {
 	pthread_mutex_lock(&rs->lock);
 	if (rs->pollers)
 		rs->pollers--;
+	if (alone && !--rs->unbounded) {
+		rs_unwake(rs);
+		pthread_cond_broadcast(&rs->cond);
+	}
 	pthread_mutex_unlock(&rs->lock);
 }
 
-/* rs_sleeping: whether a thread sleeps in rs_process on the socket. */
-static int rs_sleeping(struct rsk *rs)
-{
-	pthread_mutex_lock(&rs->lock);
-	int s = rs->sleeper;
-	pthread_mutex_unlock(&rs->lock);
-	return s;
-}
-
+/* rs_revents: what the socket is ready for now. Its completion and CM
+ * events are taken first, whether or not a poll woke for them: a program
+ * that calls rpoll with timeout 0 in a loop (rstream -T a) must still see
+ * a peer that vanished (its DISCONNECTED). */
 static int rs_revents(struct rsk *rs, short events)
 {
 	pthread_mutex_lock(&rs->lock);
@@ -138,10 +142,12 @@ RVM_EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 {
 	struct rsk **rss = calloc(nfds ? nfds : 1, sizeof(*rss));
 	struct pollfd *pf = calloc(nfds ? nfds : 1, sizeof(*pf));
+	char *alone = calloc(nfds ? nfds : 1, 1);
 	int any = 0, ret = 0;
-	if (!rss || !pf) {
+	if (!rss || !pf || !alone) {
 		free(rss);
 		free(pf);
+		free(alone);
 		return rvm_err(ENOMEM);
 	}
 	for (nfds_t i = 0; i < nfds; i++)
@@ -149,6 +155,7 @@ RVM_EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 	if (!any) {
 		free(rss);
 		free(pf);
+		free(alone);
 		return poll(fds, nfds, timeout);
 	}
 	int saved = errno; /* kept on success, as in rrecv */
@@ -189,19 +196,21 @@ RVM_EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 				}
 			}
 		}
-		int ms = timeout < 0 ? -1 : ms_left(&end), armed_fd = 0;
+		/* A wait longer than RS_SHARED_WAIT_MS only where this rpoll
+		 * alone takes the socket's events (rsock.h). */
+		int ms = timeout < 0 ? -1 : ms_left(&end);
 		for (nfds_t i = 0; i < nfds; i++) {
-			if (!rss[i] || pf[i].fd < 0)
+			alone[i] = 0;
+			if (ret || !rss[i] || pf[i].fd != rss[i]->epfd ||
+			    (ms >= 0 && ms <= RS_SHARED_WAIT_MS))
 				continue;
-			armed_fd |= pf[i].fd == rss[i]->epfd; /* counted in pollers */
-			if (pf[i].fd == rss[i]->epfd && rs_sleeping(rss[i]) && (ms < 0 || ms > RS_SHARED_WAIT_MS))
+			if (!(alone[i] = (char)rs_alone(rss[i])))
 				ms = RS_SHARED_WAIT_MS;
 		}
 		int n = ret ? 0 : poll(pf, nfds, ms);
-		if (armed_fd)
-			for (nfds_t i = 0; i < nfds; i++)
-				if (rss[i] && pf[i].fd >= 0 && pf[i].fd == rss[i]->epfd)
-					rs_unarm(rss[i]);
+		for (nfds_t i = 0; i < nfds; i++)
+			if (rss[i] && pf[i].fd >= 0 && pf[i].fd == rss[i]->epfd)
+				rs_unarm(rss[i], alone[i]); /* counted in pollers by rs_arm */
 		if (ret)
 			break;
 		if (n == 0 && timeout != 0 && (timeout < 0 || ms_left(&end) > 0))
@@ -215,6 +224,7 @@ RVM_EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 	}
 	free(rss);
 	free(pf);
+	free(alone);
 	if (ret >= 0)
 		errno = saved;
 	return ret;

@@ -13,7 +13,9 @@
  * drives (it counts the daemon's packets, and kills the peer): ka-idle
  * MODE (an idle connection, keepalive on, off or cleared), ka-peer IP (a
  * peer that accepts and then does nothing until killed), ka-dead BIND IP
- * PORT (a keepalive client that must see that peer die). */
+ * PORT (a keepalive client that must see that peer die). And
+ * shared-wait ROUNDS: an rpoll and an rrecv waiting in one socket at once,
+ * run by TestRsocketSharedWait. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -493,6 +495,99 @@ static int ka_dead(const char *bind, const char *ip, int port)
 	return 0;
 }
 
+/* shared_wait: ROUNDS connections from rvt1 (c) to rvt0 (s), each with
+ * two threads waiting in s at once, as ka_dead's do: this one in rpoll
+ * for nothing but hang-up and error (events 0), a second in rrecv for two
+ * bytes with MSG_WAITALL, started 20 ms later (after the rpoll has begun
+ * its wait). c sends one byte, then shuts down. Whichever thread takes
+ * each completion or CM event, both must see the end: rrecv returns the
+ * byte, rpoll POLLHUP, well within its 10 s timeout. (An rpoll that began
+ * its wait alone, unbounded, and then lost both events to the rrecv
+ * thread slept on: CI saw ka_dead hang so.) Four threads spin meanwhile:
+ * with the CPUs busy, the woken rpoll often runs after the rrecv thread
+ * has taken the event, the interleaving that lost it. */
+struct sw_recv {
+	int s;
+	ssize_t n;
+};
+
+static void *sw_recv_run(void *arg)
+{
+	struct sw_recv *r = arg;
+	char b[2];
+	usleep(20000);
+	r->n = rrecv(r->s, b, sizeof(b), MSG_WAITALL);
+	return NULL;
+}
+
+static void *sw_send_run(void *arg)
+{
+	int c = *(int *)arg;
+	usleep(60000);
+	CHECK(rsend(c, "x", 1, 0) == 1);
+	usleep(40000);
+	CHECK(rshutdown(c, SHUT_RDWR) == 0);
+	return NULL;
+}
+
+static volatile int sw_stop;
+
+static void *sw_spin(void *arg)
+{
+	(void)arg;
+	while (!sw_stop)
+		;
+	return NULL;
+}
+
+static int shared_wait(int rounds)
+{
+	pthread_t spin[4];
+	for (int i = 0; i < 4; i++)
+		CHECK(pthread_create(&spin[i], NULL, sw_spin, NULL) == 0);
+	int l = rsocket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a, ca;
+	set_sin(&a, "198.18.0.1", 0);
+	CHECK(l >= 0 && rbind(l, (struct sockaddr *)&a, sizeof(a)) == 0 && rlisten(l, 4) == 0);
+	socklen_t len = sizeof(a);
+	CHECK(rgetsockname(l, (struct sockaddr *)&a, &len) == 0);
+	CHECK(rfcntl(l, F_SETFL, O_NONBLOCK) == 0);
+	long worst = 0;
+	for (int i = 0; i < rounds; i++) {
+		int c = rsocket(AF_INET, SOCK_STREAM, 0);
+		set_sin(&ca, "198.18.0.2", 0);
+		CHECK(c >= 0 && rbind(c, (struct sockaddr *)&ca, sizeof(ca)) == 0);
+		CHECK(rfcntl(c, F_SETFL, O_NONBLOCK) == 0);
+		CHECK(rconnect(c, (struct sockaddr *)&a, sizeof(a)) == -1 && errno == EINPROGRESS);
+		int s = establish(l, c);
+		CHECK(rfcntl(c, F_SETFL, 0) == 0 && rfcntl(s, F_SETFL, 0) == 0);
+		struct sw_recv r = {.s = s};
+		pthread_t rt, st;
+		struct timespec t0;
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		CHECK(pthread_create(&rt, NULL, sw_recv_run, &r) == 0);
+		CHECK(pthread_create(&st, NULL, sw_send_run, &c) == 0);
+		struct pollfd p = {s, 0, 0};
+		int n = rpoll(&p, 1, 10000);
+		long took = ms_since(&t0);
+		if (n != 1 || !(p.revents & POLLHUP))
+			printf("round %d: rpoll %d, revents 0x%x after %ld ms\n", i, n, p.revents, took);
+		CHECK(n == 1 && (p.revents & POLLHUP));
+		CHECK(pthread_join(rt, NULL) == 0 && pthread_join(st, NULL) == 0);
+		CHECK(r.n == 1);
+		if (took > worst)
+			worst = took;
+		CHECK(rclose(c) == 0 && rclose(s) == 0);
+	}
+	CHECK(rclose(l) == 0);
+	sw_stop = 1;
+	for (int i = 0; i < 4; i++)
+		CHECK(pthread_join(spin[i], NULL) == 0);
+	printf("%d rounds: the slowest rpoll returned after %ld ms\n", rounds, worst);
+	printf("PASS\n");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 3 && strcmp(argv[1], "peer") == 0)
@@ -501,6 +596,8 @@ int main(int argc, char **argv)
 		return ka_idle(argv[2]);
 	if (argc == 3 && strcmp(argv[1], "ka-peer") == 0)
 		return ka_peer(argv[2]);
+	if (argc == 3 && strcmp(argv[1], "shared-wait") == 0)
+		return shared_wait(atoi(argv[2]));
 	if (argc == 5 && strcmp(argv[1], "ka-dead") == 0)
 		return ka_dead(argv[2], argv[3], atoi(argv[4]));
 	/* What is not served. */
