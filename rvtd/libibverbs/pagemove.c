@@ -111,9 +111,11 @@ static int guard_installed(void)
 
 /* copy_pages copies whole pages, malloc's bytes around the region
  * included: an AddressSanitizer build (make asan) must not take reading
- * those (its redzones) for an overflow, and the loop must not become a
+ * those (its redzones) for an overflow, nor a ThreadSanitizer build those
+ * of freed blocks for a use after free, and the loop must not become a
  * memcpy call, which ASan intercepts. */
-__attribute__((no_sanitize_address, optimize("no-tree-loop-distribute-patterns"))) static void
+__attribute__((no_sanitize_address, no_sanitize_thread,
+	       optimize("no-tree-loop-distribute-patterns"))) static void
 copy_pages(void *dst, const void *src, size_t len)
 {
 	uint64_t *d = dst;

@@ -226,7 +226,7 @@ static void peer_killed(const char *self)
 #define DUPLEX_LEN (8u << 20)
 struct duplex_arg {
 	int s, send;
-	volatile int *stop;
+	int *stop; /* atomic */
 };
 
 static void *duplex_run(void *arg)
@@ -255,7 +255,7 @@ static void *duplex_run(void *arg)
 static void *duplex_poll(void *arg)
 {
 	struct duplex_arg *d = arg;
-	while (!*d->stop) {
+	while (!__atomic_load_n(d->stop, __ATOMIC_RELAXED)) {
 		struct pollfd p = {d->s, POLLIN | POLLOUT, 0};
 		CHECK(rpoll(&p, 1, 100) >= 0);
 	}
@@ -270,7 +270,7 @@ static void duplex(int l, const struct sockaddr_in *srv, const struct sockaddr_i
 	CHECK(rconnect(c, (struct sockaddr *)srv, sizeof(*srv)) == -1 && errno == EINPROGRESS);
 	int s = establish(l, c);
 	CHECK(rfcntl(c, F_SETFL, 0) == 0);
-	volatile int stop = 0;
+	int stop = 0;
 	struct duplex_arg a[5] = {{c, 1, &stop}, {c, 0, &stop}, {s, 1, &stop}, {s, 0, &stop}, {s, 0, &stop}};
 	pthread_t th[5];
 	alarm(60); /* a lost wake-up is a failure */
@@ -278,7 +278,7 @@ static void duplex(int l, const struct sockaddr_in *srv, const struct sockaddr_i
 		CHECK(pthread_create(&th[i], NULL, i == 4 ? duplex_poll : duplex_run, &a[i]) == 0);
 	for (int i = 0; i < 4; i++)
 		CHECK(pthread_join(th[i], NULL) == 0);
-	stop = 1;
+	__atomic_store_n(&stop, 1, __ATOMIC_RELAXED);
 	CHECK(pthread_join(th[4], NULL) == 0);
 	alarm(0);
 	CHECK(rclose(c) == 0 && rclose(s) == 0);
@@ -530,12 +530,12 @@ static void *sw_send_run(void *arg)
 	return NULL;
 }
 
-static volatile int sw_stop;
+static int sw_stop; /* atomic */
 
 static void *sw_spin(void *arg)
 {
 	(void)arg;
-	while (!sw_stop)
+	while (!__atomic_load_n(&sw_stop, __ATOMIC_RELAXED))
 		;
 	return NULL;
 }
@@ -580,7 +580,7 @@ static int shared_wait(int rounds)
 		CHECK(rclose(c) == 0 && rclose(s) == 0);
 	}
 	CHECK(rclose(l) == 0);
-	sw_stop = 1;
+	__atomic_store_n(&sw_stop, 1, __ATOMIC_RELAXED);
 	for (int i = 0; i < 4; i++)
 		CHECK(pthread_join(spin[i], NULL) == 0);
 	printf("%d rounds: the slowest rpoll returned after %ld ms\n", rounds, worst);
