@@ -270,9 +270,12 @@ func (q *qpObj) destroy(toErr bool) {
 	if err := q.qp.Destroy(); err != nil {
 		ss.log.Warn("destroy QP", "qpn", q.qpn, "err", err)
 	}
-	if q.rr != nil { // a late pull finds the ring gone
+	if q.rr != nil {
+		// A late pull finds the ring gone, and so does a CQ's drain
+		// that found the QP before it left d.qps: its completion is
+		// dropped, not released into the ring unmapped below.
 		q.rr.mu.Lock()
-		q.rr.failed = true
+		q.rr.failed, q.rr.gone = true, true
 		q.rr.mu.Unlock()
 	}
 	q.mu.Lock()

@@ -37,7 +37,8 @@ type recvRing struct {
 	seen   atomic.Uint32 // cons + taken: where the next record to take is (for polls without mu)
 	wrid   []uint64
 	bad    map[uint32]cq.Status // a bad WQE's status, by ring index
-	failed bool                 // the ring's indices went out of range
+	failed bool                 // the ring's indices went out of range, or its QP was destroyed
+	gone   bool                 // its QP was destroyed: the ring is unmapped, or about to be
 	fault  error                // a new such fault, for the loop to report
 	halted bool                 // a bad WQE was taken: no more until the QP is in ERR
 	buf    []byte
@@ -218,7 +219,7 @@ func (r *recvRing) complete(wc *cq.WC) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	idx := uint32(wc.WRID)
-	if wc.WRID>>epochShift != r.epoch || idx-r.cons >= r.taken {
+	if r.gone || wc.WRID>>epochShift != r.epoch || idx-r.cons >= r.taken {
 		return false
 	}
 	wc.WRID = r.wrid[idx&r.mask]
