@@ -50,9 +50,11 @@ type Options struct {
 	// Spin is how long a loop keeps polling the rings it served after
 	// work, before it sleeps (busy clients then ring no doorbell, and a
 	// request's answer finds the loop awake); 0 or negative: never, the
-	// default. With busy-polling clients on 2 CPUs, 1 ms made an 8-byte
-	// ib_send_lat round trip 2-3 x shorter and ibv_rc_pingpong's 5 x
-	// longer (docs/rvtd.md, Figures, session 13).
+	// default. On 2 CPUs shared with the clients, 200 us made round trips
+	// about half as long and the message rate 1.6-2 x higher; but with
+	// it, TestRsocketC now and then saw a connection's completions never
+	// reach its CQ ring, a bug not found yet (docs/rvtd.md, Figures,
+	// session 14).
 	Spin time.Duration
 }
 

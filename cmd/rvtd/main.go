@@ -41,7 +41,7 @@ func main() {
 	fs.BoolVar(&f.checkConfig, "check-config", false, "check the configuration and exit")
 	fs.StringVar(&f.metrics, "metrics", "", "serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9464 (default: off)")
 	fs.IntVar(&f.loops, "loops", rvtd.DefaultLoops, "data-path goroutines")
-	fs.DurationVar(&f.spin, "spin", 0, "how long a data-path goroutine keeps polling the rings it served before it sleeps, e.g. 1ms (default: it sleeps at once; docs/rvtd.md, Figures)")
+	fs.DurationVar(&f.spin, "spin", 0, "how long a data-path goroutine keeps polling the rings it served before it sleeps, e.g. 200us (default: it sleeps at once; docs/rvtd.md, Figures: faster, but it exposes a bug not found yet)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			os.Exit(0)
