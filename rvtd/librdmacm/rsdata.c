@@ -244,7 +244,7 @@ static void rs_sleep(struct rsk *rs)
 {
 	if (rs->sleeper || rs->unbounded) {
 		/* An rpoll waits unbounded: it looks again, bounds its wait,
-		 * and wakes this thread (rs_poll_done). */
+		 * and wakes this thread (rs_unarm). */
 		if (rs->unbounded)
 			rs_wake(rs);
 		pthread_cond_wait(&rs->cond, &rs->lock);
