@@ -140,22 +140,23 @@ static int ms_left(const struct timespec *end)
  * channels with it). */
 RVM_EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 {
-	struct rsk **rss = calloc(nfds ? nfds : 1, sizeof(*rss));
-	struct pollfd *pf = calloc(nfds ? nfds : 1, sizeof(*pf));
-	char *alone = calloc(nfds ? nfds : 1, 1);
+	/* One block: the sockets, then whether this call waits on each
+	 * alone (rs_alone). */
+	size_t slots = nfds ? nfds : 1;
+	struct rsk **rss = calloc(slots, sizeof(*rss) + 1);
+	struct pollfd *pf = calloc(slots, sizeof(*pf));
 	int any = 0, ret = 0;
-	if (!rss || !pf || !alone) {
+	if (!rss || !pf) {
 		free(rss);
 		free(pf);
-		free(alone);
 		return rvm_err(ENOMEM);
 	}
+	char *alone = (char *)(rss + slots);
 	for (nfds_t i = 0; i < nfds; i++)
 		any |= !!(rss[i] = rs_get(fds[i].fd));
 	if (!any) {
 		free(rss);
 		free(pf);
-		free(alone);
 		return poll(fds, nfds, timeout);
 	}
 	int saved = errno; /* kept on success, as in rrecv */
@@ -224,7 +225,6 @@ RVM_EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 	}
 	free(rss);
 	free(pf);
-	free(alone);
 	if (ret >= 0)
 		errno = saved;
 	return ret;

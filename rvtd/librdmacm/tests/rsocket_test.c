@@ -44,6 +44,18 @@ static void set_sin(struct sockaddr_in *s, const char *ip, int port)
 	inet_pton(AF_INET, ip, &s->sin_addr);
 }
 
+/* listen_on: a listener bound to ip (port chosen) with backlog; *a gets
+ * its address, port included. */
+static int listen_on(const char *ip, int backlog, struct sockaddr_in *a)
+{
+	int l = rsocket(AF_INET, SOCK_STREAM, 0);
+	set_sin(a, ip, 0);
+	CHECK(l >= 0 && rbind(l, (struct sockaddr *)a, sizeof(*a)) == 0 && rlisten(l, backlog) == 0);
+	socklen_t len = sizeof(*a);
+	CHECK(rgetsockname(l, (struct sockaddr *)a, &len) == 0);
+	return l;
+}
+
 static uint8_t pat(size_t i) { return (uint8_t)(i * 7 + (i >> 11)); }
 
 /* Blocking helpers for the threads. */
@@ -179,12 +191,8 @@ static int peer(int port)
  * waiting for ever. */
 static void peer_killed(const char *self)
 {
-	int l = rsocket(AF_INET, SOCK_STREAM, 0);
 	struct sockaddr_in a;
-	set_sin(&a, "198.18.0.1", 0);
-	CHECK(l >= 0 && rbind(l, (struct sockaddr *)&a, sizeof(a)) == 0 && rlisten(l, 1) == 0);
-	socklen_t len = sizeof(a);
-	CHECK(rgetsockname(l, (struct sockaddr *)&a, &len) == 0);
+	int l = listen_on("198.18.0.1", 1, &a);
 	char port[16];
 	snprintf(port, sizeof(port), "%d", ntohs(a.sin_port));
 	pid_t pid = fork();
@@ -354,12 +362,8 @@ static int ka_idle(const char *mode)
 {
 	int on = strcmp(mode, "on") == 0, cleared = strcmp(mode, "cleared") == 0;
 	CHECK(on || cleared || strcmp(mode, "off") == 0);
-	int l = rsocket(AF_INET, SOCK_STREAM, 0);
 	struct sockaddr_in a, ca;
-	set_sin(&a, "198.18.0.1", 0);
-	CHECK(l >= 0 && rbind(l, (struct sockaddr *)&a, sizeof(a)) == 0 && rlisten(l, 1) == 0);
-	socklen_t len = sizeof(a);
-	CHECK(rgetsockname(l, (struct sockaddr *)&a, &len) == 0);
+	int l = listen_on("198.18.0.1", 1, &a);
 	int c = rsocket(AF_INET, SOCK_STREAM, 0);
 	set_sin(&ca, "198.18.0.2", 0);
 	CHECK(c >= 0 && rbind(c, (struct sockaddr *)&ca, sizeof(ca)) == 0);
@@ -435,12 +439,8 @@ static int ka_idle(const char *mode)
  * it is killed (with its daemon: the keepalive side gets no DREQ). */
 static int ka_peer(const char *ip)
 {
-	int l = rsocket(AF_INET, SOCK_STREAM, 0);
 	struct sockaddr_in a;
-	set_sin(&a, ip, 0);
-	CHECK(l >= 0 && rbind(l, (struct sockaddr *)&a, sizeof(a)) == 0 && rlisten(l, 1) == 0);
-	socklen_t len = sizeof(a);
-	CHECK(rgetsockname(l, (struct sockaddr *)&a, &len) == 0);
+	int l = listen_on(ip, 1, &a);
 	printf("PORT %d\n", ntohs(a.sin_port));
 	fflush(stdout);
 	int s = raccept(l, NULL, NULL);
@@ -545,12 +545,8 @@ static int shared_wait(int rounds)
 	pthread_t spin[4];
 	for (int i = 0; i < 4; i++)
 		CHECK(pthread_create(&spin[i], NULL, sw_spin, NULL) == 0);
-	int l = rsocket(AF_INET, SOCK_STREAM, 0);
 	struct sockaddr_in a, ca;
-	set_sin(&a, "198.18.0.1", 0);
-	CHECK(l >= 0 && rbind(l, (struct sockaddr *)&a, sizeof(a)) == 0 && rlisten(l, 4) == 0);
-	socklen_t len = sizeof(a);
-	CHECK(rgetsockname(l, (struct sockaddr *)&a, &len) == 0);
+	int l = listen_on("198.18.0.1", 4, &a);
 	CHECK(rfcntl(l, F_SETFL, O_NONBLOCK) == 0);
 	long worst = 0;
 	for (int i = 0; i < rounds; i++) {
