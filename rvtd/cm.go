@@ -876,8 +876,18 @@ func (ss *session) cmEvent(ev cm.Event) {
 		l.waiting++
 	}
 	ss.mu.Unlock()
-	if q != nil && (ev.Type == cm.EventEstablished || ev.Type == cm.EventDisconnected) {
-		q.loop.kickQP(q)
+	if q != nil {
+		// What completed before the event is in the rings when the
+		// client reads it, as a NIC writes its CQEs at once: a loop
+		// may not have drained them yet. rsockets, for one, takes a
+		// DISCONNECTED with nothing in its CQ for the end of the data.
+		q.scq.drain()
+		if q.rcq != q.scq {
+			q.rcq.drain()
+		}
+		if ev.Type == cm.EventEstablished || ev.Type == cm.EventDisconnected {
+			q.loop.kickQP(q)
+		}
 	}
 	seq, err := ch.sendSeq(ss, rec)
 	if l != nil {

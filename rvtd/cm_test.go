@@ -1271,3 +1271,54 @@ func TestCMPostedBeforeDisconnect(t *testing.T) {
 	c.c.Close()
 	waitFor(t, "sessions to end", func() bool { return srv.Stats().Sessions == 0 })
 }
+
+// TestCMDisconnectedAfterCompletions: what completed before the peer's
+// DREQ is in the CQ ring when DISCONNECTED is read, as over a NIC, whose
+// CQEs are written before the ACK that lets the peer disconnect; the data
+// path's loops, which otherwise carry completions to the rings, are held
+// back here. rsockets counts on it: it polls its CQ once at DISCONNECTED
+// and calls what it did not find there lost.
+func TestCMDisconnectedAfterCompletions(t *testing.T) {
+	srv, sock := startDaemon(t)
+	s, err := newCMNode(sock, "rvt0", 2)
+	require.NoError(t, err)
+	c, err := newCMNode(sock, "rvt1", 2)
+	require.NoError(t, err)
+	_, port, err := listen(s.ch, 1, proto.PSTCP, 2, netip.AddrPortFrom(ip0, 0))
+	require.NoError(t, err)
+	id, err := c.ch.CreateID(7, proto.PSTCP, 2)
+	require.NoError(t, err)
+	require.NoError(t, id.ResolveAddr(ip1, netip.AddrPortFrom(ip0, port), 1000))
+	_, err = waitEvent(c.ch, evAddrResolved)
+	require.NoError(t, err)
+	require.NoError(t, id.Connect(proto.CMConnParam{QP: c.qp.Handle, ResponderResources: 1, InitiatorDepth: 1, RetryCount: 7, RNRRetryCount: 7}))
+	ev, err := waitEvent(s.ch, evConnectRequest)
+	require.NoError(t, err)
+	require.NoError(t, s.qp.PostRecv(77, client.SGE{Addr: s.mr.Addr, Length: 4096, LKey: s.mr.LKey}))
+	require.NoError(t, s.c.EventID(ev).Accept(proto.CMConnParam{QP: s.qp.Handle, ResponderResources: 1, InitiatorDepth: 1, RNRRetryCount: 7}))
+	_, err = waitEvent(c.ch, evEstablished)
+	require.NoError(t, err)
+	_, err = waitEvent(s.ch, evEstablished)
+	require.NoError(t, err)
+
+	release := srv.HoldDrainsForTest("rvt0")
+	defer release()
+	clearNeedWakeup(c.qp.SendRingHeader()) // carried by the disconnect
+	copy(c.shm.Mem, "before the DREQ")
+	require.NoError(t, c.qp.PostSend(client.SendWR{WRID: 5, Opcode: 2, Flags: 2,
+		SGL: []client.SGE{{Addr: c.mr.Addr, Length: 15, LKey: c.mr.LKey}}}))
+	require.NoError(t, id.Disconnect())
+	_, err = waitEvent(s.ch, evDisconnected)
+	require.NoError(t, err)
+	wcs := make([]client.WC, 4)
+	n, err := s.cq.Poll(wcs)
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "the receive's completion is not in the ring at DISCONNECTED")
+	require.Equal(t, uint64(77), wcs[0].WRID)
+	require.Zero(t, wcs[0].Status, "%+v", wcs[0])
+	require.Equal(t, "before the DREQ", string(s.shm.Mem[:wcs[0].ByteLen]))
+	release()
+	s.c.Close()
+	c.c.Close()
+	waitFor(t, "sessions to end", func() bool { return srv.Stats().Sessions == 0 })
+}

@@ -3,6 +3,7 @@ package rvtd
 import (
 	"encoding/binary"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/softverbs/softverbs/cm"
@@ -134,4 +135,21 @@ func (s *Server) ChannelPendingForTest(session, channel uint32) []uint32 {
 		l = append(l, binary.LittleEndian.Uint32(rec[8:]))
 	}
 	return l
+}
+
+// HoldDrainsForTest makes s's data-path loops wait, before they drain a
+// CQ of device dev, until release is called: completions then reach such
+// a CQ's ring only by another way.
+func (s *Server) HoldDrainsForTest(dev string) (release func()) {
+	ch := make(chan struct{})
+	f := func(c *cqObj) {
+		if c.ctx.d.cfg.Name == dev {
+			<-ch
+		}
+	}
+	s.drainHold.Store(&f)
+	return sync.OnceFunc(func() {
+		s.drainHold.Store(nil)
+		close(ch)
+	})
 }

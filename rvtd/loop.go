@@ -136,6 +136,9 @@ func (l *loop) run() {
 			active = active[:k]
 		}
 		for _, c := range cs {
+			if h := l.srv.drainHold.Load(); h != nil {
+				(*h)(c) // a test's (Server.HoldDrainsForTest)
+			}
 			if c.drain() {
 				work = true
 			}

@@ -74,8 +74,11 @@ type Server struct {
 	clk     clock.Clock
 	spin    time.Duration // Options.Spin, resolved
 	spinner atomic.Int32  // the id of the loop that spins, 0: none
-	devices []*device
-	byName  map[string]*device
+	// drainHold, if set, is called before a loop drains a CQ: a test's
+	// way to hold the loops back (HoldDrainsForTest).
+	drainHold atomic.Pointer[func(*cqObj)]
+	devices   []*device
+	byName    map[string]*device
 	// cmRecordCharge is one cm_event record's charge on an event
 	// socket's send queue (recordCharge), for listen backlogs.
 	cmRecordCharge int
