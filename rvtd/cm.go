@@ -821,7 +821,7 @@ func (ss *session) cmEvent(ev cm.Event) {
 		return
 	}
 	// Read before session.mu: they take the agent's lock.
-	src, dst := ev.ID.LocalAddr(), ev.ID.RemoteAddr()
+	src, dst, qpn := ev.ID.LocalAddr(), ev.ID.RemoteAddr(), ev.ID.QPN()
 	ss.mu.Lock()
 	o := ss.cm.byID[ev.ID]
 	var listenH uint32
@@ -869,6 +869,13 @@ func (ss *session) cmEvent(ev cm.Event) {
 	}
 	rec := cmEventRecord(o, listenH, ev, src, dst)
 	ch, q := o.ch, o.q
+	if q == nil && qpn != 0 && o.b.d != nil {
+		// librdmacm's QPs are in its libibverbs session: it names
+		// its QP by number.
+		if v, ok := o.b.d.qps.Load(qpn); ok {
+			q = v.(*qpObj)
+		}
+	}
 	o.reported++
 	if l != nil {
 		// The record takes a place in the listener's backlog until the

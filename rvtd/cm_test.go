@@ -1277,8 +1277,18 @@ func TestCMPostedBeforeDisconnect(t *testing.T) {
 // CQEs are written before the ACK that lets the peer disconnect; the data
 // path's loops, which otherwise carry completions to the rings, are held
 // back here. rsockets counts on it: it polls its CQ once at DISCONNECTED
-// and calls what it did not find there lost.
+// and calls what it did not find there lost. The receiving side names its
+// QP by handle, or by number as librdmacm does (its QPs are in its
+// libibverbs session).
 func TestCMDisconnectedAfterCompletions(t *testing.T) {
+	for _, byNumber := range []bool{false, true} {
+		t.Run(map[bool]string{false: "handle", true: "number"}[byNumber], func(t *testing.T) {
+			testDisconnectedAfterCompletions(t, byNumber)
+		})
+	}
+}
+
+func testDisconnectedAfterCompletions(t *testing.T, byNumber bool) {
 	srv, sock := startDaemon(t)
 	s, err := newCMNode(sock, "rvt0", 2)
 	require.NoError(t, err)
@@ -1294,8 +1304,16 @@ func TestCMDisconnectedAfterCompletions(t *testing.T) {
 	require.NoError(t, id.Connect(proto.CMConnParam{QP: c.qp.Handle, ResponderResources: 1, InitiatorDepth: 1, RetryCount: 7, RNRRetryCount: 7}))
 	ev, err := waitEvent(s.ch, evConnectRequest)
 	require.NoError(t, err)
+	nid := s.c.EventID(ev)
+	accept := proto.CMConnParam{QP: s.qp.Handle, ResponderResources: 1, InitiatorDepth: 1, RNRRetryCount: 7}
+	if byNumber {
+		for st := uint8(1); st <= 3; st++ {
+			require.NoError(t, nid.ModifyQP(s.qp, st))
+		}
+		accept.QP, accept.QPNum = 0, s.qp.QPN
+	}
 	require.NoError(t, s.qp.PostRecv(77, client.SGE{Addr: s.mr.Addr, Length: 4096, LKey: s.mr.LKey}))
-	require.NoError(t, s.c.EventID(ev).Accept(proto.CMConnParam{QP: s.qp.Handle, ResponderResources: 1, InitiatorDepth: 1, RNRRetryCount: 7}))
+	require.NoError(t, nid.Accept(accept))
 	_, err = waitEvent(c.ch, evEstablished)
 	require.NoError(t, err)
 	_, err = waitEvent(s.ch, evEstablished)
