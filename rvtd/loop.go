@@ -9,8 +9,8 @@ import (
 )
 
 // The loop's schedule. Kicks from the engine (a CQ to drain, a QP to look
-// at) ring the loop's eventfd only when it sleeps. With Options.Spin (off
-// by default), a loop that has just done work keeps polling the rings of
+// at) ring the loop's eventfd only when it sleeps. With Options.Spin
+// (DefaultSpin), a loop that has just done work keeps polling the rings of
 // the QPs it served (its active set) and its queued CQs for that long
 // before it sleeps, with NEED_WAKEUP clear on those rings: a busy client
 // then posts with no system call, and the loop does not sleep and wake

@@ -49,14 +49,16 @@ type Options struct {
 	Loops int
 	// Spin is how long a loop keeps polling the rings it served after
 	// work, before it sleeps (busy clients then ring no doorbell, and a
-	// request's answer finds the loop awake); 0 or negative: never, the
-	// default. On 2 CPUs shared with the clients, 200 us made round trips
-	// about half as long and the message rate 1.6-2 x higher; but with
-	// it, TestRsocketC now and then saw a connection's completions never
-	// reach its CQ ring, a bug not found yet (docs/rvtd.md, Figures,
-	// session 14).
+	// request's answer finds the loop awake); 0: DefaultSpin; negative:
+	// never.
 	Spin time.Duration
 }
+
+// DefaultSpin is Options.Spin's default. On 2 CPUs shared with the
+// clients, 200 us made round trips through the daemon about half as long
+// and the message rate 1.6-2 x higher than no spin; 1 ms did no better
+// (docs/rvtd.md, Figures, session 14).
+const DefaultSpin = 200 * time.Microsecond
 
 // DefaultLoops is Options.Loops' default. One loop, with the default
 // devices' receive_here, drains the receiving CQ on the goroutine that
@@ -174,7 +176,12 @@ func New(cfg *Config, o Options) (_ *Server, err error) {
 	if n <= 0 {
 		n = DefaultLoops
 	}
-	s.spin = max(o.Spin, 0)
+	switch s.spin = o.Spin; {
+	case s.spin == 0:
+		s.spin = DefaultSpin
+	case s.spin < 0:
+		s.spin = 0
+	}
 	for i := 0; i < n; i++ {
 		lp, err := newLoop(s, i)
 		if err != nil {

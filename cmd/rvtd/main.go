@@ -41,7 +41,7 @@ func main() {
 	fs.BoolVar(&f.checkConfig, "check-config", false, "check the configuration and exit")
 	fs.StringVar(&f.metrics, "metrics", "", "serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9464 (default: off)")
 	fs.IntVar(&f.loops, "loops", rvtd.DefaultLoops, "data-path goroutines")
-	fs.DurationVar(&f.spin, "spin", 0, "how long a data-path goroutine keeps polling the rings it served before it sleeps, e.g. 200us (default: it sleeps at once; docs/rvtd.md, Figures: faster, but it exposes a bug not found yet)")
+	fs.DurationVar(&f.spin, "spin", rvtd.DefaultSpin, "how long a data-path goroutine keeps polling the rings it served before it sleeps (0: it sleeps at once; docs/rvtd.md, Figures)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			os.Exit(0)
@@ -116,7 +116,7 @@ func run(f flags) error {
 	if err := rvtd.CheckSocket(sock, log); err != nil {
 		return err
 	}
-	srv, err := rvtd.New(cfg, rvtd.Options{Logger: log, Loops: f.loops, Spin: f.spin})
+	srv, err := rvtd.New(cfg, rvtd.Options{Logger: log, Loops: f.loops, Spin: spinOption(f.spin)})
 	if err != nil {
 		return err
 	}
@@ -198,4 +198,13 @@ func cmpOr(a, b string) string {
 		return a
 	}
 	return b
+}
+
+// spinOption is rvtd.Options.Spin for --spin: 0 there means the default,
+// here never.
+func spinOption(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
