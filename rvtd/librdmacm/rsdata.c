@@ -152,11 +152,17 @@ void rs_wake(struct rsk *rs)
 		rs_down(rs, P_ERROR, errno);
 }
 
-void rs_unwake(struct rsk *rs)
+void rs_unwake_now(struct rsk *rs)
 {
 	uint64_t kicks;
 	if (read(rs->kickfd, &kicks, sizeof(kicks)) < 0 && errno != EAGAIN)
 		rs_down(rs, P_ERROR, errno);
+}
+
+void rs_unwake(struct rsk *rs)
+{
+	if (rs->phase == P_CONNECTED)
+		rs_unwake_now(rs);
 }
 
 /* rs_kick wakes the thread sleeping in rs_process (rs->sleeper): another
@@ -534,6 +540,9 @@ static size_t rs_copy_out(struct rsk *rs, uint8_t *dst, size_t n, int consume)
 	if (consume) {
 		rs->rhead = head;
 		rs->roff = off;
+		/* The hang-up that rpolls wait for is due now (rs_arm). */
+		if (rs->phase == P_DISCONNECTED && rs->pollers && head == rs->rtail)
+			rs_wake(rs);
 	}
 	return done;
 }

@@ -117,7 +117,8 @@ struct rsk {
 	int sleeper;
 	unsigned pollers, unbounded;
 	pthread_cond_t cond;
-	int kickfd; /* in epfd: wakes a thread that sleeps unbounded, to bound its wait */
+	int kickfd; /* in epfd: wakes a thread that sleeps unbounded, to bound its wait;
+		     * after DISCONNECTED, an rpoll waiting for the hang-up (rs_arm) */
 	unsigned unacked;
 	int qp_down;
 	struct ibv_mr *smr, *rmr, *tmr;
@@ -173,9 +174,14 @@ int rs_post_ctrl(struct rsk *rs, uint32_t msg);
 int rs_ctrl_avail(const struct rsk *rs);
 void rs_update_credits(struct rsk *rs);
 void rs_poll_cq(struct rsk *rs);
-/* rs_wake makes epfd readable (kickfd), until rs_unwake. */
+/* rs_wake makes kickfd, and so epfd, readable until rs_unwake takes the
+ * kicks back. Once the connection has ended rs_unwake leaves them: a kick
+ * is then what an rpoll waiting for the hang-up waits for (rs_arm), and
+ * no thread sleeps on epfd any more. rs_unwake_now takes them back in
+ * any phase. */
 void rs_wake(struct rsk *rs);
 void rs_unwake(struct rsk *rs);
+void rs_unwake_now(struct rsk *rs);
 void rs_take_events(struct rsk *rs);
 int rs_process(struct rsk *rs, int nonblock, int (*test)(struct rsk *));
 int rs_nonblocking(const struct rsk *rs, int flags);

@@ -71,6 +71,20 @@ static int rs_arm(struct rsk *rs, short events, short *rev)
 		}
 		fd = rs->epfd;
 		break;
+	case P_DISCONNECTED:
+		*rev = (short)rs_revents_locked(rs, events);
+		if (!*rev) {
+			/* Data from before the disconnect is still unread, and
+			 * the hang-up waits for it: the thread that reads the
+			 * last of it writes kickfd (rs_copy_out). A kick left
+			 * from before, which nobody else may wait for, is
+			 * taken back first. */
+			if (!rs->pollers && !rs->sleeper)
+				rs_unwake_now(rs);
+			rs->pollers++; /* until rs_unarm */
+			fd = rs->kickfd;
+		}
+		break;
 	case P_LISTENING:
 	case P_RESOLVING_ADDR:
 	case P_RESOLVING_ROUTE:
@@ -210,7 +224,7 @@ RVM_EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 		}
 		int n = ret ? 0 : poll(pf, nfds, ms);
 		for (nfds_t i = 0; i < nfds; i++)
-			if (rss[i] && pf[i].fd >= 0 && pf[i].fd == rss[i]->epfd)
+			if (rss[i] && pf[i].fd >= 0 && (pf[i].fd == rss[i]->epfd || pf[i].fd == rss[i]->kickfd))
 				rs_unarm(rss[i], alone[i]); /* counted in pollers by rs_arm */
 		if (ret)
 			break;

@@ -506,6 +506,22 @@ static int ka_dead(const char *bind, const char *ip, int port)
  * thread slept on: CI saw ka_dead hang so.) Four threads spin meanwhile:
  * with the CPUs busy, the woken rpoll often runs after the rrecv thread
  * has taken the event, the interleaving that lost it. */
+/* hup_wait: an rpoll for the hang-up alone (no POLLIN), in a thread of
+ * its own, timed. */
+struct hup_wait {
+	int s, n;
+	short revents;
+};
+
+static void *hup_wait_run(void *arg)
+{
+	struct hup_wait *h = arg;
+	struct pollfd p = {h->s, 0, 0};
+	h->n = rpoll(&p, 1, 10000);
+	h->revents = p.revents;
+	return NULL;
+}
+
 struct sw_recv {
 	int s;
 	ssize_t n;
@@ -762,6 +778,27 @@ int main(int argc, char **argv)
 	struct pollfd ph = {c, POLLIN | POLLOUT, 0};
 	CHECK(rpoll(&ph, 1, 1000) == 1 && (ph.revents & POLLHUP));
 	CHECK(rclose(c) == 0);
+
+	/* The hang-up comes after the data before it: an rpoll for POLLHUP
+	 * alone that finds the disconnect with a byte unread waits until
+	 * another thread reads it, and then returns at once. */
+	c = rsocket(AF_INET, SOCK_STREAM, 0);
+	CHECK(c >= 0 && rbind(c, (struct sockaddr *)&ca, sizeof(ca)) == 0);
+	CHECK(rfcntl(c, F_SETFL, O_NONBLOCK) == 0);
+	CHECK(rconnect(c, (struct sockaddr *)&a, sizeof(a)) == -1 && errno == EINPROGRESS);
+	s = establish(l, c);
+	CHECK(rfcntl(c, F_SETFL, 0) == 0);
+	CHECK(rsend(c, "h", 1, 0) == 1 && rshutdown(c, SHUT_RDWR) == 0);
+	struct hup_wait hw = {.s = s};
+	pthread_t ht;
+	CHECK(pthread_create(&ht, NULL, hup_wait_run, &hw) == 0);
+	usleep(300 * 1000); /* it takes the disconnect, the byte still unread */
+	struct timespec t0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	CHECK(rrecv(s, &x, 1, 0) == 1 && x == 'h');
+	CHECK(pthread_join(ht, NULL) == 0);
+	CHECK(hw.n == 1 && (hw.revents & POLLHUP) && ms_since(&t0) < 2000);
+	CHECK(rclose(s) == 0 && rclose(c) == 0);
 
 	/* A peer that closes while we block in rrecv wakes us with 0. */
 	c = rsocket(AF_INET, SOCK_STREAM, 0);
