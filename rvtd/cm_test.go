@@ -1227,10 +1227,11 @@ func TestCMForeignHandles(t *testing.T) {
 	b.c.Close()
 }
 
-// TestCMPostedBeforeDisconnect: a SEND posted (not rung) just before
-// rdma_disconnect is sent before the QP goes to ERR, as over rxe: the
-// peer gets the message, then DISCONNECTED.
-func TestCMPostedBeforeDisconnect(t *testing.T) {
+// cmRequest starts a daemon with an RC cmNode on each default device, s
+// listening on rvt0 and c connecting to it with its QP by handle; it
+// returns them with c's ID and s's CONNECT_REQUEST.
+func cmRequest(t *testing.T) (*rvtd.Server, *cmNode, *cmNode, *client.CMID, proto.CMEvent) {
+	t.Helper()
 	srv, sock := startDaemon(t)
 	s, err := newCMNode(sock, "rvt0", 2)
 	require.NoError(t, err)
@@ -1246,9 +1247,17 @@ func TestCMPostedBeforeDisconnect(t *testing.T) {
 	require.NoError(t, id.Connect(proto.CMConnParam{QP: c.qp.Handle, ResponderResources: 1, InitiatorDepth: 1, RetryCount: 7, RNRRetryCount: 7}))
 	ev, err := waitEvent(s.ch, evConnectRequest)
 	require.NoError(t, err)
+	return srv, s, c, id, ev
+}
+
+// TestCMPostedBeforeDisconnect: a SEND posted (not rung) just before
+// rdma_disconnect is sent before the QP goes to ERR, as over rxe: the
+// peer gets the message, then DISCONNECTED.
+func TestCMPostedBeforeDisconnect(t *testing.T) {
+	srv, s, c, id, ev := cmRequest(t)
 	require.NoError(t, s.qp.PostRecv(77, client.SGE{Addr: s.mr.Addr, Length: 4096, LKey: s.mr.LKey}))
 	require.NoError(t, s.c.EventID(ev).Accept(proto.CMConnParam{QP: s.qp.Handle, ResponderResources: 1, InitiatorDepth: 1, RNRRetryCount: 7}))
-	_, err = waitEvent(c.ch, evEstablished)
+	_, err := waitEvent(c.ch, evEstablished)
 	require.NoError(t, err)
 
 	clearNeedWakeup(c.qp.SendRingHeader()) // the client will not ring
@@ -1289,21 +1298,7 @@ func TestCMDisconnectedAfterCompletions(t *testing.T) {
 }
 
 func testDisconnectedAfterCompletions(t *testing.T, byNumber bool) {
-	srv, sock := startDaemon(t)
-	s, err := newCMNode(sock, "rvt0", 2)
-	require.NoError(t, err)
-	c, err := newCMNode(sock, "rvt1", 2)
-	require.NoError(t, err)
-	_, port, err := listen(s.ch, 1, proto.PSTCP, 2, netip.AddrPortFrom(ip0, 0))
-	require.NoError(t, err)
-	id, err := c.ch.CreateID(7, proto.PSTCP, 2)
-	require.NoError(t, err)
-	require.NoError(t, id.ResolveAddr(ip1, netip.AddrPortFrom(ip0, port), 1000))
-	_, err = waitEvent(c.ch, evAddrResolved)
-	require.NoError(t, err)
-	require.NoError(t, id.Connect(proto.CMConnParam{QP: c.qp.Handle, ResponderResources: 1, InitiatorDepth: 1, RetryCount: 7, RNRRetryCount: 7}))
-	ev, err := waitEvent(s.ch, evConnectRequest)
-	require.NoError(t, err)
+	srv, s, c, id, ev := cmRequest(t)
 	nid := s.c.EventID(ev)
 	accept := proto.CMConnParam{QP: s.qp.Handle, ResponderResources: 1, InitiatorDepth: 1, RNRRetryCount: 7}
 	if byNumber {
@@ -1314,7 +1309,7 @@ func testDisconnectedAfterCompletions(t *testing.T, byNumber bool) {
 	}
 	require.NoError(t, s.qp.PostRecv(77, client.SGE{Addr: s.mr.Addr, Length: 4096, LKey: s.mr.LKey}))
 	require.NoError(t, nid.Accept(accept))
-	_, err = waitEvent(c.ch, evEstablished)
+	_, err := waitEvent(c.ch, evEstablished)
 	require.NoError(t, err)
 	_, err = waitEvent(s.ch, evEstablished)
 	require.NoError(t, err)

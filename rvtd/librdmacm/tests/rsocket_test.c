@@ -170,6 +170,20 @@ static int establish(int l, int c)
 	return s;
 }
 
+/* connect_to: a client bound to *ca, connected to the listener l at *a
+ * without blocking (establish), then made blocking again; *s is the
+ * accepted socket. */
+static int connect_to(int l, const struct sockaddr_in *a, const struct sockaddr_in *ca, int *s)
+{
+	int c = rsocket(AF_INET, SOCK_STREAM, 0);
+	CHECK(c >= 0 && rbind(c, (const struct sockaddr *)ca, sizeof(*ca)) == 0);
+	CHECK(rfcntl(c, F_SETFL, O_NONBLOCK) == 0);
+	CHECK(rconnect(c, (const struct sockaddr *)a, sizeof(*a)) == -1 && errno == EINPROGRESS);
+	*s = establish(l, c);
+	CHECK(rfcntl(c, F_SETFL, 0) == 0);
+	return c;
+}
+
 /* peer: the client a second process runs for the peer-death case: it
  * connects from rvt1 to port and sends until it is killed. */
 static int peer(int port)
@@ -364,13 +378,10 @@ static int ka_idle(const char *mode)
 	CHECK(on || cleared || strcmp(mode, "off") == 0);
 	struct sockaddr_in a, ca;
 	int l = listen_on("198.18.0.1", 1, &a);
-	int c = rsocket(AF_INET, SOCK_STREAM, 0);
 	set_sin(&ca, "198.18.0.2", 0);
-	CHECK(c >= 0 && rbind(c, (struct sockaddr *)&ca, sizeof(ca)) == 0);
-	CHECK(rfcntl(l, F_SETFL, O_NONBLOCK) == 0 && rfcntl(c, F_SETFL, O_NONBLOCK) == 0);
-	CHECK(rconnect(c, (struct sockaddr *)&a, sizeof(a)) == -1 && errno == EINPROGRESS);
-	int s = establish(l, c);
-	CHECK(rfcntl(c, F_SETFL, 0) == 0 && rfcntl(s, F_SETFL, 0) == 0);
+	CHECK(rfcntl(l, F_SETFL, O_NONBLOCK) == 0);
+	int s, c = connect_to(l, &a, &ca, &s);
+	CHECK(rfcntl(s, F_SETFL, 0) == 0);
 	/* A byte each way (the first credit updates go out), then quiet:
 	 * every acknowledgement delivered before the count starts. */
 	char x;
@@ -564,15 +575,11 @@ static int shared_wait(int rounds)
 	struct sockaddr_in a, ca;
 	int l = listen_on("198.18.0.1", 4, &a);
 	CHECK(rfcntl(l, F_SETFL, O_NONBLOCK) == 0);
+	set_sin(&ca, "198.18.0.2", 0);
 	long worst = 0;
 	for (int i = 0; i < rounds; i++) {
-		int c = rsocket(AF_INET, SOCK_STREAM, 0);
-		set_sin(&ca, "198.18.0.2", 0);
-		CHECK(c >= 0 && rbind(c, (struct sockaddr *)&ca, sizeof(ca)) == 0);
-		CHECK(rfcntl(c, F_SETFL, O_NONBLOCK) == 0);
-		CHECK(rconnect(c, (struct sockaddr *)&a, sizeof(a)) == -1 && errno == EINPROGRESS);
-		int s = establish(l, c);
-		CHECK(rfcntl(c, F_SETFL, 0) == 0 && rfcntl(s, F_SETFL, 0) == 0);
+		int s, c = connect_to(l, &a, &ca, &s);
+		CHECK(rfcntl(s, F_SETFL, 0) == 0);
 		struct sw_recv r = {.s = s};
 		pthread_t rt, st;
 		struct timespec t0;
@@ -782,12 +789,7 @@ int main(int argc, char **argv)
 	/* The hang-up comes after the data before it: an rpoll for POLLHUP
 	 * alone that finds the disconnect with a byte unread waits until
 	 * another thread reads it, and then returns at once. */
-	c = rsocket(AF_INET, SOCK_STREAM, 0);
-	CHECK(c >= 0 && rbind(c, (struct sockaddr *)&ca, sizeof(ca)) == 0);
-	CHECK(rfcntl(c, F_SETFL, O_NONBLOCK) == 0);
-	CHECK(rconnect(c, (struct sockaddr *)&a, sizeof(a)) == -1 && errno == EINPROGRESS);
-	s = establish(l, c);
-	CHECK(rfcntl(c, F_SETFL, 0) == 0);
+	c = connect_to(l, &a, &ca, &s);
 	CHECK(rsend(c, "h", 1, 0) == 1 && rshutdown(c, SHUT_RDWR) == 0);
 	struct hup_wait hw = {.s = s};
 	pthread_t ht;
@@ -801,12 +803,7 @@ int main(int argc, char **argv)
 	CHECK(rclose(s) == 0 && rclose(c) == 0);
 
 	/* A peer that closes while we block in rrecv wakes us with 0. */
-	c = rsocket(AF_INET, SOCK_STREAM, 0);
-	CHECK(c >= 0 && rbind(c, (struct sockaddr *)&ca, sizeof(ca)) == 0);
-	CHECK(rfcntl(c, F_SETFL, O_NONBLOCK) == 0);
-	CHECK(rconnect(c, (struct sockaddr *)&a, sizeof(a)) == -1 && errno == EINPROGRESS);
-	s = establish(l, c);
-	CHECK(rfcntl(c, F_SETFL, 0) == 0);
+	c = connect_to(l, &a, &ca, &s);
 	CHECK(rsend(s, "z", 1, 0) == 1 && rshutdown(s, SHUT_RDWR) == 0);
 	CHECK(rrecv(c, &x, 1, 0) == 1 && x == 'z');
 	CHECK(rrecv(c, &x, 1, 0) == 0);
