@@ -182,6 +182,7 @@ func New(cfg *Config, o Options) (_ *Server, err error) {
 	case s.spin < 0:
 		s.spin = 0
 	}
+	log.Info("data path", "loops", n, "spin", s.spin)
 	for i := 0; i < n; i++ {
 		lp, err := newLoop(s, i)
 		if err != nil {

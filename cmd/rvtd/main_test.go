@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/softverbs/softverbs/rvtd"
 	"github.com/softverbs/softverbs/rvtd/client"
 )
 
@@ -242,6 +243,42 @@ func TestFlagErrors(t *testing.T) {
 		}
 		if !strings.Contains(out.String(), tc.want) {
 			t.Errorf("%s: %q not in\n%s", tc.args, tc.want, out)
+		}
+	}
+}
+
+// TestSpinFlag: --spin's default is rvtd.DefaultSpin, and 0 turns the
+// spin off (where rvtd.Options.Spin 0 would mean the default); the
+// daemon logs what it runs with.
+func TestSpinFlag(t *testing.T) {
+	for _, tc := range []struct{ args, want string }{
+		{"", "spin=" + rvtd.DefaultSpin.String()},
+		{"--spin 0", "spin=0s"},
+		{"--spin 1ms", "spin=1ms"},
+	} {
+		sock := filepath.Join(t.TempDir(), "rvtd.sock")
+		cmd, out := rvtdCmd(append([]string{"--socket", sock}, strings.Fields(tc.args)...)...)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if c, err := client.Dial(sock, "cmd-test"); err == nil {
+				c.Close()
+				break
+			}
+			if time.Now().After(deadline) {
+				cmd.Process.Kill()
+				t.Fatalf("%q: rvtd did not come up", tc.args)
+			}
+		}
+		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("%q: %v\n%s", tc.args, err, out)
+		}
+		if !strings.Contains(out.String(), "msg=\"data path\" loops=1 "+tc.want+"\n") {
+			t.Errorf("%q: want %s in the log:\n%s", tc.args, tc.want, out)
 		}
 	}
 }
