@@ -197,14 +197,6 @@ func (id *ID) QP() *rvt.QP {
 	return id.q
 }
 
-// QPN returns the number of the QP given to Connect or Accept, or of the
-// one their ConnParam named: 0 before either.
-func (id *ID) QPN() uint32 {
-	id.a.mu.Lock()
-	defer id.a.mu.Unlock()
-	return id.qpn
-}
-
 // SetTOS sets the traffic class of the ID's route (rdma_set_option TOS),
 // before ResolveAddr.
 func (id *ID) SetTOS(tos uint8) {

@@ -71,7 +71,7 @@ type cmIDObj struct {
 	wild             []cmBinding
 	tos              uint8
 	ackTO            uint8
-	q                *qpObj // the QP given to connect or accept
+	q                *qpObj // the QP given to connect or accept, by handle or number
 	dead             bool
 	removed          bool // DEVICE_REMOVAL reported (removalLocked)
 
@@ -637,11 +637,29 @@ func (ss *session) cmConnect(o *cmIDObj, p *proto.CMConnParam, accept bool) erro
 	if err != nil {
 		return cmErrno(err)
 	}
+	if q == nil && p.QPNum != 0 {
+		// librdmacm names its QP by number (it is in the process's
+		// libibverbs session) and moves it itself; the ID still
+		// stands for it below (cm_disconnect's service, cmEvent's
+		// drain).
+		q = b.d.qpOfProcess(p.QPNum, ss.pid)
+	}
 	if q != nil {
 		ss.mu.Lock()
 		o.q = q
 		ss.mu.Unlock()
 		q.loop.kickQP(q)
+	}
+	return nil
+}
+
+// qpOfProcess returns d's QP of number qpn if a session of process pid
+// made it, else nil.
+func (d *device) qpOfProcess(qpn, pid uint32) *qpObj {
+	if v, ok := d.qps.Load(qpn); ok {
+		if q := v.(*qpObj); q.sess.pid == pid {
+			return q
+		}
 	}
 	return nil
 }
@@ -821,7 +839,7 @@ func (ss *session) cmEvent(ev cm.Event) {
 		return
 	}
 	// Read before session.mu: they take the agent's lock.
-	src, dst, qpn := ev.ID.LocalAddr(), ev.ID.RemoteAddr(), ev.ID.QPN()
+	src, dst := ev.ID.LocalAddr(), ev.ID.RemoteAddr()
 	ss.mu.Lock()
 	o := ss.cm.byID[ev.ID]
 	var listenH uint32
@@ -869,13 +887,6 @@ func (ss *session) cmEvent(ev cm.Event) {
 	}
 	rec := cmEventRecord(o, listenH, ev, src, dst)
 	ch, q := o.ch, o.q
-	if q == nil && qpn != 0 && o.b.d != nil {
-		// librdmacm's QPs are in its libibverbs session: it names
-		// its QP by number.
-		if v, ok := o.b.d.qps.Load(qpn); ok {
-			q = v.(*qpObj)
-		}
-	}
 	o.reported++
 	if l != nil {
 		// The record takes a place in the listener's backlog until the

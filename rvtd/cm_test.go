@@ -1227,12 +1227,15 @@ func TestCMForeignHandles(t *testing.T) {
 	b.c.Close()
 }
 
-// cmRequest starts a daemon with an RC cmNode on each default device, s
-// listening on rvt0 and c connecting to it with its QP by handle; it
-// returns them with c's ID and s's CONNECT_REQUEST.
-func cmRequest(t *testing.T) (*rvtd.Server, *cmNode, *cmNode, *client.CMID, proto.CMEvent) {
+// cmRequest starts a daemon whose loops do not spin (a WQE posted with no
+// doorbell waits for a request that serves it), with an RC cmNode on
+// each default device, s listening on rvt0 and c connecting to it; it
+// returns them with c's ID and s's CONNECT_REQUEST. byNumber: c names
+// its QP by number and moves it itself, as librdmacm does (finish the
+// connection with cmActiveByNumber).
+func cmRequest(t *testing.T, byNumber bool) (*rvtd.Server, *cmNode, *cmNode, *client.CMID, proto.CMEvent) {
 	t.Helper()
-	srv, sock := startDaemon(t)
+	srv, sock := startDaemonWith(t, nil, rvtd.Options{Spin: -1})
 	s, err := newCMNode(sock, "rvt0", 2)
 	require.NoError(t, err)
 	c, err := newCMNode(sock, "rvt1", 2)
@@ -1244,19 +1247,48 @@ func cmRequest(t *testing.T) (*rvtd.Server, *cmNode, *cmNode, *client.CMID, prot
 	require.NoError(t, id.ResolveAddr(ip1, netip.AddrPortFrom(ip0, port), 1000))
 	_, err = waitEvent(c.ch, evAddrResolved)
 	require.NoError(t, err)
-	require.NoError(t, id.Connect(proto.CMConnParam{QP: c.qp.Handle, ResponderResources: 1, InitiatorDepth: 1, RetryCount: 7, RNRRetryCount: 7}))
+	conn := proto.CMConnParam{QP: c.qp.Handle, ResponderResources: 1, InitiatorDepth: 1, RetryCount: 7, RNRRetryCount: 7}
+	if byNumber {
+		require.NoError(t, id.ModifyQP(c.qp, 1)) // rdma_create_qp: INIT
+		conn.QP, conn.QPNum = 0, c.qp.QPN
+	}
+	require.NoError(t, id.Connect(conn))
 	ev, err := waitEvent(s.ch, evConnectRequest)
 	require.NoError(t, err)
 	return srv, s, c, id, ev
 }
 
+// cmActiveByNumber is the active side's part, once the peer accepted, of
+// a connection cmRequest(t, true) began: RTR and RTS, then the RTU.
+func cmActiveByNumber(t *testing.T, c *cmNode, id *client.CMID) {
+	t.Helper()
+	_, err := waitEvent(c.ch, 5) // CONNECT_RESPONSE
+	require.NoError(t, err)
+	for st := uint8(2); st <= 3; st++ {
+		require.NoError(t, id.ModifyQP(c.qp, st))
+	}
+	require.NoError(t, id.Establish())
+}
+
 // TestCMPostedBeforeDisconnect: a SEND posted (not rung) just before
 // rdma_disconnect is sent before the QP goes to ERR, as over rxe: the
-// peer gets the message, then DISCONNECTED.
+// peer gets the message, then DISCONNECTED. The active side names its QP
+// by handle, or by number as librdmacm does.
 func TestCMPostedBeforeDisconnect(t *testing.T) {
-	srv, s, c, id, ev := cmRequest(t)
+	for _, byNumber := range []bool{false, true} {
+		t.Run(map[bool]string{false: "handle", true: "number"}[byNumber], func(t *testing.T) {
+			testPostedBeforeDisconnect(t, byNumber)
+		})
+	}
+}
+
+func testPostedBeforeDisconnect(t *testing.T, byNumber bool) {
+	srv, s, c, id, ev := cmRequest(t, byNumber)
 	require.NoError(t, s.qp.PostRecv(77, client.SGE{Addr: s.mr.Addr, Length: 4096, LKey: s.mr.LKey}))
 	require.NoError(t, s.c.EventID(ev).Accept(proto.CMConnParam{QP: s.qp.Handle, ResponderResources: 1, InitiatorDepth: 1, RNRRetryCount: 7}))
+	if byNumber {
+		cmActiveByNumber(t, c, id)
+	}
 	_, err := waitEvent(c.ch, evEstablished)
 	require.NoError(t, err)
 
@@ -1298,7 +1330,7 @@ func TestCMDisconnectedAfterCompletions(t *testing.T) {
 }
 
 func testDisconnectedAfterCompletions(t *testing.T, byNumber bool) {
-	srv, s, c, id, ev := cmRequest(t)
+	srv, s, c, id, ev := cmRequest(t, false)
 	nid := s.c.EventID(ev)
 	accept := proto.CMConnParam{QP: s.qp.Handle, ResponderResources: 1, InitiatorDepth: 1, RNRRetryCount: 7}
 	if byNumber {

@@ -30,11 +30,17 @@ func startDaemon(t testing.TB) (*rvtd.Server, string) {
 // defaults).
 func startDaemonConfig(t testing.TB, cfg *rvtd.Config) (*rvtd.Server, string) {
 	t.Helper()
-	var log *slog.Logger
+	return startDaemonWith(t, cfg, rvtd.Options{})
+}
+
+// startDaemonWith is startDaemonConfig with the options o (a logger of
+// its own when verbose).
+func startDaemonWith(t testing.TB, cfg *rvtd.Config, o rvtd.Options) (*rvtd.Server, string) {
+	t.Helper()
 	if testing.Verbose() {
-		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	srv, err := rvtd.New(cfg, rvtd.Options{Logger: log})
+	srv, err := rvtd.New(cfg, o)
 	if err != nil {
 		t.Fatal(err)
 	}
