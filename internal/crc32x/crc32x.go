@@ -77,6 +77,43 @@ func UpdateOr(crc uint32, p []byte, or *[64]byte) uint32 {
 	return Slice8(^reg, tail)
 }
 
+// CopyUpdateOr copies src into buf at h, where buf[:h] already holds the
+// start of a message (a packet's headers), and returns UpdateOr(crc,
+// buf[:h+len(src)], or): a copy and a CRC in one pass over the bytes, which
+// costs about what the CRC alone does. buf must have room for src.
+func CopyUpdateOr(crc uint32, buf []byte, h int, src []byte, or *[64]byte) uint32 {
+	end := h + len(src)
+	buf = buf[:end]
+	if !haveFold || end < minFast || h > 256 {
+		copy(buf[h:], src)
+		return UpdateOr(crc, buf, or)
+	}
+	// The first 256 bytes are whole in buf before the fused loop starts.
+	pre := 256 - h
+	copy(buf[h:256], src[:pre])
+	n := end &^ 15
+	reg := foldCopy(^crc, &buf[0], &src[pre], &buf[256], n, or)
+	tail := buf[n:]
+	copy(tail, src[n-h:])
+	return Slice8(^reg, tail)
+}
+
+// CheckCopy copies p[h:] into dst and returns UpdateOr(crc, p, or) in one
+// pass: the receiving side of CopyUpdateOr, for a packet whose payload at
+// h goes out as its CRC is checked. dst must have room for len(p)-h bytes.
+func CheckCopy(crc uint32, p []byte, h int, dst []byte, or *[64]byte) uint32 {
+	dst = dst[:len(p)-h]
+	if !haveFold || len(p) < minFast || h > 256 {
+		copy(dst, p[h:])
+		return UpdateOr(crc, p, or)
+	}
+	copy(dst, p[h:256])
+	n := len(p) &^ 15
+	reg := foldCopy(^crc, &p[0], &p[256], &dst[256-h], n, or)
+	copy(dst[n-h:], p[n:])
+	return Slice8(^reg, p[n:])
+}
+
 // Checksum returns the IEEE CRC-32 of p, like crc32.ChecksumIEEE.
 func Checksum(p []byte) uint32 { return Update(0, p) }
 

@@ -18,3 +18,9 @@ func fold(reg uint32, p *byte, n int, or *[64]byte) uint32
 //
 //go:noescape
 func foldShort(reg uint32, p *byte, n int, or *[64]byte) uint32
+
+// foldCopy is fold of n bytes of which the first 256 are at p and the rest
+// at ld, copied to st as they are read (n-256 bytes).
+//
+//go:noescape
+func foldCopy(reg uint32, p, ld, st *byte, n int, or *[64]byte) uint32

@@ -239,3 +239,140 @@ short:
 	MOVL AX, ret+32(FP)
 	VZEROUPPER
 	RET
+
+// LDST loads 64 bytes at off(DI) into dst and stores them at off(R8): the
+// fused copy of foldCopy.
+#define LDST(off, dst) \
+	VMOVDQU64 off(DI), dst; \
+	VMOVDQU64 dst, off(R8)
+
+// func foldCopy(reg uint32, p, ld, st *byte, n int, or *[64]byte) uint32
+//
+// fold of n bytes (a multiple of 16, at least minFast) of which the first
+// 256 are at p and the rest at ld; those are also copied to st as they
+// are read. The loops are fold's, each 64 bytes loaded into a register,
+// stored and folded: the copy rides in the load and store ports the
+// multiplies leave idle.
+TEXT ·foldCopy(SB), NOSPLIT, $0-52
+	MOVL reg+0(FP), AX
+	MOVQ p+8(FP), SI
+	MOVQ ld+16(FP), DI
+	MOVQ st+24(FP), R8
+	MOVQ n+32(FP), CX
+	MOVQ or+40(FP), DX
+
+	VMOVD     AX, X4
+	VMOVDQU64 0(SI), Z0
+	VPORQ     0(DX), Z0, Z0
+	VMOVDQU64 64(SI), Z1
+	VMOVDQU64 128(SI), Z2
+	VMOVDQU64 192(SI), Z3
+	VPXORQ    Z4, Z0, Z0
+	SUBQ      $256, CX
+	CMPQ      CX, $768
+	JB        cstart4
+
+	LDST(0, Z4)
+	LDST(64, Z5)
+	LDST(128, Z6)
+	LDST(192, Z7)
+	ADDQ $256, DI
+	ADDQ $256, R8
+	SUBQ $256, CX
+	VBROADCASTI32X4 k4096<>(SB), Z8
+
+cloop512:
+	LDST(0, Z24)
+	LDST(64, Z25)
+	LDST(128, Z26)
+	LDST(192, Z27)
+	LDST(256, Z28)
+	LDST(320, Z29)
+	LDST(384, Z30)
+	LDST(448, Z31)
+	FOLD(Z8, Z0, Z16, Z24)
+	FOLD(Z8, Z1, Z17, Z25)
+	FOLD(Z8, Z2, Z18, Z26)
+	FOLD(Z8, Z3, Z19, Z27)
+	FOLD(Z8, Z4, Z20, Z28)
+	FOLD(Z8, Z5, Z21, Z29)
+	FOLD(Z8, Z6, Z22, Z30)
+	FOLD(Z8, Z7, Z23, Z31)
+	ADDQ $512, DI
+	ADDQ $512, R8
+	SUBQ $512, CX
+	CMPQ CX, $512
+	JAE  cloop512
+
+	VBROADCASTI32X4 k2048<>(SB), Z8
+	FOLD(Z8, Z0, Z16, Z4)
+	FOLD(Z8, Z1, Z17, Z5)
+	FOLD(Z8, Z2, Z18, Z6)
+	FOLD(Z8, Z3, Z19, Z7)
+	JMP cloop256
+
+cstart4:
+	VBROADCASTI32X4 k2048<>(SB), Z8
+
+cloop256:
+	CMPQ CX, $256
+	JB   cfold4
+	LDST(0, Z24)
+	LDST(64, Z25)
+	LDST(128, Z26)
+	LDST(192, Z27)
+	FOLD(Z8, Z0, Z4, Z24)
+	FOLD(Z8, Z1, Z5, Z25)
+	FOLD(Z8, Z2, Z6, Z26)
+	FOLD(Z8, Z3, Z7, Z27)
+	ADDQ $256, DI
+	ADDQ $256, R8
+	SUBQ $256, CX
+	JMP  cloop256
+
+cfold4:
+	VBROADCASTI32X4 k512<>(SB), Z8
+	FOLD(Z8, Z0, Z4, Z1)
+	FOLD(Z8, Z0, Z4, Z2)
+	FOLD(Z8, Z0, Z4, Z3)
+
+cloop64:
+	CMPQ CX, $64
+	JB   clanes
+	LDST(0, Z24)
+	FOLD(Z8, Z0, Z4, Z24)
+	ADDQ $64, DI
+	ADDQ $64, R8
+	SUBQ $64, CX
+	JMP  cloop64
+
+clanes:
+	VMOVDQU64     klanes<>(SB), Z8
+	VPCLMULQDQ    $0x00, Z8, Z0, Z4
+	VPCLMULQDQ    $0x11, Z8, Z0, Z5
+	VPXORQ        Z4, Z5, Z4
+	VEXTRACTI64X4 $1, Z4, Y5
+	VPXORQ        Y5, Y4, Y4
+	VEXTRACTI32X4 $1, Y4, X5
+	VPXORQ        X5, X4, X4
+	VEXTRACTI32X4 $3, Z0, X5
+	VPXORQ        X5, X4, X4
+
+	VMOVDQU64 k128<>(SB), X8
+
+cloop16:
+	CMPQ CX, $16
+	JB   cdone
+	VMOVDQU64 0(DI), X6
+	VMOVDQU64 X6, 0(R8)
+	FOLD(X8, X4, X5, X6)
+	ADDQ $16, DI
+	ADDQ $16, R8
+	SUBQ $16, CX
+	JMP  cloop16
+
+cdone:
+	REDUCE
+	MOVL       AX, ret+48(FP)
+	VZEROUPPER
+	RET
