@@ -554,6 +554,65 @@ func EncodeRoCEv2Headers(buf []byte, src, dst Endpoint, ttl, tos uint8, payloadL
 	return hl
 }
 
+// Headers is EncodeRoCEv2Headers made once for a flow and copied for each
+// packet: what does not change from packet to packet (addresses, ports,
+// TTL, TOS) is built in advance, with the IPv4 header checksum summed over
+// all of it, so that Put only sets the lengths and folds the total length
+// into the checksum. The zero value is not ready (Ready).
+type Headers struct {
+	b   [EthernetHeaderLen + IPv6HeaderLen + UDPHeaderLen]byte
+	n   uint8  // header length: HeaderLen(v6), 0 when not ready
+	v6  bool   //
+	sum uint32 // IPv4: the header's ones' complement sum without its total length
+}
+
+// Init builds h for frames from src to dst, as EncodeRoCEv2Headers would.
+func (h *Headers) Init(src, dst Endpoint, ttl, tos uint8) {
+	*h = Headers{}
+	h.v6 = UsesIPv6(src.IP, dst.IP)
+	n := HeaderLen(h.v6)
+	if EncodeRoCEv2Headers(h.b[:], src, dst, ttl, tos, 0) != n {
+		return
+	}
+	if !h.v6 {
+		ip := IPv4(h.b[EthernetHeaderLen:])
+		ip.SetTotalLen(0)
+		ip.SetChecksum(0)
+		h.sum = Sum16(ip[:IPv4HeaderLen], 0)
+	}
+	h.n = uint8(n)
+}
+
+// Ready reports whether Init built h.
+func (h *Headers) Ready() bool { return h.n != 0 }
+
+// Put is EncodeRoCEv2Headers(buf, src, dst, ttl, tos, payloadLen) for the
+// endpoints and fields h was built for; h must be Ready.
+func (h *Headers) Put(buf []byte, payloadLen int) int {
+	hl := int(h.n)
+	if payloadLen < 0 || len(buf)-hl < payloadLen {
+		return 0
+	}
+	udpLen := UDPHeaderLen + payloadLen
+	copy(buf[:hl], h.b[:hl])
+	if h.v6 {
+		if udpLen > 0xffff {
+			return 0
+		}
+		IPv6(buf[EthernetHeaderLen:]).SetPayloadLen(uint16(udpLen))
+	} else {
+		total := IPv4HeaderLen + udpLen
+		if total > 0xffff {
+			return 0
+		}
+		ip := IPv4(buf[EthernetHeaderLen:])
+		ip.SetTotalLen(uint16(total))
+		ip.SetChecksum(^Fold(h.sum + uint32(total)))
+	}
+	UDP(buf[hl-UDPHeaderLen:]).SetLength(uint16(udpLen))
+	return hl
+}
+
 // PutUDPChecksum fills in the UDP checksum of frame, which
 // EncodeRoCEv2Headers built between src and dst and which ends with its
 // payload: over IPv6, where it is required, the checksum of the

@@ -580,3 +580,33 @@ func BenchmarkParseFrame(b *testing.B) {
 		})
 	}
 }
+
+// Headers.Put writes what EncodeRoCEv2Headers writes, byte for byte, for
+// IPv4, IPv4-mapped and IPv6 flows, TTLs and TOS values, every payload
+// length of a jumbo frame (the IPv4 checksum's carries differ from length
+// to length) and some beyond, and refuses what EncodeRoCEv2Headers refuses.
+func TestHeadersMatchEncode(t *testing.T) {
+	flows := []struct{ src, dst Endpoint }{
+		{ep(MAC{2, 0, 0, 0, 0, 1}, "10.0.0.1", 49152), ep(MAC{2, 0, 0, 0, 0, 2}, "10.0.0.2", 4791)},
+		{ep(MAC{2, 0, 0, 0, 0, 1}, "255.255.255.254", 0xffff), ep(MAC{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, "255.255.255.255", 4791)},
+		{ep(MAC{2, 0, 0, 0, 0, 1}, "::ffff:192.168.1.7", 50000), ep(MAC{2, 0, 0, 0, 0, 2}, "192.168.1.8", 4791)},
+		{ep(MAC{2, 0, 0, 0, 0, 1}, "fe80::1", 50001), ep(MAC{2, 0, 0, 0, 0, 2}, "fe80::2", 4791)},
+	}
+	buf := make([]byte, 70000)
+	want := make([]byte, 70000)
+	for _, f := range flows {
+		for _, tt := range []struct{ ttl, tos uint8 }{{64, 0}, {1, 0xff}, {255, 0x68}} {
+			var h Headers
+			require.False(t, h.Ready())
+			h.Init(f.src, f.dst, tt.ttl, tt.tos)
+			require.True(t, h.Ready())
+			for n := 0; n <= 66000; n += 1 + max(0, n-9100)/7 {
+				hl := EncodeRoCEv2Headers(want, f.src, f.dst, tt.ttl, tt.tos, n)
+				require.Equal(t, hl, h.Put(buf, n), "%v -> %v len %d", f.src.IP, f.dst.IP, n)
+				require.Equal(t, want[:hl], buf[:hl], "%v -> %v len %d", f.src.IP, f.dst.IP, n)
+			}
+			require.Zero(t, h.Put(buf[:100], 100), "no room for the payload")
+			require.Zero(t, h.Put(buf, -1))
+		}
+	}
+}

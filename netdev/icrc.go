@@ -72,8 +72,55 @@ var icrcOr = func() (m [12][64]byte) {
 // to hold a BTH. The UDP port is not checked. ICRC does not allocate or
 // modify ip.
 func ICRC(ip []byte) (uint32, error) {
+	or, err := icrcMask(ip)
+	if err != nil {
+		return 0, err
+	}
+	if or != nil {
+		return crc32x.UpdateOr(icrcSeed, ip, or), nil
+	}
+	return icrcLongOptions(ip), nil
+}
+
+// ICRCCopy is ICRC of ip[:at+len(body)] after body is copied to ip[at:], in
+// one pass over body: the sending side of a packet whose payload goes from
+// memory into the frame as its ICRC is made. ip holds the headers before
+// at, which must reach past the BTH.
+func ICRCCopy(ip []byte, at int, body []byte) (uint32, error) {
+	or, err := icrcMask(ip[:at])
+	if err != nil {
+		return 0, err
+	}
+	if or != nil {
+		return crc32x.CopyUpdateOr(icrcSeed, ip, at, body, or), nil
+	}
+	copy(ip[at:], body)
+	return icrcLongOptions(ip[:at+len(body)]), nil
+}
+
+// ICRCCopyOut is ICRC of ip with ip[at:] copied to dst as it is read, in
+// one pass: the receiving side of ICRCCopy, for a packet whose payload at
+// at goes out of the frame as its ICRC is checked. dst must have room for
+// len(ip)-at bytes.
+func ICRCCopyOut(ip []byte, at int, dst []byte) (uint32, error) {
+	or, err := icrcMask(ip[:at])
+	if err != nil {
+		return 0, err
+	}
+	if or != nil {
+		return crc32x.CheckCopy(icrcSeed, ip, at, dst, or), nil
+	}
+	copy(dst, ip[at:])
+	return icrcLongOptions(ip), nil
+}
+
+// icrcMask checks that ip starts with an IPv4 or IPv6 header carrying UDP
+// and holds a BTH, and returns the mask of its variant fields for
+// crc32x.UpdateOr, or nil for an IPv4 header too long for one
+// (icrcLongOptions).
+func icrcMask(ip []byte) (*[64]byte, error) {
 	if len(ip) < 1 {
-		return 0, ErrTruncated
+		return nil, ErrTruncated
 	}
 	var ipLen int
 	v6 := false
@@ -81,34 +128,39 @@ func ICRC(ip []byte) (uint32, error) {
 	case 4:
 		ipLen = int(ip[0]&0x0F) * 4
 		if ipLen < IPv4HeaderLen {
-			return 0, ErrIPHeaderLen
+			return nil, ErrIPHeaderLen
 		}
 		if len(ip) > IPv4ProtocolOff && ip[IPv4ProtocolOff] != ProtocolUDP {
-			return 0, ErrNotUDP
+			return nil, ErrNotUDP
 		}
 	case 6:
 		ipLen, v6 = IPv6HeaderLen, true
 		if len(ip) > IPv6NextHeaderOff && ip[IPv6NextHeaderOff] != ProtocolUDP {
-			return 0, ErrNotUDP
+			return nil, ErrNotUDP
 		}
 	default:
-		return 0, ErrIPVersion
+		return nil, ErrIPVersion
 	}
-	n := ipLen + UDPHeaderLen + BTHLen
-	if len(ip) < n {
-		return 0, ErrTruncated
+	if len(ip) < ipLen+UDPHeaderLen+BTHLen {
+		return nil, ErrTruncated
 	}
 	if v6 {
-		return crc32x.UpdateOr(icrcSeed, ip, &icrcOr[0]), nil
+		return &icrcOr[0], nil
 	}
 	if ihl := ipLen / 4; ihl < len(icrcOr) {
-		return crc32x.UpdateOr(icrcSeed, ip, &icrcOr[ihl]), nil
+		return &icrcOr[ihl], nil
 	}
-	// IPv4 with long options: mask a copy of the headers (on the stack:
-	// Slice8 keeps it there).
+	return nil, nil
+}
+
+// icrcLongOptions is ICRC for IPv4 with long options, which icrcMask has
+// checked: it masks a copy of the headers (on the stack: Slice8 keeps it
+// there).
+func icrcLongOptions(ip []byte) uint32 {
+	ipLen := int(ip[0]&0x0F) * 4
 	var buf [60 + UDPHeaderLen + BTHLen]byte
-	h := buf[:n]
+	h := buf[:ipLen+UDPHeaderLen+BTHLen]
 	copy(h, ip)
 	maskVariant(h, ipLen, false)
-	return crc32x.Update(crc32x.Slice8(icrcSeed, h), ip[n:]), nil
+	return crc32x.Update(crc32x.Slice8(icrcSeed, h), ip[len(h):])
 }

@@ -36,6 +36,37 @@ func CheckICRC(pkt []byte) bool {
 	return err == nil && crc == binary.LittleEndian.Uint32(pkt[n:])
 }
 
+// PutICRCCopy is PutICRC after copying body into pkt at at, in one pass
+// over body (netdev.ICRCCopy): body fills pkt up to the ICRC's room, and
+// pkt holds the headers, through the BTH at least, before at.
+func PutICRCCopy(pkt []byte, at int, body []byte) error {
+	n := len(pkt) - ICRCLen
+	if n < at || n-at != len(body) {
+		return DropTruncated.Err()
+	}
+	crc, err := netdev.ICRCCopy(pkt[:n], at, body)
+	if err != nil {
+		if errors.Is(err, netdev.ErrTruncated) {
+			return DropTruncated.Err()
+		}
+		return DropBadHeader.Err()
+	}
+	binary.LittleEndian.PutUint32(pkt[n:], crc)
+	return nil
+}
+
+// CheckICRCCopy is CheckICRC of pkt with pkt[at:] up to the ICRC copied
+// to dst in the same pass (netdev.ICRCCopyOut). dst is written whatever
+// the answer.
+func CheckICRCCopy(pkt []byte, at int, dst []byte) bool {
+	n := len(pkt) - ICRCLen
+	if n < at || len(dst) < n-at {
+		return false
+	}
+	crc, err := netdev.ICRCCopyOut(pkt[:n], at, dst)
+	return err == nil && crc == binary.LittleEndian.Uint32(pkt[n:])
+}
+
 // PutICRC computes the invariant CRC of pkt, a RoCEv2 packet from the IP
 // header whose last 4 bytes are room for the ICRC, and writes it there. The
 // IP and UDP checksums may be filled in before or after: they are masked.

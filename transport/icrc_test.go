@@ -112,6 +112,29 @@ func TestICRCSynthetic(t *testing.T) {
 	}
 }
 
+// PutICRCCopy makes the ICRC PutICRC makes, with the body copied in, for
+// IPv4 with and without options (those past the fused path's mask too)
+// and IPv6, over bodies shorter and longer than the fused path takes.
+func TestPutICRCCopy(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	for i := range 300 {
+		v6 := i%3 == 0
+		opts := 4 * (i % 11)
+		ext := BTHLen + 4*(i%5)
+		body := 4 * r.IntN(1200)
+		want := synthPacket(r, v6, opts, ext+body)
+		require.NoError(t, PutICRC(want))
+		at := len(want) - ICRCLen - body
+		got := append([]byte(nil), want[:at]...)
+		got = append(got, make([]byte, body+ICRCLen)...)
+		require.NoError(t, PutICRCCopy(got, at, want[at:len(want)-ICRCLen]))
+		require.Equal(t, want, got, "v6=%v opts=%d body=%d", v6, opts, body)
+	}
+	pkt := synthPacket(r, false, 0, BTHLen+64)
+	require.Error(t, PutICRCCopy(pkt, 40, make([]byte, 63)), "body short of the ICRC's room")
+	require.Error(t, PutICRCCopy(pkt, 20, make([]byte, len(pkt)-ICRCLen-20)), "headers short of a BTH")
+}
+
 func TestICRCMalformed(t *testing.T) {
 	v4 := synthPacket(rand.New(rand.NewPCG(3, 4)), false, 0, BTHLen)
 	n := len(v4) - ICRCLen
@@ -222,4 +245,27 @@ func BenchmarkICRC(b *testing.B) {
 	b.ReportMetric(icrcRate/1e9, "GB/s")
 	b.ReportMetric(copyRate/1e9, "memcpy_GB/s")
 	b.ReportMetric(icrcRate/copyRate, "x_memcpy")
+}
+
+// CheckICRCCopy answers as CheckICRC does, good ICRC or bad, and copies
+// the payload either way.
+func TestCheckICRCCopy(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 14))
+	for i := range 300 {
+		v6 := i%3 == 0
+		opts := 4 * (i % 11)
+		body := 4 * r.IntN(1200)
+		pkt := synthPacket(r, v6, opts, BTHLen+body)
+		require.NoError(t, PutICRC(pkt))
+		at := len(pkt) - ICRCLen - body
+		if i%4 == 1 {
+			pkt[r.IntN(len(pkt))] ^= 1 << r.IntN(8)
+		}
+		dst := make([]byte, body)
+		require.Equal(t, CheckICRC(pkt), CheckICRCCopy(pkt, at, dst), "v6=%v opts=%d body=%d", v6, opts, body)
+		require.Equal(t, pkt[at:len(pkt)-ICRCLen], dst)
+	}
+	pkt := synthPacket(r, false, 0, BTHLen+64)
+	require.NoError(t, PutICRC(pkt))
+	require.False(t, CheckICRCCopy(pkt, 40, make([]byte, 63)), "no room for the payload")
 }
