@@ -28,9 +28,10 @@ var fuzzOps = []transport.Opcode{
 // FuzzResponder feeds a device's receive path sequences of packets built
 // from valid header templates with fuzzed opcodes, PSNs, lengths, keys and
 // addresses (and bytes flipped after the headers were written, under a
-// valid ICRC) for an RC QP in RTS. Invariants: no panic; memory outside the
-// registered region never changes; completions are well formed; the QP is
-// in RTS or ERR.
+// valid ICRC, or the ICRC made bad) for an RC QP in RTS. Invariants: no
+// panic; memory outside the registered region never changes; completions
+// are well formed; the QP is in RTS or ERR; a packet with a bad ICRC is
+// counted as dropped and moves no PSN and completes nothing.
 func FuzzResponder(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte{4, 0, 0, 16, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0})
@@ -46,6 +47,8 @@ func FuzzResponder(f *testing.F) {
 		fuzzResponder(t, in)
 	})
 }
+
+var fuzzBadICRC = "drop_" + transport.DropBadICRC.Name()
 
 const (
 	fuzzGuard  = 4096
@@ -185,7 +188,29 @@ func fuzzResponder(t *testing.T, in []byte) {
 		if err := transport.PutICRC(whole[netdev.EthernetHeaderLen:]); err != nil {
 			continue
 		}
+		badICRC := rec[15]&2 != 0
+		if badICRC {
+			// A bad ICRC (a WRITE's middle packet's is checked as its
+			// payload is placed): dropped, and nothing changes.
+			whole[len(whole)-1-int(rec[14]%4)] ^= 1 << (rec[13] % 8)
+		}
+		var drops uint64
+		if badICRC {
+			drops = d.Counters()[fuzzBadICRC]
+		}
+		before := q.Conn().Snapshot().ExpectedPSN
 		d.Engine().ReceiveFrame(append([]byte(nil), whole...))
+		if badICRC {
+			if got := q.Conn().Snapshot().ExpectedPSN; got != before {
+				t.Fatalf("%v with a bad ICRC moved the expected PSN from %#x to %#x", op, uint32(before), uint32(got))
+			}
+			if got := d.Counters()[fuzzBadICRC]; got != drops+1 {
+				t.Fatalf("%v with a bad ICRC: %d drops counted, want %d", op, got-drops, 1)
+			}
+			if k := c.Poll(wcs[:]); k != 0 {
+				t.Fatalf("%v with a bad ICRC completed %+v", op, wcs[:k])
+			}
+		}
 		if rec[15]&1 != 0 {
 			clk.Advance(1 << (rec[15] >> 4) * 1000)
 		}

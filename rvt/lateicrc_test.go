@@ -13,13 +13,24 @@ import (
 	"github.com/softverbs/softverbs/transport"
 )
 
-// TestFabricWorkersCorrupt runs RC WRITEs between two worker-pool devices
-// on the fabric, where the fabric delivers inside the sender's Send and
-// the receiving QP's task checks the ICRC (transport's lateICRC), with
-// one side's frames corrupted at random: every corrupted frame is
+// TestFabricCorrupt runs RC WRITEs between two devices on the fabric with
+// one side's frames corrupted at random, on worker pools (where the fabric
+// delivers inside the sender's Send and the receiving QP's task checks
+// the ICRC: transport's lateICRC) and inline: every corrupted frame is
 // dropped and counted as a bad ICRC, and go-back-N still puts every byte
-// in place.
-func TestFabricWorkersCorrupt(t *testing.T) {
+// in place. Most corrupted frames are a WRITE's middle packets, whose
+// responder copies the payload out as it checks the ICRC (placeFused):
+// what a bad one wrote lies in its WRITE's range and is written again,
+// and nothing outside the destination (guards on both sides) changes.
+func TestFabricCorrupt(t *testing.T) {
+	for _, workers := range []int{2, 0} {
+		t.Run(map[int]string{2: "workers", 0: "inline"}[workers], func(t *testing.T) {
+			testFabricCorrupt(t, workers)
+		})
+	}
+}
+
+func testFabricCorrupt(t *testing.T, workers int) {
 	fab := fabric.New(clock.Real(), 1)
 	open := func(i byte, corrupt float64) *node {
 		o := fabricOptions(fab, i)
@@ -28,7 +39,7 @@ func TestFabricWorkersCorrupt(t *testing.T) {
 			require.NoError(t, err)
 			o.Link = fl
 		}
-		o.Workers = 2
+		o.Workers = workers
 		return newNode(t, o)
 	}
 	na, nb := open(1, 0.05), open(2, 0.05)
@@ -37,25 +48,29 @@ func TestFabricWorkersCorrupt(t *testing.T) {
 	at.mtu = qp.MTU4096
 	at.timeout = 8 // 1 ms: a corrupted tail costs little
 	connect(t, a, na.d, b, nb.d, at)
-	const size, n = 64 << 10, 16
-	src, dst := na.mr(t, size*n), nb.mr(t, size*n)
+	const size, n, guard = 64 << 10, 16, 4096
+	src, dst := na.mr(t, size*n), nb.mr(t, guard+size*n+guard)
 	pat := make([]byte, size*n)
 	for i := range pat {
 		pat[i] = byte(i*31 + i>>12)
 	}
 	src.WriteAt(pat, src.IOVA)
+	fill := bytes.Repeat([]byte{0xA5}, guard+size*n+guard)
+	dst.WriteAt(fill, dst.IOVA)
 	for i := range n {
 		off := uint64(i * size)
 		require.NoError(t, a.PostSend(SendWR{WRID: uint64(i), Opcode: qp.OpRDMAWrite, Flags: qp.Signaled,
 			SGL:        []SGE{{Addr: src.IOVA + off, Length: size, Lkey: src.Lkey}},
-			RemoteAddr: dst.IOVA + off, Rkey: dst.Rkey}))
+			RemoteAddr: dst.IOVA + guard + off, Rkey: dst.Rkey}))
 	}
 	for _, wc := range poll(t, na.cq, n, nil) {
 		require.Zero(t, wc.Status, "%+v", wc)
 	}
-	got := make([]byte, size*n)
+	got := make([]byte, guard+size*n+guard)
 	dst.ReadAt(got, dst.IOVA)
-	require.True(t, bytes.Equal(pat, got), "the destination differs from the source")
+	require.True(t, bytes.Equal(pat, got[guard:guard+size*n]), "the destination differs from the source")
+	require.True(t, bytes.Equal(fill[:guard], got[:guard]), "written before the destination")
+	require.True(t, bytes.Equal(fill[:guard], got[guard+size*n:]), "written after the destination")
 	bad := "drop_" + transport.DropBadICRC.Name()
 	require.NotZero(t, nb.d.Counters()[bad], "%v", nb.d.Counters())
 }

@@ -491,8 +491,10 @@ type pktBuf struct {
 	next  *pktBuf // in a Conn's pktQueue or pktList
 	gen   uint32  // in a pktList: the Conn's reset generation when listed
 	// icrc, if not nil, is the packet from its IP header through its
-	// ICRC, not checked yet: the QP's task checks it (lateICRC).
+	// ICRC, not checked yet: the QP's task checks it (lateICRC), or with
+	// fuse, its responder as it places the payload (placeFused).
 	icrc []byte
+	fuse bool
 }
 
 // lateICRC reports whether a frame received with w leaves its ICRC check
@@ -568,7 +570,7 @@ func (pb *pktBuf) reset() {
 	pb.frame, pb.rel = nil, nil
 	pb.pkt = Packet{}
 	pb.ipHdr = nil
-	pb.icrc = nil
+	pb.icrc, pb.fuse = nil, false
 	pb.own = pb.own[:0]
 }
 
@@ -631,19 +633,27 @@ const (
 // w says how to wake the QP's task; checked says the frame's ICRC is known
 // to be right (the engine wrote it).
 func (e *Engine) receiveFrame(frame []byte, rel netdev.Releaser, w wake, checked bool) {
-	late := !checked && e.lateICRC(w)
-	fi, ok := e.roceFrame(frame, checked || late)
+	fi, ok := e.roceFrame(frame)
+	end := fi.End()
+	// The ICRC is checked here, or later by the QP's task (lateICRC), or
+	// for an RC WRITE's middle packet by its responder, as it copies the
+	// payload out (placeFused): most of a long WRITE's packets.
+	fuse := ok && !checked && frame[fi.PayloadOff] == byte(RCWriteMiddle)
+	late := !checked && (fuse || e.lateICRC(w))
+	if ok && !checked && !late && !CheckICRC(frame[fi.IPOff:end]) {
+		e.drop(nil, DropBadICRC)
+		ok = false
+	}
 	if !ok {
 		if rel != nil {
 			rel.Release(frame) // the link reuses it: not garbage
 		}
 		return
 	}
-	end := fi.End()
 	pb := e.getBuf(w)
 	pb.frame, pb.rel = frame, rel
 	if late {
-		pb.icrc = frame[fi.IPOff:end]
+		pb.icrc, pb.fuse = frame[fi.IPOff:end], fuse
 	}
 	if err := Parse(frame[fi.PayloadOff:end-ICRCLen], &pb.pkt); err != nil {
 		r, _ := DropReasonOf(err)
@@ -665,9 +675,9 @@ func (e *Engine) receiveFrame(frame []byte, rel netdev.Releaser, w wake, checked
 }
 
 // roceFrame parses frame's headers and reports whether it is a RoCEv2
-// packet to take further: long enough, and with a good ICRC unless checked.
-// It counts what it drops; other traffic on the link is not counted.
-func (e *Engine) roceFrame(frame []byte, checked bool) (netdev.FrameInfo, bool) {
+// packet to take further: long enough for a BTH and an ICRC (not checked
+// here). It counts what it drops; other traffic on the link is not counted.
+func (e *Engine) roceFrame(frame []byte) (netdev.FrameInfo, bool) {
 	fi, err := netdev.ParseFrame(frame)
 	if err != nil || fi.DstPort != RoCEv2Port {
 		return fi, false
@@ -675,10 +685,6 @@ func (e *Engine) roceFrame(frame []byte, checked bool) (netdev.FrameInfo, bool) 
 	e.counters.c[RcvdPkts].Add(1)
 	if fi.PayloadLen < BTHLen+ICRCLen {
 		e.drop(nil, DropTruncated)
-		return fi, false
-	}
-	if !checked && !CheckICRC(frame[fi.IPOff:fi.End()]) {
-		e.drop(nil, DropBadICRC)
 		return fi, false
 	}
 	return fi, true
@@ -792,6 +798,9 @@ type route struct {
 
 	// On the loopback path: the destination QP's conn (Engine.peerOf).
 	peer *Conn
+
+	// A connected QP's headers for frames, built once (routeTo).
+	hdr netdev.Headers
 }
 
 // routeTo resolves a destination GID from a source GID index.
@@ -837,6 +846,9 @@ func (ps *portState) routeTo(av *qp.AddressVector, srcPort uint16, datagram bool
 		default:
 			r.bad = true
 		}
+	}
+	if !datagram && !r.fast && !r.bad && !r.unresolved {
+		r.hdr.Init(r.src, r.dst, r.ttl, r.tos)
 	}
 	return r
 }
@@ -926,7 +938,10 @@ func (e *Engine) xmit(c *Conn, r *route, t txPkt, ib int, ext []byte) {
 }
 
 // xmitSpan is xmit for a loopback burst that covers span PSNs (span > 1
-// only on the fast path, with ext holding the whole payload).
+// only on the fast path, with ext holding the whole payload). Off the fast
+// path, ext is a payload (span 1) to copy into the frame behind the ib
+// bytes of headers: a payload in one piece of memory goes in as the ICRC
+// is made, in one pass.
 func (e *Engine) xmitSpan(c *Conn, r *route, t txPkt, ib int, ext []byte, span uint32) {
 	if pb := t.pb; pb != nil {
 		pb.own = pb.own[:ib]
@@ -944,23 +959,44 @@ func (e *Engine) xmitSpan(c *Conn, r *route, t txPkt, ib int, ext []byte, span u
 	buf := t.frame
 	v6 := netdev.UsesIPv6(r.src.IP, r.dst.IP)
 	start := t.head - netdev.HeaderLen(v6)
-	udpLen := ib + ICRCLen
+	body, pad := len(ext), (4-len(ext)%4)%4
+	udpLen := ib + body + pad + ICRCLen
 	frame := buf[start : t.head+udpLen]
-	hl := netdev.EncodeRoCEv2Headers(frame, r.src, r.dst, r.ttl, r.tos, udpLen)
+	var hl int
+	if r.hdr.Ready() {
+		hl = r.hdr.Put(frame, udpLen)
+	} else {
+		hl = netdev.EncodeRoCEv2Headers(frame, r.src, r.dst, r.ttl, r.tos, udpLen)
+	}
 	if hl == 0 {
 		e.counters.c[SendErr].Add(1)
 		e.abortTx(t, nil)
 		return
 	}
+	fused := r.wire && body > 0 && pad == 0
+	if body > 0 && !fused {
+		at := t.head - start + ib
+		copy(frame[at:], ext)
+		clear(frame[at+body : at+body+pad])
+	}
 	if r.wire {
 		// Only the wire needs the ICRC and the UDP checksum: the local
 		// copy below is received as checked.
-		if err := PutICRC(frame[netdev.EthernetHeaderLen:]); err != nil {
+		ip := frame[netdev.EthernetHeaderLen:]
+		var err error
+		if fused {
+			err = PutICRCCopy(ip, len(ip)-ICRCLen-body, ext)
+		} else {
+			err = PutICRC(ip)
+		}
+		if err != nil {
 			e.counters.c[SendErr].Add(1)
 			e.abortTx(t, nil)
 			return
 		}
-		netdev.PutUDPChecksum(frame, r.src.IP, r.dst.IP) // over IPv6 it covers the ICRC
+		if v6 {
+			netdev.PutUDPChecksum(frame, r.src.IP, r.dst.IP) // it covers the ICRC
+		}
 		ps := e.port.Load()
 		if l := ps.link; l != nil {
 			var err error

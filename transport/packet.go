@@ -159,6 +159,9 @@ type Packet struct {
 	// and a READ's responses as one ONLY burst, covering PSN ..
 	// PSN+span-1. 0 means 1.
 	span uint32
+	// placed says the payload is in the responder's memory already
+	// (Conn.placeFused).
+	placed bool
 }
 
 // PSNs returns how many PSNs the packet covers: 1, or a loopback burst's.
@@ -313,4 +316,5 @@ func fill(p *Packet, b []byte, info *OpInfo, pad uint8, payload uint32) {
 	p.PayloadLen = payload
 	p.ext = nil
 	p.span = 0
+	p.placed = false
 }

@@ -478,7 +478,9 @@ func (c *Conn) sendPacketLocked(w *qp.SendWQE, a *qp.Attr, pa *path) {
 		d.SetSrcQP(c.qp.Num())
 	}
 	if payload > 0 && ext == nil {
-		if inPlace {
+		if inPlace || !r.fast {
+			// In place for loopback; on a frame, xmitSpan copies it
+			// in as it makes the ICRC.
 			ext = view(w, w.Sent, payload)
 		}
 		if ext == nil && !gather(w, w.Sent, b[hl:hl+int(payload)]) {

@@ -148,6 +148,12 @@ func (c *Conn) respondLocked() bool {
 			c.resp.commEst = true
 			c.rout.event(Event{Type: EventCommEst, QPN: c.qp.Num()})
 		}
+		if pb.fuse && !c.placeFused(pb, a) {
+			c.pend[RcvdPkts]--
+			c.e.drop(nil, DropBadICRC)
+			c.recvBufs.put(c.e, pb)
+			continue
+		}
 		switch c.qp.Type() {
 		case qp.RC:
 			c.rcRequestLocked(&pb.pkt, a)
@@ -282,6 +288,31 @@ func (c *Conn) rcRequestLocked(p *Packet, a *qp.Attr) {
 	}
 }
 
+// placeFused checks the ICRC of a packet that receiveFrame left to the
+// responder (pktBuf.fuse: an RC WRITE's middle packet), and reports whether
+// it is good. If the packet is the next one of the WRITE in progress, it
+// is certain to be placed where that WRITE stands (rcExecuteLocked takes
+// it), so its payload is copied there as the ICRC is checked, in one pass,
+// and marked placed. A bad ICRC then leaves nothing done but those bytes in
+// the WRITE's own range, whose contents are undefined until the WRITE
+// completes, and which the good packet overwrites when it is sent again:
+// the requester resends from this PSN, as for any lost packet. Anything
+// else is checked whole first, as on every other path.
+func (c *Conn) placeFused(pb *pktBuf, a *qp.Attr) bool {
+	p, icrc := &pb.pkt, pb.icrc
+	pb.icrc, pb.fuse = nil, false
+	n := p.PayloadLen
+	if c.qp.Type() == qp.RC && p.Opcode == RCWriteMiddle && p.PSN == c.resp.epsn &&
+		c.resp.inWrite && c.resp.wmr != nil && a.AccessFlags&keys.RemoteWrite != 0 &&
+		p.PSNs() == 1 && p.PadCount == 0 && n == c.pmtu(a) && n <= c.resp.wresid {
+		if dst, ok := c.resp.wmr.View(c.resp.wva, uint64(n)); ok {
+			p.placed = CheckICRCCopy(icrc, len(icrc)-ICRCLen-int(n), dst)
+			return p.placed
+		}
+	}
+	return CheckICRC(icrc)
+}
+
 // checkSequence checks the opcode against the message in progress.
 func (c *Conn) checkSequence(info *OpInfo) bool {
 	switch {
@@ -386,7 +417,7 @@ func (c *Conn) writeLocked(p *Packet) respResult {
 		}
 	}
 	if n > 0 {
-		if c.resp.wmr.WriteAt(p.Payload(), c.resp.wva) != int(n) {
+		if !p.placed && c.resp.wmr.WriteAt(p.Payload(), c.resp.wva) != int(n) {
 			return respAccess // the region's memory failed (memfault.go)
 		}
 		c.resp.wva += uint64(n)
@@ -635,7 +666,9 @@ func (c *Conn) sendReadResponsesLocked(psn PSN, mr *keys.MR, va uint64, n uint32
 		pad := (4 - m%4) % 4
 		BTH(b).SetPadCount(uint8(pad))
 		var ext []byte
-		if m > 0 && r.fast {
+		if m > 0 {
+			// In place for loopback; on a frame, copied in with the
+			// ICRC (xmitSpan).
 			ext, _ = mr.View(va+uint64(off), uint64(m))
 		}
 		if ext != nil {
