@@ -378,7 +378,10 @@ func (p *benchPair) writeGBps(b *testing.B, size, n int) float64 {
 // x_limit_aligned and cpu_x_limit_aligned are the same against the limit
 // loop with its payload on 64 bytes, as the fabric's buffers place the
 // payload of most packets (netdev/fabric's newFrameBuf): the aligned
-// copies are faster, for the limit loop too.
+// copies are faster, for the limit loop too. x_limit_fused is against the
+// limit loop with each copy done in its ICRC's pass, as the engine does
+// them: what is left of the engine's own cost beside the unavoidable work
+// done its best way.
 //
 // Modes: inline (one goroutine does everything), workers (worker pools;
 // the poster spins on its CQ with runtime.Gosched, taking a CPU from the
@@ -393,6 +396,7 @@ func BenchmarkFabricWrite(b *testing.B) {
 				inline := mode == "inline"
 				lim, limCPU := limitRates(size, false)
 				limAl, limAlCPU := limitRates(size, true)
+				limFu, _ := limitFusedRates(size)
 				loop := newBenchPair(b, size, inline)
 				base := loop.writeGBps(b, size, max(64, (64<<20)/size))
 				p := newFabricPairMode(b, size, mode)
@@ -418,6 +422,7 @@ func BenchmarkFabricWrite(b *testing.B) {
 				// The limit loop with its payload aligned as the fabric's
 				// buffers align the engine's (the tougher baseline).
 				b.ReportMetric(gbps/limAl, "x_limit_aligned")
+				b.ReportMetric(gbps/limFu, "x_limit_fused")
 			})
 		}
 	}

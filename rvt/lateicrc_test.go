@@ -22,15 +22,19 @@ import (
 // responder copies the payload out as it checks the ICRC (placeFused):
 // what a bad one wrote lies in its WRITE's range and is written again,
 // and nothing outside the destination (guards on both sides) changes.
+//
+// SENDs likewise, into receive WQEs of one SGE or of two split inside a
+// packet (whose middle packet there is checked whole first).
 func TestFabricCorrupt(t *testing.T) {
 	for _, workers := range []int{2, 0} {
-		t.Run(map[int]string{2: "workers", 0: "inline"}[workers], func(t *testing.T) {
-			testFabricCorrupt(t, workers)
-		})
+		for _, op := range []qp.Opcode{qp.OpRDMAWrite, qp.OpSend} {
+			name := map[int]string{2: "workers", 0: "inline"}[workers] + "/" + map[qp.Opcode]string{qp.OpRDMAWrite: "write", qp.OpSend: "send"}[op]
+			t.Run(name, func(t *testing.T) { testFabricCorrupt(t, workers, op) })
+		}
 	}
 }
 
-func testFabricCorrupt(t *testing.T, workers int) {
+func testFabricCorrupt(t *testing.T, workers int, op qp.Opcode) {
 	fab := fabric.New(clock.Real(), 1)
 	open := func(i byte, corrupt float64) *node {
 		o := fabricOptions(fab, i)
@@ -59,12 +63,28 @@ func testFabricCorrupt(t *testing.T, workers int) {
 	dst.WriteAt(fill, dst.IOVA)
 	for i := range n {
 		off := uint64(i * size)
-		require.NoError(t, a.PostSend(SendWR{WRID: uint64(i), Opcode: qp.OpRDMAWrite, Flags: qp.Signaled,
+		if op == qp.OpSend {
+			at := dst.IOVA + guard + off
+			sgl := []SGE{{Addr: at, Length: size, Lkey: dst.Lkey}}
+			if i%2 == 1 {
+				const split = 10000 // inside the third packet
+				sgl = []SGE{{Addr: at, Length: split, Lkey: dst.Lkey}, {Addr: at + split, Length: size - split, Lkey: dst.Lkey}}
+			}
+			require.NoError(t, b.PostRecv(RecvWR{WRID: uint64(i), SGL: sgl}))
+		}
+		require.NoError(t, a.PostSend(SendWR{WRID: uint64(i), Opcode: op, Flags: qp.Signaled,
 			SGL:        []SGE{{Addr: src.IOVA + off, Length: size, Lkey: src.Lkey}},
 			RemoteAddr: dst.IOVA + guard + off, Rkey: dst.Rkey}))
 	}
 	for _, wc := range poll(t, na.cq, n, nil) {
 		require.Zero(t, wc.Status, "%+v", wc)
+	}
+	if op == qp.OpSend {
+		for i, wc := range poll(t, nb.cq, n, nil) {
+			require.Zero(t, wc.Status, "%+v", wc)
+			require.EqualValues(t, i, wc.WRID)
+			require.EqualValues(t, size, wc.ByteLen)
+		}
 	}
 	got := make([]byte, guard+size*n+guard)
 	dst.ReadAt(got, dst.IOVA)

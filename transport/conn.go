@@ -249,7 +249,7 @@ func (l *pktList) drain(e *Engine) {
 	for pb := l.head; pb != nil; {
 		next := pb.next
 		pb.next = nil
-		e.putBuf(pb, wakeChain)
+		e.discard(pb, wakeChain)
 		pb = next
 	}
 	l.head, l.tail = nil, nil
@@ -265,7 +265,7 @@ func (l *pktList) dropOlder(gen uint32, e *Engine) {
 			keep.push(pb)
 		} else {
 			pb.next = nil
-			e.putBuf(pb, wakeChain)
+			e.discard(pb, wakeChain)
 		}
 		pb = next
 	}
@@ -276,7 +276,7 @@ func (pq *pktQueue) drain(e *Engine) {
 	for pb := pq.top.Swap(nil); pb != nil; {
 		next := pb.next
 		pb.next = nil
-		e.putBuf(pb, wakeSchedule)
+		e.discard(pb, wakeSchedule)
 		pb = next
 	}
 }
@@ -419,7 +419,7 @@ func (c *Conn) next(in *inbox, l *pktList, q *pktQueue) *pktBuf {
 
 func (in *inbox) drain(e *Engine) {
 	for ; in.i < len(in.b); in.i++ {
-		e.putBuf(in.b[in.i], wakeSchedule)
+		e.discard(in.b[in.i], wakeSchedule)
 		in.b[in.i] = nil
 	}
 	in.b, in.i = in.b[:0], 0

@@ -492,7 +492,7 @@ type pktBuf struct {
 	gen   uint32  // in a pktList: the Conn's reset generation when listed
 	// icrc, if not nil, is the packet from its IP header through its
 	// ICRC, not checked yet: the QP's task checks it (lateICRC), or with
-	// fuse, its responder as it places the payload (placeFused).
+	// fuse, its responder as it places the payload (Conn.placeFused).
 	icrc []byte
 	fuse bool
 }
@@ -512,6 +512,16 @@ func (pb *pktBuf) dropReason(r DropReason) DropReason {
 		return DropBadICRC
 	}
 	return r
+}
+
+// discard frees pb, a packet dropped unprocessed (its QP flushed, reset
+// or gone). One whose ICRC was left unchecked (lateICRC, placeFused) is
+// counted as a bad ICRC if it is one, as it would have been on arrival.
+func (e *Engine) discard(pb *pktBuf, w wake) {
+	if pb.icrc != nil && !CheckICRC(pb.icrc) {
+		e.drop(nil, DropBadICRC)
+	}
+	e.putBuf(pb, w)
 }
 
 // onDrainer reports whether code that passes w runs where the tasks' own
@@ -636,9 +646,10 @@ func (e *Engine) receiveFrame(frame []byte, rel netdev.Releaser, w wake, checked
 	fi, ok := e.roceFrame(frame)
 	end := fi.End()
 	// The ICRC is checked here, or later by the QP's task (lateICRC), or
-	// for an RC WRITE's middle packet by its responder, as it copies the
-	// payload out (placeFused): most of a long WRITE's packets.
-	fuse := ok && !checked && frame[fi.PayloadOff] == byte(RCWriteMiddle)
+	// for an RC SEND's or WRITE's middle packet by its responder, as it
+	// copies the payload out (placeFused): most of a long message's
+	// packets.
+	fuse := ok && !checked && (frame[fi.PayloadOff] == byte(RCWriteMiddle) || frame[fi.PayloadOff] == byte(RCSendMiddle))
 	late := !checked && (fuse || e.lateICRC(w))
 	if ok && !checked && !late && !CheckICRC(frame[fi.IPOff:end]) {
 		e.drop(nil, DropBadICRC)

@@ -134,12 +134,12 @@ func (c *Conn) respondLocked() bool {
 			return false
 		}
 		if !a.State.Allows(qp.ProcessRecvOK) {
-			c.e.drop(c, DropQPState)
+			c.e.drop(c, pb.dropReason(DropQPState))
 			c.recvBufs.put(c.e, pb)
 			continue
 		}
 		if !c.qp.Type().Datagram() && pb.src != c.pathLocked(a).r.dst.IP {
-			c.e.drop(c, DropBadSource) // rxe's check_addr
+			c.e.drop(c, pb.dropReason(DropBadSource)) // rxe's check_addr
 			c.recvBufs.put(c.e, pb)
 			continue
 		}
@@ -228,14 +228,15 @@ func (c *Conn) takeWQELocked() respResult {
 	return respOK
 }
 
-// place copies payload into the receive WQE at its current offset. If the
-// WQE's memory fails (an accessor MR) it returns respLocalProt and leaves
-// the WQE in hand for the caller to complete.
-func (c *Conn) placeLocked(data []byte) respResult {
+// place copies payload into the receive WQE at its current offset, unless
+// placed (it is there: placeFused). If the WQE's memory fails (an accessor
+// MR) it returns respLocalProt and leaves the WQE in hand for the caller
+// to complete.
+func (c *Conn) placeLocked(data []byte, placed bool) respResult {
 	if uint64(c.resp.off)+uint64(len(data)) > uint64(c.resp.wqe.Length) {
 		return respLocalLen
 	}
-	if !scatter(c.resp.wqe.SGL, c.resp.wqe.MRs, c.resp.off, data) {
+	if !placed && !scatter(c.resp.wqe.SGL, c.resp.wqe.MRs, c.resp.off, data) {
 		return respLocalProt
 	}
 	c.resp.off += uint32(len(data))
@@ -289,28 +290,51 @@ func (c *Conn) rcRequestLocked(p *Packet, a *qp.Attr) {
 }
 
 // placeFused checks the ICRC of a packet that receiveFrame left to the
-// responder (pktBuf.fuse: an RC WRITE's middle packet), and reports whether
-// it is good. If the packet is the next one of the WRITE in progress, it
-// is certain to be placed where that WRITE stands (rcExecuteLocked takes
-// it), so its payload is copied there as the ICRC is checked, in one pass,
-// and marked placed. A bad ICRC then leaves nothing done but those bytes in
-// the WRITE's own range, whose contents are undefined until the WRITE
-// completes, and which the good packet overwrites when it is sent again:
-// the requester resends from this PSN, as for any lost packet. Anything
-// else is checked whole first, as on every other path.
+// responder (pktBuf.fuse: an RC SEND's or WRITE's middle packet), and
+// reports whether it is good. If the packet is the next one of the message
+// in progress, it is certain to be placed where that message stands
+// (rcExecuteLocked takes it), so its payload is copied there as the ICRC
+// is checked, in one pass, and marked placed. A bad ICRC then leaves
+// nothing done but those bytes, in the message's own range of the WRITE's
+// memory or the receive WQE's buffers, whose contents are undefined until
+// the message completes, and which the good packet overwrites when it is
+// sent again: the requester resends from this PSN, as for any lost
+// packet. Anything else is checked whole first, as on every other path.
 func (c *Conn) placeFused(pb *pktBuf, a *qp.Attr) bool {
 	p, icrc := &pb.pkt, pb.icrc
 	pb.icrc, pb.fuse = nil, false
-	n := p.PayloadLen
-	if c.qp.Type() == qp.RC && p.Opcode == RCWriteMiddle && p.PSN == c.resp.epsn &&
-		c.resp.inWrite && c.resp.wmr != nil && a.AccessFlags&keys.RemoteWrite != 0 &&
-		p.PSNs() == 1 && p.PadCount == 0 && n == c.pmtu(a) && n <= c.resp.wresid {
-		if dst, ok := c.resp.wmr.View(c.resp.wva, uint64(n)); ok {
-			p.placed = CheckICRCCopy(icrc, len(icrc)-ICRCLen-int(n), dst)
-			return p.placed
-		}
+	if dst := c.fusedDest(p, a); dst != nil {
+		p.placed = CheckICRCCopy(icrc, len(icrc)-ICRCLen-len(dst), dst)
+		return p.placed
 	}
 	return CheckICRC(icrc)
+}
+
+// fusedDest returns where rcExecuteLocked would place p's payload, if p is
+// a full middle packet of the RC SEND or WRITE in progress, next in
+// sequence, whose place is one piece of memory; else nil.
+func (c *Conn) fusedDest(p *Packet, a *qp.Attr) []byte {
+	n := p.PayloadLen
+	if c.qp.Type() != qp.RC || p.PSN != c.resp.epsn || p.PSNs() != 1 || p.PadCount != 0 || n != c.pmtu(a) {
+		return nil
+	}
+	switch {
+	case p.Opcode == RCWriteMiddle && c.resp.inWrite && c.resp.wmr != nil &&
+		a.AccessFlags&keys.RemoteWrite != 0 && n <= c.resp.wresid:
+		if b, ok := c.resp.wmr.View(c.resp.wva, uint64(n)); ok {
+			return b
+		}
+	case p.Opcode == RCSendMiddle && c.resp.inSend && c.resp.haveWQE &&
+		uint64(c.resp.off)+uint64(n) <= uint64(c.resp.wqe.Length):
+		sgl := c.resp.wqe.SGL
+		i, at := seekSGE(sgl, c.resp.off)
+		if i < len(sgl) && n <= sgl[i].Length-at && c.resp.wqe.MRs[i] != nil {
+			if b, ok := c.resp.wqe.MRs[i].View(sgl[i].Addr+uint64(at), uint64(n)); ok {
+				return b
+			}
+		}
+	}
+	return nil
 }
 
 // checkSequence checks the opcode against the message in progress.
@@ -357,7 +381,7 @@ func (c *Conn) sendLocked(p *Packet) respResult {
 	if r := c.takeWQELocked(); r != respOK {
 		return r
 	}
-	if r := c.placeLocked(p.Payload()); r != respOK {
+	if r := c.placeLocked(p.Payload(), p.placed); r != respOK {
 		if r == respLocalProt {
 			// As takeWQELocked for memory gone: the WQE completes
 			// here (respLocalProt carries no status).
@@ -750,9 +774,9 @@ func (c *Conn) udRequestLocked(pb *pktBuf, a *qp.Attr) {
 		copy(grh[20:], pb.ipHdr)
 	}
 	st := cq.Success
-	r := c.placeLocked(grh[:])
+	r := c.placeLocked(grh[:], false)
 	if r == respOK {
-		r = c.placeLocked(p.Payload())
+		r = c.placeLocked(p.Payload(), false)
 	}
 	switch r {
 	case respOK:
