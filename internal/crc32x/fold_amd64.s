@@ -82,6 +82,45 @@ GLOBL kmask32<>(SB), RODATA, $16
 	VPXORQ     X6, X7, X7; \
 	VPEXTRD    $1, X7, AX
 
+// EIGHTTOFOUR folds Z0-Z3 2048 bits on, into Z4-Z7, leaving the sums in
+// Z0-Z3 and k2048 in Z8 (for the 256-byte steps that follow).
+#define EIGHTTOFOUR \
+	VBROADCASTI32X4 k2048<>(SB), Z8; \
+	FOLD(Z8, Z0, Z16, Z4); \
+	FOLD(Z8, Z1, Z17, Z5); \
+	FOLD(Z8, Z2, Z18, Z6); \
+	FOLD(Z8, Z3, Z19, Z7)
+
+// FOURTOONE folds Z0 on into Z1, that into Z2, that into Z3 (each 512
+// bits on), leaving the sum in Z0 and k512 in Z8 (for the 64-byte steps).
+#define FOURTOONE \
+	VBROADCASTI32X4 k512<>(SB), Z8; \
+	FOLD(Z8, Z0, Z4, Z1); \
+	FOLD(Z8, Z0, Z4, Z2); \
+	FOLD(Z8, Z0, Z4, Z3)
+
+// LANES folds Z0's lanes 0-2 by 384, 256 and 128 bits into lane 3
+// (constant 0), leaving the 128-bit sum in X4 and k128 in X8 (for the
+// 16-byte steps).
+#define LANES \
+	VMOVDQU64     klanes<>(SB), Z8; \
+	VPCLMULQDQ    $0x00, Z8, Z0, Z4; \
+	VPCLMULQDQ    $0x11, Z8, Z0, Z5; \
+	VPXORQ        Z4, Z5, Z4; \
+	VEXTRACTI64X4 $1, Z4, Y5; \
+	VPXORQ        Y5, Y4, Y4; \
+	VEXTRACTI32X4 $1, Y4, X5; \
+	VPXORQ        X5, X4, X4; \
+	VEXTRACTI32X4 $3, Z0, X5; \
+	VPXORQ        X5, X4, X4; \
+	VMOVDQU64     k128<>(SB), X8
+
+// LDST loads 64 bytes at off(DI) into dst and stores them at off(R8): the
+// fused copy of foldCopy.
+#define LDST(off, dst) \
+	VMOVDQU64 off(DI), dst; \
+	VMOVDQU64 dst, off(R8)
+
 // func fold(reg uint32, p *byte, n int, or *[64]byte) uint32
 TEXT ·fold(SB), NOSPLIT, $0-36
 	MOVL reg+0(FP), AX
@@ -125,11 +164,7 @@ loop512:
 	JAE  loop512
 
 	// Fold the first four accumulators 2048 bits on, into the last four.
-	VBROADCASTI32X4 k2048<>(SB), Z8
-	FOLD(Z8, Z0, Z16, Z4)
-	FOLD(Z8, Z1, Z17, Z5)
-	FOLD(Z8, Z2, Z18, Z6)
-	FOLD(Z8, Z3, Z19, Z7)
+	EIGHTTOFOUR
 	JMP loop256
 
 start4:
@@ -149,12 +184,7 @@ loop256:
 	JMP  loop256
 
 fold4:
-	// Z0 on into Z1, that into Z2, that into Z3: each 512 bits on; the
-	// sum stays in Z0.
-	VBROADCASTI32X4 k512<>(SB), Z8
-	FOLD(Z8, Z0, Z4, Z1)
-	FOLD(Z8, Z0, Z4, Z2)
-	FOLD(Z8, Z0, Z4, Z3)
+	FOURTOONE
 
 loop64:
 	CMPQ CX, $64
@@ -165,19 +195,7 @@ loop64:
 	JMP  loop64
 
 lanes:
-	// Lanes 0-2 fold by 384, 256 and 128 bits into lane 3 (constant 0).
-	VMOVDQU64     klanes<>(SB), Z8
-	VPCLMULQDQ    $0x00, Z8, Z0, Z4
-	VPCLMULQDQ    $0x11, Z8, Z0, Z5
-	VPXORQ        Z4, Z5, Z4
-	VEXTRACTI64X4 $1, Z4, Y5
-	VPXORQ        Y5, Y4, Y4
-	VEXTRACTI32X4 $1, Y4, X5
-	VPXORQ        X5, X4, X4
-	VEXTRACTI32X4 $3, Z0, X5
-	VPXORQ        X5, X4, X4
-
-	VMOVDQU64 k128<>(SB), X8
+	LANES
 
 loop16:
 	CMPQ CX, $16
@@ -240,12 +258,6 @@ short:
 	VZEROUPPER
 	RET
 
-// LDST loads 64 bytes at off(DI) into dst and stores them at off(R8): the
-// fused copy of foldCopy.
-#define LDST(off, dst) \
-	VMOVDQU64 off(DI), dst; \
-	VMOVDQU64 dst, off(R8)
-
 // func foldCopy(reg uint32, p, ld, st *byte, n int, or *[64]byte) uint32
 //
 // fold of n bytes (a multiple of 16, at least minFast) of which the first
@@ -304,11 +316,7 @@ cloop512:
 	CMPQ CX, $512
 	JAE  cloop512
 
-	VBROADCASTI32X4 k2048<>(SB), Z8
-	FOLD(Z8, Z0, Z16, Z4)
-	FOLD(Z8, Z1, Z17, Z5)
-	FOLD(Z8, Z2, Z18, Z6)
-	FOLD(Z8, Z3, Z19, Z7)
+	EIGHTTOFOUR
 	JMP cloop256
 
 cstart4:
@@ -331,10 +339,7 @@ cloop256:
 	JMP  cloop256
 
 cfold4:
-	VBROADCASTI32X4 k512<>(SB), Z8
-	FOLD(Z8, Z0, Z4, Z1)
-	FOLD(Z8, Z0, Z4, Z2)
-	FOLD(Z8, Z0, Z4, Z3)
+	FOURTOONE
 
 cloop64:
 	CMPQ CX, $64
@@ -347,18 +352,7 @@ cloop64:
 	JMP  cloop64
 
 clanes:
-	VMOVDQU64     klanes<>(SB), Z8
-	VPCLMULQDQ    $0x00, Z8, Z0, Z4
-	VPCLMULQDQ    $0x11, Z8, Z0, Z5
-	VPXORQ        Z4, Z5, Z4
-	VEXTRACTI64X4 $1, Z4, Y5
-	VPXORQ        Y5, Y4, Y4
-	VEXTRACTI32X4 $1, Y4, X5
-	VPXORQ        X5, X4, X4
-	VEXTRACTI32X4 $3, Z0, X5
-	VPXORQ        X5, X4, X4
-
-	VMOVDQU64 k128<>(SB), X8
+	LANES
 
 cloop16:
 	CMPQ CX, $16
