@@ -2,11 +2,13 @@ package rvt
 
 import (
 	"bytes"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/softverbs/softverbs/clock"
+	"github.com/softverbs/softverbs/netdev"
 	"github.com/softverbs/softverbs/netdev/fabric"
 	"github.com/softverbs/softverbs/netdev/faults"
 	"github.com/softverbs/softverbs/qp"
@@ -93,4 +95,98 @@ func testFabricCorrupt(t *testing.T, workers int, op qp.Opcode) {
 	require.True(t, bytes.Equal(fill[:guard], got[guard+size*n:]), "written after the destination")
 	bad := "drop_" + transport.DropBadICRC.Name()
 	require.NotZero(t, nb.d.Counters()[bad], "%v", nb.d.Counters())
+}
+
+// corruptFirst is a link that flips a payload bit in the first copy of
+// every frame whose RC opcode is in ops (IPv4 frames: the BTH at byte 42),
+// and passes everything else, resends included, untouched.
+type corruptFirst struct {
+	netdev.Link
+	ops  map[transport.Opcode]bool
+	mu   sync.Mutex
+	seen map[uint32]bool // PSNs corrupted once
+	hits int
+}
+
+func (l *corruptFirst) Send(frame []byte) error {
+	const bth = netdev.EthernetHeaderLen + netdev.IPv4HeaderLen + netdev.UDPHeaderLen
+	if len(frame) > bth+transport.BTHLen+64 && l.ops[transport.Opcode(frame[bth])] {
+		psn := transport.BTH(frame[bth:]).PSN()
+		l.mu.Lock()
+		first := !l.seen[uint32(psn)]
+		if first {
+			l.seen[uint32(psn)] = true
+			l.hits++
+		}
+		l.mu.Unlock()
+		if first {
+			cp := append([]byte(nil), frame...)
+			cp[len(cp)-transport.ICRCLen-33] ^= 0x10 // in the payload
+			return l.Link.Send(cp)
+		}
+	}
+	return l.Link.Send(frame)
+}
+
+// TestFabricCorruptLastAndMiddle corrupts the first copy of every middle
+// and last packet of RC WRITEs and SENDs (the packets placeFused takes):
+// each is dropped as a bad ICRC, nothing completes with its bytes, and the
+// resent packets put every byte in place, with nothing written outside
+// the destination.
+func TestFabricCorruptLastAndMiddle(t *testing.T) {
+	for _, op := range []qp.Opcode{qp.OpRDMAWrite, qp.OpSend} {
+		t.Run(map[qp.Opcode]string{qp.OpRDMAWrite: "write", qp.OpSend: "send"}[op], func(t *testing.T) {
+			fab := fabric.New(clock.Real(), 1)
+			oa, ob := fabricOptions(fab, 1), fabricOptions(fab, 2)
+			cl := &corruptFirst{Link: oa.Link, seen: map[uint32]bool{}, ops: map[transport.Opcode]bool{
+				transport.RCWriteMiddle: true, transport.RCWriteLast: true,
+				transport.RCSendMiddle: true, transport.RCSendLast: true}}
+			oa.Link = cl
+			na, nb := newNode(t, oa), newNode(t, ob)
+			a, b := na.qp(t, qp.RC), nb.qp(t, qp.RC)
+			at := defaultAttrs()
+			at.mtu = qp.MTU4096
+			at.timeout = 8
+			connect(t, a, na.d, b, nb.d, at)
+			const size, n, guard = 3*4096 + 1024, 4, 4096
+			src, dst := na.mr(t, size*n), nb.mr(t, guard+size*n+guard)
+			pat := make([]byte, size*n)
+			for i := range pat {
+				pat[i] = byte(i*7 + i>>10)
+			}
+			src.WriteAt(pat, src.IOVA)
+			fill := bytes.Repeat([]byte{0x5A}, guard+size*n+guard)
+			dst.WriteAt(fill, dst.IOVA)
+			for i := range n {
+				off := uint64(i * size)
+				if op == qp.OpSend {
+					require.NoError(t, b.PostRecv(RecvWR{WRID: uint64(i),
+						SGL: []SGE{{Addr: dst.IOVA + guard + off, Length: size, Lkey: dst.Lkey}}}))
+				}
+				require.NoError(t, a.PostSend(SendWR{WRID: uint64(i), Opcode: op, Flags: qp.Signaled,
+					SGL:        []SGE{{Addr: src.IOVA + off, Length: size, Lkey: src.Lkey}},
+					RemoteAddr: dst.IOVA + guard + off, Rkey: dst.Rkey}))
+			}
+			for _, wc := range poll(t, na.cq, n, nil) {
+				require.Zero(t, wc.Status, "%+v", wc)
+			}
+			if op == qp.OpSend {
+				for _, wc := range poll(t, nb.cq, n, nil) {
+					require.Zero(t, wc.Status, "%+v", wc)
+					require.EqualValues(t, size, wc.ByteLen)
+				}
+			}
+			got := make([]byte, guard+size*n+guard)
+			dst.ReadAt(got, dst.IOVA)
+			require.True(t, bytes.Equal(pat, got[guard:guard+size*n]), "the destination differs from the source")
+			require.True(t, bytes.Equal(fill[:guard], got[:guard]), "written before the destination")
+			require.True(t, bytes.Equal(fill[:guard], got[guard+size*n:]), "written after the destination")
+			cl.mu.Lock()
+			hits := cl.hits
+			cl.mu.Unlock()
+			require.Equal(t, 3*n, hits, "two middles and a last a message")
+			bad := "drop_" + transport.DropBadICRC.Name()
+			require.EqualValues(t, hits, nb.d.Counters()[bad], "%v", nb.d.Counters())
+		})
+	}
 }

@@ -497,6 +497,18 @@ type pktBuf struct {
 	fuse bool
 }
 
+// fusable reports whether a packet of opcode o may leave its ICRC to its
+// responder's placeFused: the middle and last packets of an RC SEND or
+// WRITE, which name no address of their own (no immediate, no
+// invalidation: nothing beyond their bytes takes effect).
+func fusable(o Opcode) bool {
+	switch o {
+	case RCSendMiddle, RCSendLast, RCWriteMiddle, RCWriteLast:
+		return true
+	}
+	return false
+}
+
 // lateICRC reports whether a frame received with w leaves its ICRC check
 // to the task that takes the packet: on a worker pool, from a link that
 // delivers on the sender's goroutine (the fabric: inside Send). The
@@ -646,10 +658,10 @@ func (e *Engine) receiveFrame(frame []byte, rel netdev.Releaser, w wake, checked
 	fi, ok := e.roceFrame(frame)
 	end := fi.End()
 	// The ICRC is checked here, or later by the QP's task (lateICRC), or
-	// for an RC SEND's or WRITE's middle packet by its responder, as it
-	// copies the payload out (placeFused): most of a long message's
-	// packets.
-	fuse := ok && !checked && (frame[fi.PayloadOff] == byte(RCWriteMiddle) || frame[fi.PayloadOff] == byte(RCSendMiddle))
+	// for an RC SEND's or WRITE's middle or last packet by its responder,
+	// as it copies the payload out (placeFused): all of a long message's
+	// packets but the first.
+	fuse := ok && !checked && fusable(Opcode(frame[fi.PayloadOff]))
 	late := !checked && (fuse || e.lateICRC(w))
 	if ok && !checked && !late && !CheckICRC(frame[fi.IPOff:end]) {
 		e.drop(nil, DropBadICRC)

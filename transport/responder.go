@@ -290,8 +290,8 @@ func (c *Conn) rcRequestLocked(p *Packet, a *qp.Attr) {
 }
 
 // placeFused checks the ICRC of a packet that receiveFrame left to the
-// responder (pktBuf.fuse: an RC SEND's or WRITE's middle packet), and
-// reports whether it is good. If the packet is the next one of the message
+// responder (pktBuf.fuse: an RC SEND's or WRITE's middle or last packet),
+// and reports whether it is good. If the packet is the next one of the message
 // in progress, it is certain to be placed where that message stands
 // (rcExecuteLocked takes it), so its payload is copied there as the ICRC
 // is checked, in one pass, and marked placed. A bad ICRC then leaves
@@ -311,21 +311,30 @@ func (c *Conn) placeFused(pb *pktBuf, a *qp.Attr) bool {
 }
 
 // fusedDest returns where rcExecuteLocked would place p's payload, if p is
-// a full middle packet of the RC SEND or WRITE in progress, next in
-// sequence, whose place is one piece of memory; else nil.
+// a middle or last packet of the RC SEND or WRITE in progress, next in
+// sequence, of a length it accepts and with no pad (which the ICRC covers
+// and the payload's place has no room for), whose place is one piece of
+// memory; else nil.
 func (c *Conn) fusedDest(p *Packet, a *qp.Attr) []byte {
-	n := p.PayloadLen
-	if c.qp.Type() != qp.RC || p.PSN != c.resp.epsn || p.PSNs() != 1 || p.PadCount != 0 || n != c.pmtu(a) {
+	n, mtu := p.PayloadLen, c.pmtu(a)
+	last := p.Opcode == RCWriteLast || p.Opcode == RCSendLast
+	if c.qp.Type() != qp.RC || p.PSN != c.resp.epsn || p.PSNs() != 1 || p.PadCount != 0 ||
+		n == 0 || n > mtu || !last && n != mtu {
 		return nil
 	}
-	switch {
-	case p.Opcode == RCWriteMiddle && c.resp.inWrite && c.resp.wmr != nil &&
-		a.AccessFlags&keys.RemoteWrite != 0 && n <= c.resp.wresid:
+	switch p.Opcode {
+	case RCWriteMiddle, RCWriteLast:
+		if !c.resp.inWrite || c.resp.wmr == nil || a.AccessFlags&keys.RemoteWrite == 0 ||
+			n > c.resp.wresid || last && n != c.resp.wresid {
+			return nil
+		}
 		if b, ok := c.resp.wmr.View(c.resp.wva, uint64(n)); ok {
 			return b
 		}
-	case p.Opcode == RCSendMiddle && c.resp.inSend && c.resp.haveWQE &&
-		uint64(c.resp.off)+uint64(n) <= uint64(c.resp.wqe.Length):
+	case RCSendMiddle, RCSendLast:
+		if !c.resp.inSend || !c.resp.haveWQE || uint64(c.resp.off)+uint64(n) > uint64(c.resp.wqe.Length) {
+			return nil
+		}
 		sgl := c.resp.wqe.SGL
 		i, at := seekSGE(sgl, c.resp.off)
 		if i < len(sgl) && n <= sgl[i].Length-at && c.resp.wqe.MRs[i] != nil {
