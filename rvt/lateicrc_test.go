@@ -190,3 +190,41 @@ func TestFabricCorruptLastAndMiddle(t *testing.T) {
 		})
 	}
 }
+
+// A frame whose ICRC is left to the responder (a WRITE's middle packet)
+// and proves bad is dropped before it can do anything, including raise
+// COMM_EST on a QP in RTR: it is not a packet from the peer.
+func TestBadFusedICRCBeforeCommEst(t *testing.T) {
+	n, _ := manualNode(t)
+	ev := record(n.d)
+	a, b := n.qp(t, qp.RC), n.qp(t, qp.RC)
+	at := defaultAttrs()
+	require.NoError(t, b.Modify(&QPAttr{State: qp.Init, Port: 1, AccessFlags: at.access},
+		qp.RequiredAttrs(qp.RC, qp.Reset, qp.Init)))
+	gid, err := n.d.QueryGID(1, 1)
+	require.NoError(t, err)
+	require.NoError(t, b.Modify(&QPAttr{State: qp.RTR, PathMTU: qp.MTU1024, DestQPN: a.Num(), RQPSN: 0x123456,
+		MaxDestRdAtomic: 16, MinRNRTimer: at.minRNR, AV: AddressVector{DGID: gid, SGIDIndex: 1, HopLimit: 64, Port: 1}},
+		qp.RequiredAttrs(qp.RC, qp.Init, qp.RTR)))
+
+	// From the peer's address (the device's own GID 1), to b.
+	ip := netdev.GID(gid).IP()
+	ep := netdev.Endpoint{IP: ip, Port: 0xC000}
+	to := netdev.Endpoint{IP: ip, Port: transport.RoCEv2Port}
+	const payload = 1024
+	hl := netdev.HeaderLen(false)
+	ib := transport.BTHLen + payload + transport.ICRCLen
+	frame := make([]byte, hl+ib)
+	transport.BTH(frame[hl:]).Init(transport.RCWriteMiddle, transport.DefaultPKey, b.Num(), 0x123456)
+	require.Equal(t, hl, netdev.EncodeRoCEv2(frame, ep, to, 64, 0, ib))
+	require.NoError(t, transport.PutICRC(frame[netdev.EthernetHeaderLen:]))
+	frame[len(frame)-1] ^= 1
+	n.d.Engine().ReceiveFrame(frame)
+
+	require.Equal(t, uint64(1), n.d.Counters()["drop_"+transport.DropBadICRC.Name()])
+	ev.mu.Lock()
+	defer ev.mu.Unlock()
+	for _, e := range ev.evs {
+		require.NotEqual(t, transport.EventCommEst, e.Type, "COMM_EST from a corrupted packet")
+	}
+}
