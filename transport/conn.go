@@ -293,7 +293,7 @@ func (c *Conn) list(l *pktList, pb *pktBuf) {
 // batch sent the packet, which then carries the QP's task (task.Carry).
 func (c *Conn) enqueue(pb *pktBuf, w wake, src *task.Task) {
 	if c.stopped.Load() {
-		c.e.putBuf(pb, w)
+		c.e.discard(pb, w)
 		return
 	}
 	resp := pb.pkt.Info.Has(FlagResponse)
