@@ -48,8 +48,6 @@ func FuzzResponder(f *testing.F) {
 	})
 }
 
-var fuzzBadICRC = "drop_" + transport.DropBadICRC.Name()
-
 const (
 	fuzzGuard  = 4096
 	fuzzMRSize = 16384
@@ -196,7 +194,7 @@ func fuzzResponder(t *testing.T, in []byte) {
 		}
 		var drops uint64
 		if badICRC {
-			drops = d.Counters()[fuzzBadICRC]
+			drops = d.Counters()[dropBadICRC]
 		}
 		before := q.Conn().Snapshot().ExpectedPSN
 		d.Engine().ReceiveFrame(append([]byte(nil), whole...))
@@ -204,7 +202,7 @@ func fuzzResponder(t *testing.T, in []byte) {
 			if got := q.Conn().Snapshot().ExpectedPSN; got != before {
 				t.Fatalf("%v with a bad ICRC moved the expected PSN from %#x to %#x", op, uint32(before), uint32(got))
 			}
-			if got := d.Counters()[fuzzBadICRC]; got != drops+1 {
+			if got := d.Counters()[dropBadICRC]; got != drops+1 {
 				t.Fatalf("%v with a bad ICRC: %d drops counted, want %d", op, got-drops, 1)
 			}
 			if k := c.Poll(wcs[:]); k != 0 {

@@ -49,12 +49,27 @@ func testFabricCorrupt(t *testing.T, workers int, op qp.Opcode) {
 		return newNode(t, o)
 	}
 	na, nb := open(1, 0.05), open(2, 0.05)
+	// Odd SENDs into two SGEs split inside the third packet.
+	transferIntact(t, na, nb, op, 64<<10, 16, 10000)
+	require.NotZero(t, nb.d.Counters()[dropBadICRC], "%v", nb.d.Counters())
+}
+
+var dropBadICRC = "drop_" + transport.DropBadICRC.Name()
+
+// transferIntact connects an RC QP of na to one of nb (MTU 4096, a 1 ms
+// timeout: a corrupted tail costs little), moves n messages of size bytes
+// from a to b with op (WRITE or SEND), and checks that all complete, that
+// the destination holds the source, and that the 4 KiB on each side of it
+// did not change. A SEND's receive WQE is split in two SGEs split bytes
+// in, for the odd messages, if split is not 0.
+func transferIntact(t *testing.T, na, nb *node, op qp.Opcode, size, n, split int) {
+	t.Helper()
+	const guard = 4096
 	a, b := na.qp(t, qp.RC), nb.qp(t, qp.RC)
 	at := defaultAttrs()
 	at.mtu = qp.MTU4096
-	at.timeout = 8 // 1 ms: a corrupted tail costs little
+	at.timeout = 8
 	connect(t, a, na.d, b, nb.d, at)
-	const size, n, guard = 64 << 10, 16, 4096
 	src, dst := na.mr(t, size*n), nb.mr(t, guard+size*n+guard)
 	pat := make([]byte, size*n)
 	for i := range pat {
@@ -67,15 +82,15 @@ func testFabricCorrupt(t *testing.T, workers int, op qp.Opcode) {
 		off := uint64(i * size)
 		if op == qp.OpSend {
 			at := dst.IOVA + guard + off
-			sgl := []SGE{{Addr: at, Length: size, Lkey: dst.Lkey}}
-			if i%2 == 1 {
-				const split = 10000 // inside the third packet
-				sgl = []SGE{{Addr: at, Length: split, Lkey: dst.Lkey}, {Addr: at + split, Length: size - split, Lkey: dst.Lkey}}
+			sgl := []SGE{{Addr: at, Length: uint32(size), Lkey: dst.Lkey}}
+			if split != 0 && i%2 == 1 {
+				sgl = []SGE{{Addr: at, Length: uint32(split), Lkey: dst.Lkey},
+					{Addr: at + uint64(split), Length: uint32(size - split), Lkey: dst.Lkey}}
 			}
 			require.NoError(t, b.PostRecv(RecvWR{WRID: uint64(i), SGL: sgl}))
 		}
 		require.NoError(t, a.PostSend(SendWR{WRID: uint64(i), Opcode: op, Flags: qp.Signaled,
-			SGL:        []SGE{{Addr: src.IOVA + off, Length: size, Lkey: src.Lkey}},
+			SGL:        []SGE{{Addr: src.IOVA + off, Length: uint32(size), Lkey: src.Lkey}},
 			RemoteAddr: dst.IOVA + guard + off, Rkey: dst.Rkey}))
 	}
 	for _, wc := range poll(t, na.cq, n, nil) {
@@ -93,8 +108,6 @@ func testFabricCorrupt(t *testing.T, workers int, op qp.Opcode) {
 	require.True(t, bytes.Equal(pat, got[guard:guard+size*n]), "the destination differs from the source")
 	require.True(t, bytes.Equal(fill[:guard], got[:guard]), "written before the destination")
 	require.True(t, bytes.Equal(fill[:guard], got[guard+size*n:]), "written after the destination")
-	bad := "drop_" + transport.DropBadICRC.Name()
-	require.NotZero(t, nb.d.Counters()[bad], "%v", nb.d.Counters())
 }
 
 // corruptFirst is a link that flips a payload bit in the first copy of
@@ -143,50 +156,13 @@ func TestFabricCorruptLastAndMiddle(t *testing.T) {
 				transport.RCSendMiddle: true, transport.RCSendLast: true}}
 			oa.Link = cl
 			na, nb := newNode(t, oa), newNode(t, ob)
-			a, b := na.qp(t, qp.RC), nb.qp(t, qp.RC)
-			at := defaultAttrs()
-			at.mtu = qp.MTU4096
-			at.timeout = 8
-			connect(t, a, na.d, b, nb.d, at)
-			const size, n, guard = 3*4096 + 1024, 4, 4096
-			src, dst := na.mr(t, size*n), nb.mr(t, guard+size*n+guard)
-			pat := make([]byte, size*n)
-			for i := range pat {
-				pat[i] = byte(i*7 + i>>10)
-			}
-			src.WriteAt(pat, src.IOVA)
-			fill := bytes.Repeat([]byte{0x5A}, guard+size*n+guard)
-			dst.WriteAt(fill, dst.IOVA)
-			for i := range n {
-				off := uint64(i * size)
-				if op == qp.OpSend {
-					require.NoError(t, b.PostRecv(RecvWR{WRID: uint64(i),
-						SGL: []SGE{{Addr: dst.IOVA + guard + off, Length: size, Lkey: dst.Lkey}}}))
-				}
-				require.NoError(t, a.PostSend(SendWR{WRID: uint64(i), Opcode: op, Flags: qp.Signaled,
-					SGL:        []SGE{{Addr: src.IOVA + off, Length: size, Lkey: src.Lkey}},
-					RemoteAddr: dst.IOVA + guard + off, Rkey: dst.Rkey}))
-			}
-			for _, wc := range poll(t, na.cq, n, nil) {
-				require.Zero(t, wc.Status, "%+v", wc)
-			}
-			if op == qp.OpSend {
-				for _, wc := range poll(t, nb.cq, n, nil) {
-					require.Zero(t, wc.Status, "%+v", wc)
-					require.EqualValues(t, size, wc.ByteLen)
-				}
-			}
-			got := make([]byte, guard+size*n+guard)
-			dst.ReadAt(got, dst.IOVA)
-			require.True(t, bytes.Equal(pat, got[guard:guard+size*n]), "the destination differs from the source")
-			require.True(t, bytes.Equal(fill[:guard], got[:guard]), "written before the destination")
-			require.True(t, bytes.Equal(fill[:guard], got[guard+size*n:]), "written after the destination")
+			const n = 4
+			transferIntact(t, na, nb, op, 3*4096+1024, n, 0) // two middles and a last
 			cl.mu.Lock()
 			hits := cl.hits
 			cl.mu.Unlock()
 			require.Equal(t, 3*n, hits, "two middles and a last a message")
-			bad := "drop_" + transport.DropBadICRC.Name()
-			require.EqualValues(t, hits, nb.d.Counters()[bad], "%v", nb.d.Counters())
+			require.EqualValues(t, hits, nb.d.Counters()[dropBadICRC], "%v", nb.d.Counters())
 		})
 	}
 }
@@ -221,7 +197,7 @@ func TestBadFusedICRCBeforeCommEst(t *testing.T) {
 	frame[len(frame)-1] ^= 1
 	n.d.Engine().ReceiveFrame(frame)
 
-	require.Equal(t, uint64(1), n.d.Counters()["drop_"+transport.DropBadICRC.Name()])
+	require.Equal(t, uint64(1), n.d.Counters()[dropBadICRC])
 	ev.mu.Lock()
 	defer ev.mu.Unlock()
 	for _, e := range ev.evs {
