@@ -562,7 +562,7 @@ func EncodeRoCEv2Headers(buf []byte, src, dst Endpoint, ttl, tos uint8, payloadL
 type Headers struct {
 	b   [EthernetHeaderLen + IPv6HeaderLen + UDPHeaderLen]byte
 	n   uint8  // header length: HeaderLen(v6), 0 when not ready
-	v6  bool   //
+	v6  bool   // the flow is carried over IPv6
 	sum uint32 // IPv4: the header's ones' complement sum without its total length
 }
 

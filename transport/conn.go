@@ -399,7 +399,7 @@ func (c *Conn) next(in *inbox, l *pktList, q *pktQueue) *pktBuf {
 	pb := in.b[in.i]
 	in.b[in.i] = nil
 	in.i++
-	if pb.icrc != nil && !pb.fuse {
+	if pb.icrc != nil && !pb.leftToResponder() {
 		// Received with its ICRC left to us (Engine.lateICRC).
 		ok := CheckICRC(pb.icrc)
 		pb.icrc = nil

@@ -491,11 +491,15 @@ type pktBuf struct {
 	next  *pktBuf // in a Conn's pktQueue or pktList
 	gen   uint32  // in a pktList: the Conn's reset generation when listed
 	// icrc, if not nil, is the packet from its IP header through its
-	// ICRC, not checked yet: the QP's task checks it (lateICRC), or with
-	// fuse, its responder as it places the payload (Conn.placeFused).
+	// ICRC, not checked yet: the QP's task checks it (lateICRC), or, for a
+	// fusable opcode, its responder as it places the payload
+	// (Conn.placeFused).
 	icrc []byte
-	fuse bool
 }
+
+// leftToResponder reports whether pb's ICRC is for its responder to check
+// (placeFused), not for the task that takes it (Conn.next).
+func (pb *pktBuf) leftToResponder() bool { return pb.icrc != nil && fusable(pb.pkt.Opcode) }
 
 // fusable reports whether a packet of opcode o may leave its ICRC to its
 // responder's placeFused: the middle and last packets of an RC SEND or
@@ -592,7 +596,7 @@ func (pb *pktBuf) reset() {
 	pb.frame, pb.rel = nil, nil
 	pb.pkt = Packet{}
 	pb.ipHdr = nil
-	pb.icrc, pb.fuse = nil, false
+	pb.icrc = nil
 	pb.own = pb.own[:0]
 }
 
@@ -661,8 +665,7 @@ func (e *Engine) receiveFrame(frame []byte, rel netdev.Releaser, w wake, checked
 	// for an RC SEND's or WRITE's middle or last packet by its responder,
 	// as it copies the payload out (placeFused): all of a long message's
 	// packets but the first.
-	fuse := ok && !checked && fusable(Opcode(frame[fi.PayloadOff]))
-	late := !checked && (fuse || e.lateICRC(w))
+	late := !checked && (ok && fusable(Opcode(frame[fi.PayloadOff])) || e.lateICRC(w))
 	if ok && !checked && !late && !CheckICRC(frame[fi.IPOff:end]) {
 		e.drop(nil, DropBadICRC)
 		ok = false
@@ -676,7 +679,7 @@ func (e *Engine) receiveFrame(frame []byte, rel netdev.Releaser, w wake, checked
 	pb := e.getBuf(w)
 	pb.frame, pb.rel = frame, rel
 	if late {
-		pb.icrc, pb.fuse = frame[fi.IPOff:end], fuse
+		pb.icrc = frame[fi.IPOff:end]
 	}
 	if err := Parse(frame[fi.PayloadOff:end-ICRCLen], &pb.pkt); err != nil {
 		r, _ := DropReasonOf(err)

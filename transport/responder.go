@@ -143,7 +143,7 @@ func (c *Conn) respondLocked() bool {
 			c.recvBufs.put(c.e, pb)
 			continue
 		}
-		if pb.fuse && !c.placeFused(pb, a) {
+		if pb.leftToResponder() && !c.placeFused(pb, a) {
 			c.pend[RcvdPkts]--
 			c.e.drop(nil, DropBadICRC)
 			c.recvBufs.put(c.e, pb)
@@ -290,21 +290,21 @@ func (c *Conn) rcRequestLocked(p *Packet, a *qp.Attr) {
 }
 
 // placeFused checks the ICRC of a packet that receiveFrame left to the
-// responder (pktBuf.fuse: an RC SEND's or WRITE's middle or last packet),
-// and reports whether it is good; respondLocked calls it before the packet
-// can do anything (COMM_EST included). If the packet is the next one of
-// the message in progress, it is certain to be placed where that message
-// stands (rcExecuteLocked takes it), so its payload is copied there as
-// the ICRC is checked, in one pass, and marked placed. A bad ICRC then
-// leaves nothing done but those bytes, in the message's own range of the
-// WRITE's memory or the receive WQE's buffers, whose contents are
-// undefined until the message completes, and which the good packet
+// responder (pktBuf.leftToResponder: an RC SEND's or WRITE's middle or
+// last packet), and reports whether it is good; respondLocked calls it
+// before the packet can do anything (COMM_EST included). If the packet is
+// the next one of the message in progress, it is certain to be placed
+// where that message stands (rcExecuteLocked takes it), so its payload is
+// copied there as the ICRC is checked, in one pass, and marked placed. A
+// bad ICRC then leaves nothing done but those bytes, in the message's own
+// range of the WRITE's memory or the receive WQE's buffers, whose contents
+// are undefined until the message completes, and which the good packet
 // overwrites when it is sent again: the requester resends from this PSN,
 // as for any lost packet. Anything else is checked whole first, as on
 // every other path.
 func (c *Conn) placeFused(pb *pktBuf, a *qp.Attr) bool {
 	p, icrc := &pb.pkt, pb.icrc
-	pb.icrc, pb.fuse = nil, false
+	pb.icrc = nil
 	if dst := c.fusedDest(p, a); dst != nil {
 		p.placed = CheckICRCCopy(icrc, len(icrc)-ICRCLen-len(dst), dst)
 		return p.placed
