@@ -6,7 +6,7 @@
 # and `rvt demo --loss 0.05`, RUNS times each, at nice -20.
 #
 # Usage: docs/issue19-rows.sh OUTDIR [RUNS]   (from the repository's root)
-# Then: python3 docs/issue19-med.py OUTDIR/*.txt for medians and ranges.
+# Then: python3 docs/issue19-med.py OUTDIR/*.txt OUTDIR/*.log for medians and ranges.
 set -u
 out=${1:?usage: docs/issue19-rows.sh OUTDIR [RUNS]}; runs=${2:-3}
 mkdir -p "$out"
