@@ -772,11 +772,13 @@ func (id *ID) Disconnect() error {
 // forgets the request without a REJ, cm_destroy_id): the peer resends
 // its REQ after its CM period, and the resent REQ is a new request. A
 // SIDR request is answered SIDR_REP REJECT, as Linux answers it then; in
-// any other state Discard is Destroy. An ID of a device served by rvtd is
-// destroyed (the daemon answers as Destroy).
+// any other state Discard is Destroy. On a device served by rvtd the
+// daemon discards the request (cm_discard), or, if it speaks protocol 1.1
+// only, destroys it (a REJ 28).
 func (id *ID) Discard() {
 	if id.r != nil {
-		id.Destroy()
+		id.leaveAllMulticast()
+		id.remoteDestroy(true)
 		return
 	}
 	a := id.a
@@ -800,7 +802,7 @@ func (id *ID) Discard() {
 func (id *ID) Destroy() {
 	id.leaveAllMulticast()
 	if id.r != nil {
-		id.remoteDestroy()
+		id.remoteDestroy(false)
 		return
 	}
 	a := id.a

@@ -309,7 +309,9 @@ func (id *ID) remoteAccept(q *rvt.QP, p *ConnParam) error {
 	return nil
 }
 
-func (id *ID) remoteDestroy() {
+// remoteDestroy is Destroy on an rvtd device; with discard, Discard
+// (cm_discard: a request stays unanswered).
+func (id *ID) remoteDestroy(discard bool) {
 	a := id.a
 	a.mu.Lock()
 	if id.destroyed {
@@ -322,7 +324,11 @@ func (id *ID) remoteDestroy() {
 		delete(a.remote.byH, id.r.cid.Handle)
 	}
 	a.mu.Unlock()
-	if id.r.err == nil {
+	switch {
+	case id.r.err != nil:
+	case discard:
+		_, _ = id.r.cid.Discard()
+	default:
 		_, _ = id.r.cid.Destroy()
 	}
 }

@@ -206,3 +206,43 @@ func TestRemoteDialAcceptUD(t *testing.T) {
 	}
 	require.Equal(t, rvtd.CMStats{}, srv.CMStats())
 }
+
+// TestRemoteListenerBacklogDiscards: a Listener on an rvtd device drops a
+// request beyond its Backlog unanswered (cm_discard), as on an embedded
+// device and as Linux does: the active side is not rejected and waits
+// for its REQ's retry. It used to get REJ 28 at once.
+func TestRemoteListenerBacklogDiscards(t *testing.T) {
+	srv, sock := startRVTD(t)
+	a, b := newRemoteNode(t, sock, "rvt0"), newRemoteNode(t, sock, "rvt1")
+	agent, err := cm.AgentFor(srv.Device("rvt0")) // the daemon's
+	require.NoError(t, err)
+	l, err := cm.Listen(a.dev, netip.MustParseAddrPort("198.18.0.1:0"), &cm.ListenOptions{Backlog: 1})
+	require.NoError(t, err)
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	dialed := make(chan error, 2)
+	dctx, dcancel := context.WithCancel(ctx)
+	for _, q := range []*rvt.QP{b.qp(t, qp.RC), b.qp(t, qp.RC)} {
+		go func() {
+			_, err := cm.Dial(dctx, b.dev, l.Addr(), q, nil)
+			dialed <- err
+		}()
+	}
+	// One request fills the backlog; the other is dropped, no REJ.
+	require.Eventually(t, func() bool { return agent.Counters()["req_discarded"] == 1 }, 5*time.Second, time.Millisecond)
+	require.Zero(t, agent.Counters()["tx_REJ"])
+	r, err := l.Accept(ctx) // the one the backlog holds
+	require.NoError(t, err)
+	select {
+	case err := <-dialed:
+		t.Fatalf("a Dial ended while one request waited in the backlog and the other was dropped: %v", err)
+	case <-time.After(1500 * time.Millisecond): // well under the REQ's 6144 ms retry
+	}
+	require.NoError(t, r.Reject(nil))
+	err = <-dialed
+	var rej *cm.RejectError
+	require.ErrorAs(t, err, &rej, "the accepted request's Dial, rejected by the application")
+	dcancel()
+	require.ErrorIs(t, <-dialed, context.Canceled, "the dropped request's Dial, still waiting")
+}

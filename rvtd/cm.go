@@ -109,7 +109,7 @@ const cmNoListenerWait = time.Second
 
 // cmDispatch serves the rdma_cm opcodes.
 func (ss *session) cmDispatch(m proto.Msg) (proto.Body, []int, error) {
-	if ss.minor < 1 {
+	if ss.minor < 1 || m.Op == proto.OpCMDiscard && ss.minor < 2 {
 		return nil, nil, proto.EOPNOTSUPP
 	}
 	h := m.Handle
@@ -127,7 +127,9 @@ func (ss *session) cmDispatch(m proto.Msg) (proto.Body, []int, error) {
 	}
 	switch m.Op {
 	case proto.OpCMDestroyID:
-		return &proto.CMEventsReply{EventsReported: ss.cmDestroyID(o)}, nil, nil
+		return &proto.CMEventsReply{EventsReported: ss.cmDestroyID(o, false)}, nil, nil
+	case proto.OpCMDiscard:
+		return &proto.CMEventsReply{EventsReported: ss.cmDestroyID(o, true)}, nil, nil
 	case proto.OpCMBindAddr:
 		return nil, nil, ss.cmBind(o, m.Body.(*proto.CMBindAddr).Addr)
 	case proto.OpCMResolveAddr:
@@ -805,8 +807,11 @@ func (ss *session) cmQuery(o *cmIDObj) *proto.CMQueryReply {
 }
 
 // cmDestroyID destroys o's cm.IDs as rdma_destroy_id does, and returns
-// how many records were written about it. No event follows.
-func (ss *session) cmDestroyID(o *cmIDObj) uint32 {
+// how many records were written about it. No event follows. With discard
+// (cm_discard), a connection request not answered yet stays unanswered
+// (cm.ID.Discard: no REJ, the peer resends its REQ) as Linux leaves one
+// its listener's full backlog refused.
+func (ss *session) cmDestroyID(o *cmIDObj, discard bool) uint32 {
 	ss.mu.Lock()
 	if o.dead {
 		ss.mu.Unlock()
@@ -823,7 +828,11 @@ func (ss *session) cmDestroyID(o *cmIDObj) uint32 {
 	n, q := o.reported, o.q
 	ss.mu.Unlock()
 	for _, id := range ids {
-		id.Destroy()
+		if discard {
+			id.Discard()
+		} else {
+			id.Destroy()
+		}
 	}
 	if q != nil {
 		q.loop.kickQP(q)
@@ -1068,7 +1077,7 @@ func (ss *session) cmTeardown() {
 	}
 	ss.mu.Unlock()
 	for _, o := range ids {
-		ss.cmDestroyID(o)
+		ss.cmDestroyID(o, false)
 	}
 	for _, ch := range chans {
 		ch.close()

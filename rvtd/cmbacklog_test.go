@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/softverbs/softverbs/rvtd/client"
 	"github.com/softverbs/softverbs/rvtd/proto"
 )
 
@@ -67,4 +68,90 @@ func TestCMListenBacklog(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, int32(28), ev.Status, "rejected by the listener's client, not by the backlog")
 	}
+}
+
+// TestCMDiscard: cm_discard (protocol 1.2) ends a connection request the
+// client will not take without answering it, as Linux leaves a request
+// its listener's full backlog refused: the active side hears nothing, and
+// its REQ resent a CM period (6144 ms) later is a new request. The same
+// request destroyed instead (cm_destroy_id) gets REJ 28 at once. A
+// session of minor version 1 has no cm_discard.
+func TestCMDiscard(t *testing.T) {
+	srv, sock := startDaemon(t)
+	s, err := newCMNode(sock, "rvt0", 2)
+	require.NoError(t, err)
+	c, err := newCMNode(sock, "rvt1", 2)
+	require.NoError(t, err)
+	require.Equal(t, uint16(proto.Minor), s.c.Hello.Minor)
+	lid, err := s.ch.CreateID(1, proto.PSTCP, 2)
+	require.NoError(t, err)
+	require.NoError(t, lid.BindAddr(netip.AddrPortFrom(ip0, 0)))
+	require.NoError(t, lid.Listen(0))
+	q, err := lid.Query()
+	require.NoError(t, err)
+	dst := netip.AddrPortFrom(ip0, q.Src.Port)
+	connect := func(ctx uint64, qp *client.QP) {
+		t.Helper()
+		id, err := c.ch.CreateID(ctx, proto.PSTCP, 2)
+		require.NoError(t, err)
+		require.NoError(t, resolve(c.ch, id, ip1, dst))
+		require.NoError(t, id.Connect(proto.CMConnParam{QP: qp.Handle, ResponderResources: 1, InitiatorDepth: 1, RetryCount: 7, RNRRetryCount: 7}))
+	}
+
+	// Destroyed: REJ 28.
+	connect(10, c.qp)
+	ev, err := waitEvent(s.ch, evConnectRequest)
+	require.NoError(t, err)
+	_, err = s.c.EventID(ev).Destroy()
+	require.NoError(t, err)
+	ev, err = waitEvent(c.ch, evRejected)
+	require.NoError(t, err)
+	require.Equal(t, uint64(10), ev.Context)
+	require.Equal(t, int32(28), ev.Status)
+
+	// Discarded: nothing, then the resent REQ as a new request.
+	qp2, err := c.dev.CreateQP(c.pd, 2, c.cq, c.cq, proto.Cap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
+	require.NoError(t, err)
+	connect(11, qp2)
+	ev, err = waitEvent(s.ch, evConnectRequest)
+	require.NoError(t, err)
+	first := ev.ID
+	start := time.Now()
+	_, err = s.c.EventID(ev).Discard()
+	require.NoError(t, err)
+	_, err = c.ch.GetEvent(time.Second)
+	require.Error(t, err, "an event for a discarded request")
+	ev, err = waitEvent(s.ch, evConnectRequest)
+	require.NoError(t, err)
+	took := time.Since(start)
+	require.Greater(t, took, 5*time.Second, "the request came again with its REQ's retry")
+	require.Less(t, took, 9*time.Second)
+	require.NotEqual(t, first, ev.ID, "the resent REQ is a new request")
+	require.NoError(t, s.c.EventID(ev).Reject(nil))
+	ev, err = waitEvent(c.ch, evRejected)
+	require.NoError(t, err)
+	require.Equal(t, uint64(11), ev.Context)
+
+	// Minor version 1: EOPNOTSUPP before the handle is looked at (a 1.2
+	// session gets EINVAL for handle 0).
+	old, err := proto.Dial(sock)
+	require.NoError(t, err)
+	defer old.Close()
+	require.NoError(t, old.Send(proto.Header{Op: proto.OpHello, ReqID: 1},
+		&proto.Hello{Magic: proto.Magic, Major: proto.Major, Minor: 1}))
+	m, err := old.Recv()
+	require.NoError(t, err)
+	require.Equal(t, uint16(1), m.Body.(*proto.HelloReply).Minor)
+	require.NoError(t, old.Send(proto.Header{Op: proto.OpCMDiscard, ReqID: 2}, nil))
+	m, err = old.Recv()
+	require.NoError(t, err)
+	require.Equal(t, proto.EOPNOTSUPP, m.Status)
+	_, err = s.c.Call(proto.OpCMDiscard, 0, nil)
+	require.ErrorIs(t, err, proto.EINVAL)
+
+	old.Close()
+	s.c.Close()
+	c.c.Close()
+	waitFor(t, "sessions to end", func() bool { return srv.Stats().Sessions == 0 })
+	cmClean(t, srv)
 }

@@ -119,8 +119,23 @@ func (id *CMID) call(op proto.Op, body proto.Body) (proto.Body, error) {
 
 // Destroy is rdma_destroy_id; it returns how many events were reported
 // about the ID.
-func (id *CMID) Destroy() (uint32, error) {
-	r, err := id.call(proto.OpCMDestroyID, nil)
+func (id *CMID) Destroy() (uint32, error) { return id.destroy(proto.OpCMDestroyID) }
+
+// Discard is Destroy for a connection request the client will not take:
+// the request stays unanswered (no REJ; the peer resends its REQ), as
+// Linux leaves a request its listener's full backlog refused. Daemons of
+// protocol 1.1 have no cm_discard: there it is Destroy (a REJ 28).
+func (id *CMID) Discard() (uint32, error) {
+	if id.c.Hello.Minor < 2 {
+		return id.Destroy()
+	}
+	return id.destroy(proto.OpCMDiscard)
+}
+
+// destroy sends cm_destroy_id or cm_discard and returns the events
+// reported about the ID.
+func (id *CMID) destroy(op proto.Op) (uint32, error) {
+	r, err := id.call(op, nil)
 	if err != nil {
 		return 0, err
 	}

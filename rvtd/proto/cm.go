@@ -32,6 +32,7 @@ const (
 	OpCMLeaveMulticast      Op = 0x0411
 	OpCMSetOption           Op = 0x0412
 	OpCMMigrateID           Op = 0x0413
+	OpCMDiscard             Op = 0x0414 // version 1.2
 )
 
 // Address families of CMAddr (Linux values).
@@ -388,6 +389,8 @@ var cmTable = [...]Spec{
 	{Op: OpCMSetOption, Name: "cm_set_option", Handle: "cm_id", Request: mk[CMSetOption](), Doc: "rdma_set_option"},
 	{Op: OpCMMigrateID, Name: "cm_migrate_id", Handle: "cm_id", Request: mk[CMMigrateID](), Reply: mk[CMEventsReply](),
 		Doc: "rdma_migrate_id"},
+	{Op: OpCMDiscard, Name: "cm_discard", Handle: "cm_id", Reply: mk[CMEventsReply](),
+		Doc: "1.2: cm_destroy_id that leaves an unanswered request unanswered (a full backlog, section 9)"},
 }
 
 // IsCM reports whether op is in the connection manager's range.

@@ -22,7 +22,7 @@ import (
 // the lower of their Minor versions.
 const (
 	Major = 1
-	Minor = 1
+	Minor = 2
 	// Magic is "RVTD" read as a little-endian u32, the first field of hello.
 	Magic = 0x44545652
 )
