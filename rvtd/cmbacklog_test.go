@@ -7,7 +7,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/softverbs/softverbs/rvtd/client"
 	"github.com/softverbs/softverbs/rvtd/proto"
 )
 
@@ -23,31 +22,10 @@ import (
 // the client having read the two. The backlog used to be ignored.
 func TestCMListenBacklog(t *testing.T) {
 	_, sock := startDaemon(t)
-	s, err := newCMNode(sock, "rvt0", 2)
-	require.NoError(t, err)
-	c, err := newCMNode(sock, "rvt1", 2)
-	require.NoError(t, err)
-	lid, err := s.ch.CreateID(1, proto.PSTCP, 2)
-	require.NoError(t, err)
-	require.NoError(t, lid.BindAddr(netip.AddrPortFrom(ip0, 0)))
-	require.NoError(t, lid.Listen(2))
-	q, err := lid.Query()
-	require.NoError(t, err)
-	dst := netip.AddrPortFrom(ip0, q.Src.Port)
-
+	s, c, dst := listenPair(t, sock, 2)
 	start := time.Now()
 	for i := range 3 {
-		qp := c.qp
-		if i > 0 {
-			qp, err = c.dev.CreateQP(c.pd, 2, c.cq, c.cq, proto.Cap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
-			require.NoError(t, err)
-		}
-		id, err := c.ch.CreateID(uint64(10+i), proto.PSTCP, 2)
-		require.NoError(t, err)
-		require.NoError(t, id.ResolveAddr(ip1, dst, 2000))
-		_, err = waitEvent(c.ch, evAddrResolved)
-		require.NoError(t, err)
-		require.NoError(t, id.Connect(proto.CMConnParam{QP: qp.Handle, ResponderResources: 1, InitiatorDepth: 1, RetryCount: 7, RNRRetryCount: 7}))
+		c.connect(t, uint64(10+i), dst)
 	}
 	time.Sleep(time.Second) // the client reads nothing meanwhile
 	for range 2 {
@@ -55,7 +33,7 @@ func TestCMListenBacklog(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, s.c.EventID(ev).Reject(nil))
 	}
-	_, err = s.ch.GetEvent(3 * time.Second)
+	_, err := s.ch.GetEvent(3 * time.Second)
 	require.Error(t, err, "a third request within the backlog of 2")
 	ev, err := waitEvent(s.ch, evConnectRequest)
 	require.NoError(t, err)
@@ -78,28 +56,11 @@ func TestCMListenBacklog(t *testing.T) {
 // session of minor version 1 has no cm_discard.
 func TestCMDiscard(t *testing.T) {
 	srv, sock := startDaemon(t)
-	s, err := newCMNode(sock, "rvt0", 2)
-	require.NoError(t, err)
-	c, err := newCMNode(sock, "rvt1", 2)
-	require.NoError(t, err)
+	s, c, dst := listenPair(t, sock, 0)
 	require.Equal(t, uint16(proto.Minor), s.c.Hello.Minor)
-	lid, err := s.ch.CreateID(1, proto.PSTCP, 2)
-	require.NoError(t, err)
-	require.NoError(t, lid.BindAddr(netip.AddrPortFrom(ip0, 0)))
-	require.NoError(t, lid.Listen(0))
-	q, err := lid.Query()
-	require.NoError(t, err)
-	dst := netip.AddrPortFrom(ip0, q.Src.Port)
-	connect := func(ctx uint64, qp *client.QP) {
-		t.Helper()
-		id, err := c.ch.CreateID(ctx, proto.PSTCP, 2)
-		require.NoError(t, err)
-		require.NoError(t, resolve(c.ch, id, ip1, dst))
-		require.NoError(t, id.Connect(proto.CMConnParam{QP: qp.Handle, ResponderResources: 1, InitiatorDepth: 1, RetryCount: 7, RNRRetryCount: 7}))
-	}
 
 	// Destroyed: REJ 28.
-	connect(10, c.qp)
+	c.connect(t, 10, dst)
 	ev, err := waitEvent(s.ch, evConnectRequest)
 	require.NoError(t, err)
 	_, err = s.c.EventID(ev).Destroy()
@@ -110,9 +71,7 @@ func TestCMDiscard(t *testing.T) {
 	require.Equal(t, int32(28), ev.Status)
 
 	// Discarded: nothing, then the resent REQ as a new request.
-	qp2, err := c.dev.CreateQP(c.pd, 2, c.cq, c.cq, proto.Cap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
-	require.NoError(t, err)
-	connect(11, qp2)
+	c.connect(t, 11, dst)
 	ev, err = waitEvent(s.ch, evConnectRequest)
 	require.NoError(t, err)
 	first := ev.ID
@@ -154,4 +113,33 @@ func TestCMDiscard(t *testing.T) {
 	c.c.Close()
 	waitFor(t, "sessions to end", func() bool { return srv.Stats().Sessions == 0 })
 	cmClean(t, srv)
+}
+
+// listenPair is a listening ID on rvt0 (its client s) with backlog
+// (cm_listen's value), a client c on rvt1, and the listener's address.
+func listenPair(t *testing.T, sock string, backlog uint32) (s, c *cmNode, dst netip.AddrPort) {
+	t.Helper()
+	s, err := newCMNode(sock, "rvt0", 2)
+	require.NoError(t, err)
+	c, err = newCMNode(sock, "rvt1", 2)
+	require.NoError(t, err)
+	lid, err := s.ch.CreateID(1, proto.PSTCP, 2)
+	require.NoError(t, err)
+	require.NoError(t, lid.BindAddr(netip.AddrPortFrom(ip0, 0)))
+	require.NoError(t, lid.Listen(backlog))
+	q, err := lid.Query()
+	require.NoError(t, err)
+	return s, c, netip.AddrPortFrom(ip0, q.Src.Port)
+}
+
+// connect sends a connection request to dst from a new ID (context ctx)
+// and a new RC QP of n.
+func (n *cmNode) connect(t *testing.T, ctx uint64, dst netip.AddrPort) {
+	t.Helper()
+	qp, err := n.dev.CreateQP(n.pd, 2, n.cq, n.cq, proto.Cap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
+	require.NoError(t, err)
+	id, err := n.ch.CreateID(ctx, proto.PSTCP, 2)
+	require.NoError(t, err)
+	require.NoError(t, resolve(n.ch, id, ip1, dst))
+	require.NoError(t, id.Connect(proto.CMConnParam{QP: qp.Handle, ResponderResources: 1, InitiatorDepth: 1, RetryCount: 7, RNRRetryCount: 7}))
 }
